@@ -1,0 +1,105 @@
+"""The comparison every report uses: bytes compared and differing, first mismatch with both sides
+decoded, abs differences for bf16 outputs, SHA-256 of each side, and a replay dump of the inputs."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import torch
+
+from . import formats as F
+
+
+def sha256(t: torch.Tensor) -> str:
+    t = t.detach().contiguous().cpu()
+    return hashlib.sha256(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"").hexdigest()
+
+
+def _bytes(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().contiguous().cpu().reshape(-1).view(torch.uint8)
+
+
+def compare_packed(cand: dict, ref: dict, rows: int, cols: int) -> dict:
+    """cand/ref: {"qdata", "scales", "global_scale"} for an activation of logical [rows, cols]."""
+    out = {"rows": rows, "cols": cols}
+    gc, gr = torch.as_tensor(cand["global_scale"]).float().reshape(()), torch.as_tensor(ref["global_scale"]).float().reshape(())
+    gbits_c, gbits_r = int(gc.view(torch.int32)), int(gr.view(torch.int32))
+    out["global_scale"] = {"candidate_bits": f"0x{gbits_c & 0xFFFFFFFF:08x}", "reference_bits": f"0x{gbits_r & 0xFFFFFFFF:08x}", "equal": gbits_c == gbits_r}
+    total_compared = 4
+    total_diff = 0 if gbits_c == gbits_r else 4
+    for part in ("qdata", "scales"):
+        c, r = cand[part].view(torch.uint8), ref[part].view(torch.uint8)
+        entry = {"candidate_sha256": sha256(c), "reference_sha256": sha256(r)}
+        if c.shape != r.shape:
+            entry.update(shape_mismatch=[list(c.shape), list(r.shape)], bytes_compared=0, bytes_differing=max(c.numel(), r.numel()))
+        else:
+            diff = c.cpu() != r.cpu()
+            entry.update(bytes_compared=c.numel(), bytes_differing=int(diff.sum()))
+            if entry["bytes_differing"]:
+                entry["first_mismatch"] = _first_packed(part, diff, c.cpu(), r.cpu(), cols)
+        total_compared += entry["bytes_compared"]
+        total_diff += entry["bytes_differing"]
+        out[part] = entry
+    out["bytes_compared"], out["bytes_differing"] = total_compared, total_diff
+    out["equal"] = total_diff == 0
+    return out
+
+
+def _first_packed(part, diff, c, r, cols):
+    idx = torch.nonzero(diff)[0].tolist()
+    if part == "qdata":
+        row, byte = idx
+        cb, rb = int(c[row, byte]), int(r[row, byte])
+        codes_c, codes_r = [cb >> 4, cb & 0xF], [rb >> 4, rb & 0xF]
+        return {
+            "row": row, "column": 2 * byte, "block": (2 * byte) // F.BLOCK,
+            "candidate_byte": cb, "reference_byte": rb,
+            "candidate_codes": codes_c, "reference_codes": codes_r,
+            "candidate_values": [F.E2M1_VALUES[x] for x in codes_c],
+            "reference_values": [F.E2M1_VALUES[x] for x in codes_r],
+        }
+    nb = F.roundup(cols, F.BLOCK) // F.BLOCK
+    flat = idx[0] * c.shape[1] + idx[1]
+    rows = c.shape[0]
+    offs = F.swizzle_offsets(rows, nb).reshape(-1)
+    hit = torch.nonzero(offs == flat)
+    loc = {"row": int(hit[0]) // nb, "block": int(hit[0]) % nb} if len(hit) else {"row": None, "block": None, "note": "outside the real blocks (padding)"}
+    cb, rb = int(c.reshape(-1)[flat]), int(r.reshape(-1)[flat])
+    dec = lambda b: float(torch.tensor([b], dtype=torch.uint8).view(torch.float8_e4m3fn).float())
+    return {**loc, "offset": flat, "candidate_byte": cb, "reference_byte": rb, "candidate_value": dec(cb), "reference_value": dec(rb)}
+
+
+def compare_outputs(cand: torch.Tensor, ref: torch.Tensor) -> dict:
+    """Bit comparison of two bf16 (or any dtype) outputs of the same shape."""
+    out = {"candidate_sha256": sha256(cand), "reference_sha256": sha256(ref), "shape": list(ref.shape)}
+    if cand.shape != ref.shape or cand.dtype != ref.dtype:
+        out.update(equal=False, bytes_compared=0, bytes_differing=max(cand.numel(), ref.numel()) * ref.element_size(),
+                   mismatch=f"shape/dtype {tuple(cand.shape)} {cand.dtype} vs {tuple(ref.shape)} {ref.dtype}")
+        return out
+    c, r = cand.detach().cpu(), ref.detach().cpu()
+    bc, br = _bytes(c), _bytes(r)
+    out["bytes_compared"] = bc.numel()
+    out["bytes_differing"] = int((bc != br).sum())
+    diff_el = (c.reshape(-1).view(torch.int16 if c.element_size() == 2 else torch.int32) != r.reshape(-1).view(torch.int16 if r.element_size() == 2 else torch.int32))
+    out["elements_differing"] = int(diff_el.sum())
+    d = (c.double() - r.double()).abs()
+    finite = torch.isfinite(d)
+    out["max_abs_diff"] = float(d[finite].max()) if finite.any() else None
+    out["mean_abs_diff"] = float(d[finite].mean()) if finite.any() else None
+    out["equal"] = out["bytes_differing"] == 0
+    if not out["equal"]:
+        i = int(torch.nonzero(diff_el)[0])
+        pos = list(torch.unravel_index(torch.tensor(i), c.shape)) if c.dim() else []
+        out["first_mismatch"] = {"index": [int(p) for p in pos], "candidate": float(c.reshape(-1)[i]), "reference": float(r.reshape(-1)[i])}
+    return out
+
+
+def dump_replay(path: Path, **tensors) -> str:
+    """Save failing inputs so a mismatch can be replayed; returns the file name."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    torch.save({k: (v.detach().cpu() if isinstance(v, torch.Tensor) else v) for k, v in tensors.items()}, tmp)
+    tmp.replace(path)
+    return path.name

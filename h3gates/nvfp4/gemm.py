@@ -1,0 +1,58 @@
+"""Emulated NVFP4 GEMM for hardware without FP4 tensor cores (nvfp4.md, "The GEMM").
+
+Block values (code * E4M3 scale, no global scale) are exact in bf16 and their products exact in
+fp32, so: dequantize both operands' blocks to bf16, multiply with FP32 accumulation, multiply by
+alpha = g_a * g_b in FP32, round once to bf16, slice the padding off. On CUDA this is one cuBLAS
+BF16 GEMM with alpha in its FP32 epilogue and reduced-precision reduction pinned off; on the CPU
+an fp32 product, then alpha, then one rounding.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import formats as F
+from .quantize import NVFP4InputError, block_values
+
+
+def _check_operand(name: str, q: torch.Tensor, s: torch.Tensor, k: int) -> None:
+    if q.dtype != torch.uint8 or q.dim() != 2:
+        raise NVFP4InputError(f"{name}_qdata must be 2-D uint8, got {q.dtype} {tuple(q.shape)}")
+    if q.shape[1] * 2 != k:
+        raise NVFP4InputError(f"{name}_qdata K mismatch: {q.shape[1] * 2} packed columns x2 vs K={k}")
+    want = (F.roundup(q.shape[0], 128), F.roundup(k // F.BLOCK, 4))
+    if s.dim() != 2 or tuple(s.shape) != want or s.element_size() != 1:
+        raise NVFP4InputError(f"{name}_scales must be a swizzled byte layout {want} for {name}_qdata {tuple(q.shape)}, got {s.dtype} {tuple(s.shape)}")
+
+
+def alpha(a_global: torch.Tensor, b_global: torch.Tensor) -> torch.Tensor:
+    return (torch.as_tensor(a_global).float().reshape(()) * torch.as_tensor(b_global).float().reshape(())).float()
+
+
+def emulated_gemm(a_qdata, a_scales, a_global, b_qdata, b_scales, b_global, m: int, n: int) -> torch.Tensor:
+    """Activation a [m, k] times weight b [n, k]^T -> bf16 [m, n]."""
+    k = a_qdata.shape[1] * 2 if a_qdata.dim() == 2 else -1
+    _check_operand("a", a_qdata, a_scales, k)
+    _check_operand("b", b_qdata, b_scales, k)
+    if not 0 < m <= a_qdata.shape[0] or not 0 < n <= b_qdata.shape[0]:
+        raise NVFP4InputError(f"m={m}, n={n} outside the operands' {a_qdata.shape[0]} x {b_qdata.shape[0]} padded rows")
+    if a_qdata.device != b_qdata.device:
+        raise NVFP4InputError(f"operands on different devices: {a_qdata.device} and {b_qdata.device}")
+    a = block_values(a_qdata, a_scales.view(torch.uint8), m)
+    b = block_values(b_qdata, b_scales.view(torch.uint8), n)
+    al = alpha(a_global, b_global).to(a.device)
+    if a.is_cuda:
+        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+        out = torch.empty(m, n, dtype=torch.bfloat16, device=a.device)
+        return torch.addmm(out, a, b.t(), beta=0, alpha=al.item())
+    return ((a.float() @ b.float().t()) * al).to(torch.bfloat16)
+
+
+def backend_info(device) -> dict:
+    dev = torch.device(device)
+    info = {"gemm_backend": "cublas-bf16-addmm-alpha" if dev.type == "cuda" else "cpu-fp32-matmul-alpha", "torch": torch.__version__}
+    if dev.type == "cuda":
+        info["cublas"] = str(torch._C._cuda_getCompiledVersion()) if hasattr(torch._C, "_cuda_getCompiledVersion") else None
+        info["cuda"] = torch.version.cuda
+        info["allow_bf16_reduced_precision_reduction"] = torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
+    return info

@@ -1,0 +1,54 @@
+"""Comfy Kitchen as the oracle: the reference bytes always come from comfy-kitchen itself, on the
+backend of the device the gate runs on (eager on the CPU, CUDA on a GPU)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+import torch
+
+
+def comfy_version() -> str | None:
+    try:
+        return importlib.metadata.version("comfy-kitchen")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def backend_for(device) -> str:
+    return "cuda" if torch.device(device).type == "cuda" else "eager"
+
+
+def comfy_quantize(x: torch.Tensor, global_scale: torch.Tensor, *, pad_16x: bool = True, backend: str | None = None):
+    """comfy-kitchen's `quantize_nvfp4` on the named backend (default: the device's) -> (qdata, scales uint8)."""
+    import comfy_kitchen as ck
+
+    backend = backend or backend_for(x.device)
+    g = torch.as_tensor(global_scale, dtype=torch.float32, device=x.device)
+    with ck.use_backend(backend):
+        q, s = ck.quantize_nvfp4(x, g, pad_16x=pad_16x)
+    return q, s.view(torch.uint8)
+
+
+def comfy_dequantize(qdata, scales, global_scale, dtype=torch.bfloat16, backend: str | None = None):
+    import comfy_kitchen as ck
+
+    backend = backend or backend_for(qdata.device)
+    with ck.use_backend(backend):
+        return ck.dequantize_nvfp4(qdata, torch.as_tensor(global_scale, dtype=torch.float32, device=qdata.device),
+                                   scales.view(torch.float8_e4m3fn), dtype)
+
+
+def comfy_global_scale(x: torch.Tensor) -> torch.Tensor:
+    """The global scale as comfy's own NVFP4 layout class computes it (it quantizes too)."""
+    from comfy_kitchen.tensor.nvfp4 import TensorCoreNVFP4Layout
+
+    with _backend(backend_for(x.device)):
+        _, params = TensorCoreNVFP4Layout.quantize(x)
+    return params.scale
+
+
+def _backend(name):
+    import comfy_kitchen as ck
+
+    return ck.use_backend(name)
