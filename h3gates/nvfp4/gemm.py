@@ -40,12 +40,16 @@ def emulated_gemm(a_qdata, a_scales, a_global, b_qdata, b_scales, b_global, m: i
         raise NVFP4InputError(f"operands on different devices: {a_qdata.device} and {b_qdata.device}")
     a = block_values(a_qdata, a_scales.view(torch.uint8), m)
     b = block_values(b_qdata, b_scales.view(torch.uint8), n)
-    al = alpha(a_global, b_global).to(a.device)
+    return mm_alpha(a, b, alpha(a_global, b_global))
+
+
+def mm_alpha(a: torch.Tensor, b: torch.Tensor, al: torch.Tensor) -> torch.Tensor:
+    """bf16 block values a [m, k] @ b [n, k]^T, FP32 accumulation, * alpha in FP32, one bf16 rounding."""
     if a.is_cuda:
         torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
-        out = torch.empty(m, n, dtype=torch.bfloat16, device=a.device)
+        out = torch.empty(a.shape[0], b.shape[0], dtype=torch.bfloat16, device=a.device)
         return torch.addmm(out, a, b.t(), beta=0, alpha=al.item())
-    return ((a.float() @ b.float().t()) * al).to(torch.bfloat16)
+    return ((a.float() @ b.float().t()) * al.to(a.device)).to(torch.bfloat16)
 
 
 def backend_info(device) -> dict:
