@@ -24,6 +24,7 @@ class Modulated:
     shift: torch.Tensor  # [segments, H] bf16
     scale: torch.Tensor  # [segments, H] bf16
     bounds: tuple[tuple[int, int], ...]  # row range of each segment
+    static_scale: torch.Tensor | None = None  # a checkpoint's input_scale; None: computed at run time
 
     @property
     def rows(self) -> int:
@@ -33,6 +34,7 @@ class Modulated:
 @dataclass
 class SwiGLU:
     u: torch.Tensor  # fc1 output [R, 2F] = [gate; value]
+    static_scale: torch.Tensor | None = None
 
     @property
     def rows(self) -> int:
@@ -42,6 +44,7 @@ class SwiGLU:
 @dataclass
 class Plain:
     x: torch.Tensor
+    static_scale: torch.Tensor | None = None
 
     @property
     def rows(self) -> int:
@@ -93,7 +96,7 @@ class ReferenceProducer:
 
     def produce(self, inp):
         x = materialize(inp)
-        g = nvfp4.global_scale(x)
+        g = nvfp4.global_scale(x) if inp.static_scale is None else inp.static_scale
         q, s = self.ref.quantize(x, g)
         yield 0, Packed(g, q, s, x.shape[0])
 

@@ -1,0 +1,23 @@
+# h3gates: the NVFP4 kernel validation ladder (shared/spec/ladder.md) as file dependencies.
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+report: "report/workflow.rst"
+
+
+include: "rules/common.smk"
+include: "rules/rungs.smk"
+include: "rules/tokens.smk"
+include: "rules/promote.smk"
+include: "rules/report.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        expand(f"{RES}/promotion/{{candidate}}.json", candidate=CANDIDATES),

@@ -1,0 +1,113 @@
+"""Gate reports: common header, self-digest, schema validation on write and on read, atomic writes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import jsonschema
+import torch
+
+from .nvfp4 import oracle
+
+SCHEMA_VERSION = 1
+SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
+IGNORED_IN_COMPARISON = ("timing", "written_at", "content_sha256")  # fields a reproducibility diff skips
+
+
+class ReportError(ValueError):
+    pass
+
+
+def _schema(name: str) -> dict:
+    return json.loads((SCHEMAS / f"{name}.schema.json").read_text())
+
+
+def canonical(obj) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+
+
+def content_sha256(doc: dict) -> str:
+    return hashlib.sha256(canonical({k: v for k, v in doc.items() if k != "content_sha256"})).hexdigest()
+
+
+def file_sha256(path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def digest(obj) -> str:
+    return hashlib.sha256(canonical(obj)).hexdigest()
+
+
+def environment(device) -> dict:
+    dev = torch.device(device)
+    env = {"python": platform.python_version(), "torch": torch.__version__, "comfy_kitchen": oracle.comfy_version(),
+           "host": platform.machine(), "device_type": dev.type}
+    if dev.type == "cuda":
+        p = torch.cuda.get_device_properties(dev)
+        env.update(gpu=p.name, sm_count=p.multi_processor_count, capability=f"{p.major}.{p.minor}", cuda=torch.version.cuda,
+                   cublas=str(torch.backends.cuda.preferred_blas_library()) if hasattr(torch.backends.cuda, "preferred_blas_library") else None,
+                   driver=_driver())
+    else:
+        env.update(gpu=None, cpu_threads=torch.get_num_threads())
+    return env
+
+
+def _driver():
+    try:
+        import subprocess
+
+        return subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def validate(doc: dict, schema: str) -> None:
+    try:
+        jsonschema.validate(doc, _schema(schema))
+    except jsonschema.ValidationError as e:
+        where = "/".join(str(p) for p in e.absolute_path) or "(top level)"
+        raise ReportError(f"{schema} schema: {where}: {e.message}") from None
+
+
+def write(path, doc: dict, schema: str = "report") -> None:
+    """Validate, stamp the self-digest, and write atomically (a crash leaves no valid-looking file)."""
+    doc = dict(doc)
+    doc["written_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    doc["content_sha256"] = content_sha256(doc)
+    validate(doc, schema)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix="." + path.name, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(doc, f, indent=1, sort_keys=True, allow_nan=False)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def read(path, schema: str = "report") -> dict:
+    """Read, validate against the schema, and check the self-digest (catches hand edits)."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ReportError(f"{path}: missing") from None
+    except json.JSONDecodeError as e:
+        raise ReportError(f"{path}: not JSON ({e})") from None
+    try:
+        validate(doc, schema)
+    except ReportError as e:
+        raise ReportError(f"{path}: {e}") from None
+    if doc.get("content_sha256") != content_sha256(doc):
+        raise ReportError(f"{path}: content does not match its content_sha256 (edited after it was written)")
+    return doc
+
+
+def comparable(doc: dict) -> dict:
+    """The report without the fields that legitimately change between identical runs."""
+    return {k: v for k, v in doc.items() if k not in IGNORED_IN_COMPARISON}

@@ -1,0 +1,45 @@
+# Promotion: the record and flag are written only when every rung's report exists, validates,
+# passes and still matches the current kernels, h3gates modules and config. `promote_<candidate>`
+# re-verifies the record on every invocation, so `--touch` or an mtime-preserving edit cannot pass.
+
+
+rule promotion_record:
+    input:
+        tokens=[token(r) for r in range(1, 9)],
+        reports=[r for rung in range(1, 9) for r in reports_of(rung)],
+        kernels=kernels,
+        code=CODE,
+    output:
+        record=f"{RES}/promotion/{{candidate}}.json",
+        flag=f"{RES}/promotion/{{candidate}}.env",
+    log:
+        f"{LOGS}/{{candidate}}/promotion.log",
+    localrule: True
+    conda:
+        "../envs/h3gates.yaml"
+    params:
+        config=json.dumps(config, sort_keys=True),
+        fingerprint=fingerprint,
+    shell:
+        "python -m h3gates promote {wildcards.candidate} --config-json {params.config:q} "
+        "--record {output.record} --flag {output.flag} > {log} 2>&1 || {{ cat {log} >&2; exit 1; }}"
+
+
+for _cand in CANDIDATES:
+
+    rule:
+        name:
+            f"promote_{_cand}"
+        input:
+            record=f"{RES}/promotion/{_cand}.json",
+            flag=f"{RES}/promotion/{_cand}.env",
+        log:
+            f"{LOGS}/{_cand}/verify.log",
+        localrule: True
+        conda:
+            "../envs/h3gates.yaml"
+        params:
+            config=json.dumps(config, sort_keys=True),
+        shell:
+            "python -m h3gates verify {input.record} --revoke {input.flag} --config-json {params.config:q} > {log} 2>&1; "
+            "status=$?; cat {log}; exit $status"

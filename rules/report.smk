@@ -1,0 +1,26 @@
+# What a user looks at: timing plots of the block gate, grouped with the gate reports in
+# `snakemake --report report.html`.
+
+
+rule timing_plot:
+    input:
+        lambda wc: [report_of(4, b).format(candidate=wc.candidate) for b in BLOCKS],
+    output:
+        report(
+            f"{RES}/{{candidate}}/plots/r4_block_timing.png",
+            category="{candidate}",
+            subcategory="4 block",
+        ),
+    log:
+        f"{LOGS}/{{candidate}}/timing_plot.log",
+    localrule: True
+    conda:
+        "../envs/h3gates.yaml"
+    shell:
+        "python -m h3gates plot --out {output} {input} > {log} 2>&1"
+
+
+rule plots:
+    input:
+        expand(f"{RES}/{{candidate}}/plots/r4_block_timing.png", candidate=CANDIDATES),
+    localrule: True

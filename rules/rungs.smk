@@ -1,0 +1,201 @@
+# Rungs 1-8: each a `python -m h3gates rung N` over the kernel sources and the h3gates modules it
+# imports. A gate writes its report atomically (pass or fail) and exits 0 on a numeric failure;
+# the next rung waits for the previous rung's pass token.
+
+
+rule r1_adversarial:
+    input:
+        kernels=kernels,
+        code=CODE,
+    output:
+        report(
+            f"{RES}/{{candidate}}/r1_adversarial.json",
+            category="{candidate}",
+            subcategory="1 adversarial",
+        ),
+    log:
+        f"{LOGS}/{{candidate}}/r1_adversarial.log",
+    conda:
+        "../envs/h3gates.yaml"
+    resources:
+        gpu=GPU,
+    params:
+        context=context(1),
+        fingerprint=fingerprint,
+    shell:
+        "python -m h3gates rung 1 --context {params.context:q} --out {output} > {log} 2>&1"
+
+
+rule r2_tiles:
+    input:
+        kernels=kernels,
+        code=CODE,
+        token=token(1),
+        upstream=reports_of(1),
+    output:
+        report(
+            f"{RES}/{{candidate}}/r2_tiles.json",
+            category="{candidate}",
+            subcategory="2 tiles",
+        ),
+    log:
+        f"{LOGS}/{{candidate}}/r2_tiles.log",
+    conda:
+        "../envs/h3gates.yaml"
+    resources:
+        gpu=GPU,
+    params:
+        context=context(2),
+        fingerprint=fingerprint,
+    shell:
+        "python -m h3gates rung 2 --context {params.context:q} --out {output} --upstream {input.upstream} > {log} 2>&1"
+
+
+rule r3_projection:
+    input:
+        kernels=kernels,
+        code=CODE,
+        token=token(2),
+        upstream=reports_of(2),
+    output:
+        report(
+            f"{RES}/{{candidate}}/r3_projection/block{{block}}.json",
+            category="{candidate}",
+            subcategory="3 projection",
+        ),
+    log:
+        f"{LOGS}/{{candidate}}/r3_projection_block{{block}}.log",
+    conda:
+        "../envs/h3gates.yaml"
+    resources:
+        gpu=GPU,
+    params:
+        context=context(3),
+        fingerprint=fingerprint,
+    shell:
+        "python -m h3gates rung 3 --context {params.context:q} --block {wildcards.block} --out {output} --upstream {input.upstream} > {log} 2>&1"
+
+
+rule r4_block:
+    input:
+        kernels=kernels,
+        code=CODE,
+        token=token(3),
+        upstream=f"{RES}/{{candidate}}/r3_projection/block{{block}}.json",
+    output:
+        report(
+            f"{RES}/{{candidate}}/r4_block/block{{block}}.json",
+            category="{candidate}",
+            subcategory="4 block",
+        ),
+    log:
+        f"{LOGS}/{{candidate}}/r4_block_block{{block}}.log",
+    conda:
+        "../envs/h3gates.yaml"
+    resources:
+        gpu=GPU,
+    params:
+        context=context(4),
+        fingerprint=fingerprint,
+    shell:
+        "python -m h3gates rung 4 --context {params.context:q} --block {wildcards.block} --out {output} --upstream {input.upstream} > {log} 2>&1"
+
+
+rule r5_step:
+    input:
+        kernels=kernels,
+        code=CODE,
+        token=token(4),
+        upstream=reports_of(4),
+    output:
+        report(
+            f"{RES}/{{candidate}}/r5_step.json",
+            category="{candidate}",
+            subcategory="5 step",
+        ),
+    log:
+        f"{LOGS}/{{candidate}}/r5_step.log",
+    conda:
+        "../envs/h3gates.yaml"
+    resources:
+        gpu=GPU,
+    params:
+        context=context(5),
+        fingerprint=fingerprint,
+    shell:
+        "python -m h3gates rung 5 --context {params.context:q} --out {output} --upstream {input.upstream} > {log} 2>&1"
+
+
+rule r6_two_step:
+    input:
+        kernels=kernels,
+        code=CODE,
+        token=token(5),
+        upstream=reports_of(5),
+    output:
+        report(
+            f"{RES}/{{candidate}}/r6_two_step.json",
+            category="{candidate}",
+            subcategory="6 two-step",
+        ),
+    log:
+        f"{LOGS}/{{candidate}}/r6_two_step.log",
+    conda:
+        "../envs/h3gates.yaml"
+    resources:
+        gpu=GPU,
+    params:
+        context=context(6),
+        fingerprint=fingerprint,
+    shell:
+        "python -m h3gates rung 6 --context {params.context:q} --out {output} --upstream {input.upstream} > {log} 2>&1"
+
+
+rule r7_trajectory:
+    input:
+        kernels=kernels,
+        code=CODE,
+        token=token(6),
+        upstream=reports_of(6),
+    output:
+        report(
+            f"{RES}/{{candidate}}/r7_trajectory.json",
+            category="{candidate}",
+            subcategory="7 trajectory",
+        ),
+    log:
+        f"{LOGS}/{{candidate}}/r7_trajectory.log",
+    conda:
+        "../envs/h3gates.yaml"
+    resources:
+        gpu=GPU,
+    params:
+        context=context(7),
+        fingerprint=fingerprint,
+    shell:
+        "python -m h3gates rung 7 --context {params.context:q} --out {output} --upstream {input.upstream} > {log} 2>&1"
+
+
+rule r8_profile:
+    input:
+        kernels=kernels,
+        code=CODE,
+        token=token(7),
+        upstream=reports_of(7),
+    output:
+        report(
+            f"{RES}/{{candidate}}/r8_profile.json",
+            category="{candidate}",
+            subcategory="8 profile",
+        ),
+    log:
+        f"{LOGS}/{{candidate}}/r8_profile.log",
+    conda:
+        "../envs/h3gates.yaml"
+    resources:
+        gpu=GPU,
+    params:
+        context=context(8),
+        fingerprint=fingerprint,
+    shell:
+        "python -m h3gates rung 8 --context {params.context:q} --out {output} --upstream {input.upstream} > {log} 2>&1"
