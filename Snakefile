@@ -21,3 +21,4 @@ rule all:
     default_target: True
     input:
         expand(f"{RES}/promotion/{{candidate}}.json", candidate=CANDIDATES),
+        expand(f"{RES}/{{candidate}}/plots/r4_block_timing.png", candidate=CANDIDATES),

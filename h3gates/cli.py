@@ -46,6 +46,7 @@ def main(argv=None) -> int:
             from .rungs import PER_BLOCK, RUNG_FUNCS
 
             context = json.loads(a.context)
+            ladder.revoke_promotion(context["profile"], context["candidate"])  # a gate reruns: the old promotion is void
             fn = RUNG_FUNCS[a.rung]
             if a.rung in PER_BLOCK:
                 fn(context, a.out, a.block, upstream=a.upstream)
@@ -53,7 +54,11 @@ def main(argv=None) -> int:
                 fn(context, a.out, upstream=a.upstream)
             return 0
         if a.cmd == "token":
-            ladder.token(a.reports, a.out)
+            try:
+                ladder.token(a.reports, a.out)
+            except ladder.Refusal:
+                ladder.revoke_promotion_of(a.reports[0])
+                raise
             return 0
         if a.cmd == "promote":
             config = C.validate_config(json.loads(a.config_json)) if a.config_json else C.load_config(a.configfile)

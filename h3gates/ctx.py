@@ -105,6 +105,13 @@ def rung_context(config, candidate: str, rung: int) -> dict:
     }
 
 
+def candidate_config(config, candidate: str) -> dict:
+    """The config as one candidate's promotion sees it: other candidates' settings left out, so
+    changing them does not touch this candidate's record."""
+    keep = {candidate, *config["baseline"]["accepted"]}
+    return {**config, "candidates": {k: v for k, v in config["candidates"].items() if k in keep}}
+
+
 def _cand(config, name):
     c = dict(config["candidates"].get(name, {}))
     c.pop("enabled", None)

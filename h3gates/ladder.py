@@ -144,6 +144,18 @@ def verify(record: str, revoke: str | None = None, configfiles: list[str] | None
     return rec
 
 
+def revoke_promotion(profile: str, candidate: str) -> None:
+    """Delete a candidate's flag and record: called when any of its gates reruns or refuses."""
+    for suffix in (".env", ".json"):
+        (Path("results") / profile / "promotion" / f"{candidate}{suffix}").unlink(missing_ok=True)
+
+
+def revoke_promotion_of(report_path: str) -> None:
+    parts = Path(report_path).parts  # results/<profile>/<candidate>/...
+    if len(parts) >= 3 and parts[0] == "results":
+        revoke_promotion(parts[1], parts[2])
+
+
 def _revoke(flag):
     if flag:
         Path(flag).unlink(missing_ok=True)

@@ -209,11 +209,10 @@ def rung2(ctx, out, upstream=()):
     gate = Gate(ctx, 2, upstream=upstream)
     p = ctx["rung_params"]
     ref = ReferenceProducer(gate.reference)
-    shapes = gate.config.gemm_shapes()
     tiles, total_c, total_d = [], 0, 0
+    k = p["k_tiles"] * p["tile"]  # random activations, wider than tiny's K so every tile position is exercised
     for a in range(p["activations"]):
         for role in gate.spec.roles:
-            n, k = shapes[role]
             x = C.random_tensor(("normal", "wide", "outliers")[a % 3], (p["rows"], k), seed=2000 + a).to(gate.device)
             inp = role_input(role, x, "random", seed=a)
             rc, err_c = _run(gate.candidate[role], inp)

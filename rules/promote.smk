@@ -18,7 +18,7 @@ rule promotion_record:
     conda:
         "../envs/h3gates.yaml"
     params:
-        config=json.dumps(config, sort_keys=True),
+        config=lambda wc: json.dumps(H3.candidate_config(config, wc.candidate), sort_keys=True),
         fingerprint=fingerprint,
     shell:
         "python -m h3gates promote {wildcards.candidate} --config-json {params.config:q} "
@@ -39,7 +39,7 @@ for _cand in CANDIDATES:
         conda:
             "../envs/h3gates.yaml"
         params:
-            config=json.dumps(config, sort_keys=True),
+            config=json.dumps(H3.candidate_config(config, _cand), sort_keys=True),
         shell:
-            "python -m h3gates verify {input.record} --revoke {input.flag} --config-json {params.config:q} > {log} 2>&1; "
-            "status=$?; cat {log}; exit $status"
+            "python -m h3gates verify {input.record} --revoke {input.flag} --config-json {params.config:q} > {log} 2>&1 "
+            "&& status=0 || status=$?; cat {log} >&2; exit $status"

@@ -4,11 +4,18 @@ decoded, abs differences for bf16 outputs, SHA-256 of each side, and a replay du
 from __future__ import annotations
 
 import hashlib
+import math
 from pathlib import Path
 
 import torch
 
 from . import formats as F
+
+
+def number(v: float):
+    """A JSON-safe number: NaN and infinities as strings."""
+    v = float(v)
+    return v if math.isfinite(v) else str(v)
 
 
 def sha256(t: torch.Tensor) -> str:
@@ -66,7 +73,7 @@ def _first_packed(part, diff, c, r, cols):
     hit = torch.nonzero(offs == flat)
     loc = {"row": int(hit[0]) // nb, "block": int(hit[0]) % nb} if len(hit) else {"row": None, "block": None, "note": "outside the real blocks (padding)"}
     cb, rb = int(c.reshape(-1)[flat]), int(r.reshape(-1)[flat])
-    dec = lambda b: float(torch.tensor([b], dtype=torch.uint8).view(torch.float8_e4m3fn).float())
+    dec = lambda b: number(torch.tensor([b], dtype=torch.uint8).view(torch.float8_e4m3fn).float())
     return {**loc, "offset": flat, "candidate_byte": cb, "reference_byte": rb, "candidate_value": dec(cb), "reference_value": dec(rb)}
 
 
@@ -91,7 +98,7 @@ def compare_outputs(cand: torch.Tensor, ref: torch.Tensor) -> dict:
     if not out["equal"]:
         i = int(torch.nonzero(diff_el)[0])
         pos = list(torch.unravel_index(torch.tensor(i), c.shape)) if c.dim() else []
-        out["first_mismatch"] = {"index": [int(p) for p in pos], "candidate": float(c.reshape(-1)[i]), "reference": float(r.reshape(-1)[i])}
+        out["first_mismatch"] = {"index": [int(p) for p in pos], "candidate": number(c.reshape(-1)[i]), "reference": number(r.reshape(-1)[i])}
     return out
 
 

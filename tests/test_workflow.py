@@ -1,0 +1,299 @@
+"""The ladder as a workflow: promotion, refusals, what reruns after a change, planted faults caught
+at the right rung, tampering caught. Runs snakemake on a copy of the repository (CI profile: the
+tiny shapes with 4 blocks, gates at blocks 0 and 3)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from workflow_util import copy_workspace, h3gates, make_workspace, pending, snakemake
+
+pytestmark = pytest.mark.slow
+RES = "results/ci"
+CANDS = ("modulate_fusion", "swiglu_fusion", "qkv_ring")
+
+
+@pytest.fixture(scope="session")
+def ladder(tmp_path_factory):
+    ws = make_workspace(tmp_path_factory.mktemp("ladder") / "ws")
+    snakemake(ws, "all", check=True)
+    return ws
+
+
+@pytest.fixture
+def ws(ladder, tmp_path):
+    return copy_workspace(ladder, tmp_path / "ws")
+
+
+def _status(ws) -> dict:
+    rows = json.loads(h3gates(ws, "status", "--json").stdout)
+    return {r["candidate"]: {int(k): v for k, v in r["rungs"].items()} for r in rows}
+
+
+# ------------------------------------------------------------------ promotion
+def test_every_candidate_promoted_as_rehearsal(ladder):
+    for cand in CANDS:
+        rec = json.loads((ladder / RES / "promotion" / f"{cand}.json").read_text())
+        assert rec["verdict"] == "promoted (rehearsal, not deployable)" and rec["deployable"] is False
+        assert len(rec["reports"]) == 6 + 2 * 2 and set(rec["verdicts"].values()) == {"pass"}
+        assert "not enforced" in " ".join(rec["notes"])
+        flag = (ladder / RES / "promotion" / f"{cand}.env").read_text()
+        assert "REHEARSAL" in flag and flag.strip().endswith("=0")
+        v = h3gates(ladder, "verify", f"{RES}/promotion/{cand}.json")
+        assert v.returncode == 0 and "OK" in v.stdout, v.stderr
+    assert all(state["state"] == "pass" for row in _status(ladder).values() for state in row.values())
+
+
+def test_report_and_plots_build(ws):
+    snakemake(ws, "plots", check=True)
+    snakemake(ws, "--report", "report.html", check=True)
+    html = (ws / "report.html").read_text(errors="replace")
+    assert "r4_block_timing.png" in html and "r1_adversarial.json" in html
+
+
+# ------------------------------------------------------------------ what reruns
+def _edit(path: Path, text: str = "\n# an edit\n"):
+    with open(path, "a") as f:
+        f.write(text)
+
+
+def test_touch_reruns_nothing(ws):
+    for f in ["kernels/cpu/modulate_fusion.py", "h3gates/rungs.py", "config/config.yaml"]:
+        os.utime(ws / f)
+    assert pending(ws, "all") == set()
+
+
+def test_kernel_edit_reruns_only_that_candidate_from_rung_1(ws):
+    _edit(ws / "kernels/cpu/swiglu_fusion.py")
+    todo = pending(ws, "all")
+    assert f"{RES}/swiglu_fusion/r1_adversarial.json" in todo
+    assert f"{RES}/swiglu_fusion/r8_profile.json" in todo
+    assert not any("modulate_fusion" in p or "qkv_ring" in p for p in todo), todo
+
+
+def test_ring_rows_change_reruns_only_qkv_ring(ws):
+    cfg = yaml.safe_load((ws / "config/config.yaml").read_text())
+    cfg["candidates"]["qkv_ring"]["params"]["ring_rows"] = 32
+    (ws / "config/config.yaml").write_text(yaml.safe_dump(cfg))
+    todo = pending(ws, "all")
+    assert f"{RES}/qkv_ring/r1_adversarial.json" in todo
+    assert todo and all("qkv_ring" in p for p in todo), todo
+
+
+def test_accepted_baseline_change_reruns_the_others(ws):
+    cfg = yaml.safe_load((ws / "config/config.yaml").read_text())
+    cfg["baseline"]["accepted"] = ["modulate_fusion"]
+    (ws / "config/config.yaml").write_text(yaml.safe_dump(cfg))
+    todo = pending(ws, "all")
+    assert f"{RES}/qkv_ring/r1_adversarial.json" in todo and f"{RES}/swiglu_fusion/r4_block/block0.json" in todo
+    assert not any("/modulate_fusion/" in p for p in todo)  # accepted: no longer a candidate
+
+
+# ------------------------------------------------------------------ planted faults
+def _plant(ws: Path, cand: str, replace: tuple[str, str] | None = None, append: str = "", config: dict | None = None):
+    src = ws / "kernels" / "cpu" / f"{cand}.py"
+    text = src.read_text()
+    if replace:
+        assert replace[0] in text, replace[0]
+        text = text.replace(*replace)
+    bad = ws / "faulty" / f"{cand}.py"
+    bad.parent.mkdir(exist_ok=True)
+    bad.write_text(text + append)
+    cfg = yaml.safe_load((ws / "config/config.yaml").read_text())
+    cfg["candidates"][cand]["source"] = f"faulty/{cand}.py"
+    for k, v in (config or {}).items():
+        cfg[k] = {**cfg.get(k, {}), **v} if isinstance(v, dict) else v
+    (ws / "config/config.yaml").write_text(yaml.safe_dump(cfg))
+
+
+def _climb(ws, cand) -> tuple[int, str]:
+    p = snakemake(ws, f"promote_{cand}")
+    assert p.returncode != 0, "the faulty candidate must not be promoted"
+    assert not (ws / RES / "promotion" / f"{cand}.env").exists()
+    m = re.search(r"rung (\d) \((\w+)\) FAILED for (\w+)(?: block (\d+))?: (.*)", p.stderr)
+    assert m, p.stderr[-3000:]
+    return int(m.group(1)), p.stderr
+
+
+def _passed_below(ws, cand, rung):
+    st = _status(ws)[cand]
+    assert all(st[r]["state"] == "pass" for r in range(1, rung)), st
+    assert st[rung]["state"] == "fail"
+
+
+EXACT_DIVISION = '''
+
+class _ExactDivision:
+    """Fault: divides by g * s where the CUDA kernel multiplies by rcp.approx(g * s)."""
+
+    def __getattr__(self, name):
+        return getattr(nvfp4, name)
+
+    @staticmethod
+    def quantize_into(x, g, q, s, *, semantics, dest_row=0, table="sm90", pad_16x=True):
+        import torch
+        from h3gates.nvfp4 import formats as F
+        from h3gates.nvfp4.quantize import _pad, quantize_blocks
+
+        xp = _pad(x, True)
+        b = quantize_blocks(xp, g, semantics=semantics, table=table)
+        v = xp.float().reshape(xp.shape[0], -1, 16) / (g * F.e4m3_decode(b.scales)).unsqueeze(-1)
+        q[dest_row : dest_row + xp.shape[0]] = F.pack_hi_first(F.e2m1_encode(v).reshape(xp.shape))
+        nvfp4.quantize_into(x, g, torch.empty_like(q), s, semantics=semantics, dest_row=dest_row, table=table)
+
+
+_real_nvfp4 = nvfp4
+nvfp4 = _ExactDivision()
+'''
+
+
+def test_fault_exact_division_caught_at_rung_1(ws):
+    _plant(ws, "modulate_fusion", append=EXACT_DIVISION.replace("getattr(nvfp4", "getattr(_real_nvfp4").replace("        nvfp4.quantize_into", "        _real_nvfp4.quantize_into"), config={"semantics": "cuda"})
+    rung, err = _climb(ws, "modulate_fusion")
+    assert rung == 1 and "midpoints_scale_1.875" in json.dumps(json.loads((ws / RES / "modulate_fusion/r1_adversarial.json").read_text())["measurements"]["cases"])
+    _passed_below(ws, "modulate_fusion", 1)
+
+
+def test_fault_nibble_swap_in_one_tile_caught_at_rung_2(ws):
+    swap = '''
+_Produce = ModulateFusedProducer.produce
+
+
+def _swapped(self, inp):
+    for r0, p in _Produce(self, inp):
+        if p.qdata.shape[0] >= 256 and p.qdata.shape[1] >= 256:
+            t = p.qdata[128:256, 192:256]
+            p.qdata[128:256, 192:256] = (t << 4) | (t >> 4)  # fault: nibbles swapped in tile (1, 3)
+        yield r0, p
+
+
+ModulateFusedProducer.produce = _swapped
+'''
+    _plant(ws, "modulate_fusion", append=swap)
+    rung, err = _climb(ws, "modulate_fusion")
+    assert rung == 2 and "tile (1, 3)" in err
+    _passed_below(ws, "modulate_fusion", 2)
+
+
+def test_fault_dropped_segment_modulation_caught_at_rung_3(ws):
+    _plant(ws, "modulate_fusion", replace=("        if lo < hi:", "        if lo < hi and i == 1:  # fault: audio segment left unmodulated\n            out[lo - a : hi - a] = inp.h[lo:hi]\n        elif lo < hi:"))
+    rung, err = _climb(ws, "modulate_fusion")
+    assert rung == 3 and "block 0" in err
+    _passed_below(ws, "modulate_fusion", 3)
+
+
+def test_fault_off_by_one_last_ring_chunk_caught_at_rung_3(ws):
+    _plant(ws, "qkv_ring", replace=("            n = min(self.ring_rows, rows - r0)\n", "            n = min(self.ring_rows, rows - r0)\n            n = n - 1 if r0 + self.ring_rows >= rows and r0 else n  # fault: last chunk one row short\n"))
+    rung, err = _climb(ws, "qkv_ring")
+    assert rung == 3
+    rep = json.loads((ws / RES / "qkv_ring/r3_projection/block0.json").read_text())
+    chunks = rep["measurements"]["roles"]["qkv"]["chunks"]
+    assert chunks[-1]["bytes_differing"] and not any(c["bytes_differing"] for c in chunks[:-1])
+    _passed_below(ws, "qkv_ring", 3)
+
+
+def test_fault_exact_but_slower_refused_by_performance_gate_at_rung_4(ws):
+    slow = '''
+import time as _time
+
+_Produce = ModulateFusedProducer.produce
+
+
+def _slow(self, inp):
+    _time.sleep(0.03)  # fault: exact, but slower
+    yield from _Produce(self, inp)
+
+
+ModulateFusedProducer.produce = _slow
+'''
+    _plant(ws, "modulate_fusion", append=slow, config={"timing": {"enforce": {"ci": True}}})
+    rung, err = _climb(ws, "modulate_fusion")
+    assert rung == 4 and "performance gate" in err and "block" in err
+    rep = json.loads((ws / RES / "modulate_fusion/r4_block/block0.json").read_text())
+    assert rep["measurements"]["output"]["equal"] and rep["measurements"]["performance_gate"]["gain"] < 0
+    _passed_below(ws, "modulate_fusion", 4)
+
+
+# ------------------------------------------------------------------ tampering
+def _refused(p, *needles):
+    assert p.returncode != 0
+    for n in needles:
+        assert n in p.stdout + p.stderr, p.stdout + p.stderr
+
+
+def test_edited_report_with_mtime_preserved_is_refused(ws):
+    rep = ws / RES / "modulate_fusion/r5_step.json"
+    st = rep.stat()
+    doc = json.loads(rep.read_text())
+    doc["measurements"]["bytes_differing"] = 0
+    doc["reasons"] = []
+    doc["measurements"]["output"]["max_abs_diff"] = -1.0
+    rep.write_text(json.dumps(doc, indent=1, sort_keys=True))
+    os.utime(rep, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert pending(ws, "promote_modulate_fusion") == set()  # snakemake sees nothing to do ...
+    p = snakemake(ws, "promote_modulate_fusion")  # ... but promotion re-verifies and refuses
+    _refused(p, "r5_step.json: content does not match its content_sha256")
+    assert not (ws / RES / "promotion/modulate_fusion.env").exists()
+
+
+def test_kernel_edit_then_touch_is_refused(ws):
+    _edit(ws / "kernels/cpu/modulate_fusion.py")
+    snakemake(ws, "--touch", "promote_modulate_fusion", check=True)
+    p = snakemake(ws, "promote_modulate_fusion")
+    _refused(p, "stale: kernel kernels/cpu/modulate_fusion.py changed since the gate ran")
+    assert not (ws / RES / "promotion/modulate_fusion.env").exists()
+
+
+def test_deleted_report_is_refused(ws):
+    (ws / RES / "modulate_fusion/r3_projection/block3.json").unlink()
+    p = h3gates(ws, "verify", f"{RES}/promotion/modulate_fusion.json", "--revoke", f"{RES}/promotion/modulate_fusion.env")
+    _refused(p, "r3_projection/block3.json: missing")
+    assert not (ws / RES / "promotion/modulate_fusion.env").exists()
+
+
+def test_report_failing_its_schema_is_refused(ws):
+    rep = ws / RES / "modulate_fusion/r2_tiles.json"
+    doc = json.loads(rep.read_text())
+    doc["verdict"] = "maybe"
+    rep.write_text(json.dumps(doc))
+    p = h3gates(ws, "verify", f"{RES}/promotion/modulate_fusion.json")
+    _refused(p, "r2_tiles.json: report schema: verdict: 'maybe' is not one of ['pass', 'fail']")
+
+
+@pytest.mark.parametrize(
+    "mutate,needle",
+    [
+        (lambda c: c.update(device="tpu"), "config key device: 'tpu' is not one of ['auto', 'cpu', 'cuda']"),
+        (lambda c: c.update(bloks=[0]), "Additional properties are not allowed ('bloks' was unexpected)"),
+        (lambda c: c["candidates"]["qkv_ring"]["params"].update(ring_rows=100), "config key candidates.qkv_ring.params.ring_rows: 100 is not a multiple of 16"),
+    ],
+)
+def test_bad_config_refused_before_any_job(ws, mutate, needle):
+    cfg = yaml.safe_load((ws / "config/config.yaml").read_text())
+    mutate(cfg)
+    (ws / "config/config.yaml").write_text(yaml.safe_dump(cfg))
+    before = sorted(p.stat().st_mtime_ns for p in (ws / RES).rglob("*.json"))
+    p = snakemake(ws, "all")
+    _refused(p, needle)
+    assert sorted(p.stat().st_mtime_ns for p in (ws / RES).rglob("*.json")) == before
+
+
+def test_default_tiny_ladder_promotes_modulate_fusion(tmp_path):
+    """The README's main job, verbatim config (tiny profile, 50 blocks, gates at 0/24/49)."""
+    from workflow_util import ROOT, WORKFLOW
+    import shutil
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    for name in WORKFLOW:
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy2)(src, ws / name)
+    snakemake(ws, "promote_modulate_fusion", check=True)
+    v = h3gates(ws, "verify", "results/tiny/promotion/modulate_fusion.json")
+    assert v.returncode == 0 and "NOT deployable" in v.stdout

@@ -1,0 +1,86 @@
+"""Helpers for running the workflow in a throw-away copy of the repository."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKFLOW = ["Snakefile", "rules", "h3gates", "kernels", "schemas", "config", "profiles", "envs", "report"]
+
+# A fast profile for mechanics tests: tiny's shapes with 4 blocks; gates at blocks 0 and 3.
+CI_CONFIG = {
+    "profile": "ci",
+    "profiles": {"ci": {"blocks": 4, "hidden": 192, "heads": 2, "head_dim": 128, "ffn": 512,
+                        "segments": [["text", 7], ["audio", 19], ["video", 224]], "video_grid": [4, 7, 8],
+                        "video_channels": 16, "audio_channels": 8, "text_channels": 32}},
+    "device": "cpu",
+    "blocks": [0, 3],
+    "adversarial": {"random_shapes": [[37, 64], [129, 256]]},
+    "tiles": {"activations": 2},
+    "timing": {"rounds": 3, "warmup": 1},
+    "trajectory": {"steps": 3},
+    "profile_rung": {"block": 3},
+}
+
+
+def make_workspace(dest: Path, config_overrides: dict | None = None) -> Path:
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in WORKFLOW:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(src, dest / name)
+    cfg = yaml.safe_load((dest / "config" / "config.yaml").read_text())
+    cfg = merge(cfg, CI_CONFIG)
+    cfg = merge(cfg, config_overrides or {})
+    (dest / "config" / "config.yaml").write_text(yaml.safe_dump(cfg))
+    return dest
+
+
+def merge(a, b):
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def env():
+    e = dict(os.environ)
+    e["PATH"] = str(Path(sys.executable).parent) + os.pathsep + e.get("PATH", "")
+    e["PYTHONPATH"] = ""
+    e.setdefault("OMP_NUM_THREADS", "2")
+    return e
+
+
+def snakemake(ws: Path, *args, check=False) -> subprocess.CompletedProcess:
+    p = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", *args], cwd=ws, env=env(), capture_output=True, text=True, timeout=1500)
+    if check and p.returncode:
+        raise AssertionError(f"snakemake {' '.join(args)} failed ({p.returncode}):\n{p.stdout[-4000:]}\n{p.stderr[-4000:]}")
+    return p
+
+
+def h3gates(ws: Path, *args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "h3gates", *args], cwd=ws, env=env(), capture_output=True, text=True, timeout=600)
+
+
+def pending(ws: Path, *targets) -> set[str]:
+    """Output files a run of `targets` would (re)create, from `snakemake --summary`."""
+    p = snakemake(ws, "--summary", *targets, check=True)
+    out = set()
+    for line in p.stdout.splitlines()[1:]:
+        cols = line.split("\t")
+        if len(cols) >= 6 and cols[5].strip() == "update pending":
+            out.add(cols[0])
+    return out
+
+
+def copy_workspace(src: Path, dest: Path) -> Path:
+    shutil.copytree(src, dest, symlinks=True)  # copy2 keeps mtimes, so nothing looks newer
+    return dest
