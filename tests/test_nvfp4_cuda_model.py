@@ -97,3 +97,13 @@ def test_rcp_sensitive_elements_are_where_division_differs():
     differing = nvfp4.formats.unpack_hi_first(qc) != nvfp4.formats.unpack_hi_first(qe)
     assert differing.any()
     assert not (differing & ~sens).any(), "every eager/cuda code difference here must be rcp-sensitive"
+
+
+@pytest.mark.parametrize("case", [c for c in C.CASES if not c.refused_by and c.tensor().dtype != torch.float32], ids=lambda c: c.id)
+def test_every_eager_cuda_difference_is_explained(case):
+    from h3gates.nvfp4.explain import explain
+
+    x = case.tensor()
+    g = C.global_scale_for(case, x)
+    res = explain(x, g, _q(x, g, "cuda"), _q(x, g, "eager"))
+    assert res["unexplained"] == 0, res

@@ -1,0 +1,222 @@
+"""Launch the CUDA producers in kernels/cuda/nvfp4_producers.cu on torch's current stream.
+
+Compiled at first use with NVRTC through cuda-python's `cuda.core` (arch sm_XYa of the current
+device), cached per process. Every function takes and returns torch tensors on the GPU.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .nvfp4 import formats as F
+from .nvfp4.quantize import NVFP4InputError
+
+SOURCE = Path(__file__).resolve().parent.parent / "kernels" / "cuda" / "nvfp4_producers.cu"
+TYPES = {torch.bfloat16: "__nv_bfloat16", torch.float16: "__half"}
+THREADS = 256
+
+
+def _cc():
+    try:
+        from cuda import core as cc
+
+        cc.Program  # noqa: B018  (new layout: cuda.core.Program)
+        return cc
+    except (ImportError, AttributeError):
+        from cuda.core import experimental as cc
+
+        return cc
+
+
+class _TorchStream:
+    """torch's current stream, as the __cuda_stream__ protocol cuda.core launches on."""
+
+    def __cuda_stream__(self):
+        return (0, torch.cuda.current_stream().cuda_stream)
+
+
+def _include_paths() -> list[str]:
+    cands = [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", ""), "/usr/local/cuda"]
+    paths = [str(Path(c) / "include") for c in cands if c and (Path(c) / "include" / "cuda_fp8.h").exists()]
+    try:
+        import nvidia.cuda_runtime  # pip CUDA headers, where present
+
+        paths += [str(Path(p) / "include") for p in nvidia.cuda_runtime.__path__]
+    except ImportError:
+        pass
+    return paths
+
+
+NAMES = [f"{k}<{t}>" for t in TYPES.values() for k in ("amax_reduce", "finalize_scale", "quantize_into", "modulate_amax", "modulate_quantize", "swiglu_amax", "swiglu_quantize")]
+
+
+@functools.lru_cache(maxsize=None)
+def _module(device_index: int, source_sha: str):
+    cc = _cc()
+    dev = cc.Device(device_index)
+    dev.set_current()
+    major, minor = torch.cuda.get_device_capability(device_index)
+    arch = f"sm_{major}{minor}a" if major >= 9 else f"sm_{major}{minor}"
+    opts = cc.ProgramOptions(std="c++17", arch=arch, include_path=_include_paths())
+    prog = cc.Program(SOURCE.read_text(), code_type="c++", options=opts)
+    mod = prog.compile("cubin", name_expressions=NAMES + ["rcp_approx_kernel"])
+    kernels = {n: mod.get_kernel(n) for n in NAMES + ["rcp_approx_kernel"]}
+    return cc, kernels
+
+
+def _k(name: str):
+    import hashlib
+
+    idx = torch.cuda.current_device()
+    cc, kernels = _module(idx, hashlib.sha256(SOURCE.read_bytes()).hexdigest())
+    return cc, kernels[name]
+
+
+@functools.lru_cache(maxsize=4096)
+def _config(blocks: int):
+    return _cc().LaunchConfig(grid=blocks, block=THREADS)
+
+
+_STREAM = _TorchStream()
+
+
+def _launch(name: str, blocks: int, *args) -> None:
+    cc, kern = _k(name)
+    cc.launch(_STREAM, _config(max(1, int(blocks))), kern, *args)
+
+
+def _ptr(t: torch.Tensor) -> int:
+    return t.data_ptr()
+
+
+def _i64(v) -> np.int64:
+    return np.int64(v)
+
+
+def _check(x: torch.Tensor, what: str) -> str:
+    if not x.is_cuda:
+        raise NVFP4InputError(f"{what} must be a CUDA tensor")
+    if x.dtype not in TYPES:
+        raise NVFP4InputError(f"{what} dtype {str(x.dtype).replace('torch.', '')} not accepted by the CUDA producer (accepts bfloat16, float16)")
+    if x.dim() != 2 or not x.is_contiguous():
+        raise NVFP4InputError(f"{what} must be a contiguous 2-D tensor, got shape {tuple(x.shape)} stride {x.stride()}")
+    return TYPES[x.dtype]
+
+
+def _grid_stride_blocks(n_vec: int) -> int:
+    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    return min(-(-n_vec // THREADS), sms * 8)
+
+
+def amax(x: torch.Tensor) -> torch.Tensor:
+    """|x| max as uint32 bits [1] (NaN propagates, as torch.amax)."""
+    t = _check(x, "x")
+    bits = torch.zeros(1, dtype=torch.int32, device=x.device)
+    _launch(f"amax_reduce<{t}>", _grid_stride_blocks(max(1, x.numel() // 8)), _ptr(x), _i64(x.numel()), _ptr(bits))
+    return bits
+
+
+def finalize(bits: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    g = torch.empty(1, dtype=torch.float32, device=bits.device)
+    _launch(f"finalize_scale<{TYPES[dtype]}>", 1, _ptr(bits), _ptr(g))
+    return g
+
+
+def global_scale(x: torch.Tensor) -> torch.Tensor:
+    """Comfy's global scale (amax / 2688 in x's dtype, then fp32) in one pass: fp32 [1]."""
+    return finalize(amax(x), x.dtype)
+
+
+def quantize_into(x: torch.Tensor, g: torch.Tensor, q: torch.Tensor, s: torch.Tensor, dest_row: int = 0) -> None:
+    """Exact QDATA/SFA of all rows of x (padded to 16 rows and cols) into caller-owned buffers."""
+    t = _check(x, "x")
+    rows, cols = x.shape
+    rows_pad, cols_pad = F.padded_shape(rows, cols, True)
+    nb = cols_pad // 16
+    if q.shape[1] != cols_pad // 2 or dest_row + rows_pad > q.shape[0] or s.view(torch.uint8).shape[1] != F.roundup(nb, 4):
+        raise NVFP4InputError(f"buffers {tuple(q.shape)}/{tuple(s.shape)} do not fit rows {dest_row}..{dest_row + rows_pad} of a {rows} x {cols} activation")
+    vec = int(cols % 8 == 0 and x.data_ptr() % 16 == 0)
+    _launch(f"quantize_into<{t}>", -(-rows_pad * nb // THREADS), _ptr(x), _i64(cols), _i64(rows), _i64(cols), _i64(rows_pad), _i64(nb),
+            _ptr(g), _ptr(q), _ptr(s), _i64(dest_row), np.int32(vec))
+
+
+def buffers(rows: int, cols: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    q = torch.empty(F.qdata_shape(rows, cols), dtype=torch.uint8, device=device)
+    s = torch.zeros(F.scales_shape(rows, cols), dtype=torch.uint8, device=device)
+    return q, s
+
+
+def quantize(x: torch.Tensor, g: torch.Tensor):
+    q, s = buffers(*x.shape, x.device)
+    quantize_into(x, g, q, s)
+    return q, s
+
+
+def _fused_check(x, cols):
+    """dtype and layout; -> (type name, whether 16-byte vector loads are valid for every row)."""
+    return _check(x, "input"), int(cols % 8 == 0 and x.data_ptr() % 16 == 0)
+
+
+def _bounds(bounds, rows):
+    """Segment boundaries b1, b2 of a packed [text | audio | video] activation (at most 3 segments)."""
+    starts = [b[0] for b in bounds]
+    if not 1 <= len(bounds) <= 3 or starts[0] != 0 or bounds[-1][1] != rows or any(bounds[i][1] != bounds[i + 1][0] for i in range(len(bounds) - 1)):
+        raise NVFP4InputError(f"the CUDA modulate producer takes 1 to 3 contiguous segments covering all {rows} rows, got {bounds}")
+    starts += [rows] * (3 - len(starts))
+    return starts[1], starts[2]
+
+
+def _pass_one(device):
+    """abs-max accumulator for pass 1 (zeroed) and the fp32 global-scale output."""
+    return torch.zeros(1, dtype=torch.int32, device=device), torch.empty(1, dtype=torch.float32, device=device)
+
+
+def modulate_produce(h, shift, scale, bounds, static_scale=None):
+    """Two-pass modulate-fused producer -> (g fp32 [1], qdata, scales). Pass 1 reduces the abs-max
+    of the bf16 modulation without writing it; pass 2 derives g, recomputes and quantizes."""
+    rows, cols = h.shape
+    t, vec = _fused_check(h, cols)
+    b1, b2 = _bounds(bounds, rows)
+    s1 = (scale + 1).contiguous()  # the reference's own bf16 op, once per segment
+    shift = shift.contiguous()
+    if static_scale is None:
+        bits, g = _pass_one(h.device)
+        _launch(f"modulate_amax<{t}>", _grid_stride_blocks(rows * cols // 8), _ptr(h), _i64(rows), _i64(cols), _ptr(s1), _ptr(shift), _i64(b1), _i64(b2), _ptr(bits), np.int32(vec))
+        bits_ptr = _ptr(bits)
+    else:
+        g, bits_ptr = static_scale.reshape(1).float().contiguous(), 0
+    q, s = buffers(rows, cols, h.device)
+    rows_pad, nb = F.roundup(rows, 16), F.roundup(cols, 16) // 16
+    _launch(f"modulate_quantize<{t}>", -(-rows_pad * nb // THREADS), _ptr(h), _i64(rows), _i64(cols), _i64(rows_pad), _ptr(s1), _ptr(shift),
+            _i64(b1), _i64(b2), bits_ptr, _ptr(g), _ptr(q), _ptr(s), _i64(nb), np.int32(vec))
+    return g, q, s
+
+
+def swiglu_produce(u, static_scale=None):
+    """Two-pass SwiGLU-fused producer over u = [gate; value] -> (g fp32 [1], qdata, scales)."""
+    rows, f2 = u.shape
+    f = f2 // 2
+    t, vec = _fused_check(u, f)
+    if static_scale is None:
+        bits, g = _pass_one(u.device)
+        _launch(f"swiglu_amax<{t}>", _grid_stride_blocks(rows * f // 8), _ptr(u), _i64(rows), _i64(f), _ptr(bits), np.int32(vec))
+        bits_ptr = _ptr(bits)
+    else:
+        g, bits_ptr = static_scale.reshape(1).float().contiguous(), 0
+    q, s = buffers(rows, f, u.device)
+    rows_pad, nb = F.roundup(rows, 16), F.roundup(f, 16) // 16
+    _launch(f"swiglu_quantize<{t}>", -(-rows_pad * nb // THREADS), _ptr(u), _i64(rows), _i64(f), _i64(rows_pad), bits_ptr, _ptr(g), _ptr(q), _ptr(s), _i64(nb), np.int32(vec))
+    return g, q, s
+
+
+def rcp_approx(x: torch.Tensor) -> torch.Tensor:
+    """The hardware's rcp.approx.ftz.f32 of every fp32 element."""
+    x = x.contiguous().float()
+    y = torch.empty_like(x)
+    _launch("rcp_approx_kernel", -(-x.numel() // THREADS), _ptr(x), _ptr(y), _i64(x.numel()))
+    return y

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Run on the H200 device machine from the repository root, with .devsite/ (pack-site core) carried.
+# Usage: bash scripts/device_run.sh STEP...   (steps: evidence ncu model ladder)
+set -uo pipefail
+mkdir -p /tmp/site && for z in .devsite/*.zip; do python3 -m zipfile -e "$z" /tmp/site; done
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 PATH=/tmp/site/bin:$PATH
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+for step in "$@"; do
+  case "$step" in
+    evidence) python3 scripts/gpu_evidence.py --out "$OUT" 2>&1 | tee "$OUT/evidence.log" ;;
+    ncu) ncu --clock-control none --csv --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,smsp__inst_executed.sum,launch__registers_per_thread,dram__throughput.avg.pct_of_peak_sustained_elapsed \
+           python3 scripts/ncu_kernels.py > "$OUT/ncu.csv" 2> "$OUT/ncu.err"; grep -E "quantize|amax|modulate|swiglu|finalize" "$OUT/ncu.csv" | cut -c1-400 | tail -40 ;;
+    model) python3 scripts/gpu_model.py --out "$OUT" 2>&1 | tee "$OUT/model.log" ;;
+    ladder)
+      rm -rf results logs .snakemake
+      python3 -m snakemake --cores 1 promote_modulate_fusion --config device=cuda > "$OUT/ladder.log" 2>&1; echo "snakemake rc=$?"
+      tail -25 "$OUT/ladder.log"
+      python3 -m h3gates status 2>&1 | tee -a "$OUT/ladder.log"
+      mkdir -p "$OUT/ladder"
+      cp results/tiny/promotion/modulate_fusion.json "$OUT/ladder/promotion_modulate_fusion.json" 2>/dev/null
+      cp results/tiny/modulate_fusion/r4_block/block24.json "$OUT/ladder/r4_block24.json" 2>/dev/null
+      cp results/tiny/modulate_fusion/r1_adversarial.json "$OUT/ladder/r1_adversarial.json" 2>/dev/null
+      cp results/tiny/modulate_fusion/r8_profile.json "$OUT/ladder/r8_profile.json" 2>/dev/null ;;
+  esac
+done

@@ -1,0 +1,111 @@
+"""The canonical MiniMax-H3 stand-in on a GPU: build time, one block (with its four GEMMs and
+attention timed alone), peak memory, and a canonical 12-step trajectory with checksums.
+
+Rerun (GPU with ~80 GB free, from the repository root, comfy-kitchen 0.2.40 installed):
+    python scripts/gpu_model.py --out evidence/h200 [--steps 12]
+Writes <out>/model.json (device, versions, command, raw numbers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from h3gates import nvfp4  # noqa: E402
+from h3gates.model import build, load_profile, project  # noqa: E402
+from gpu_evidence import env  # noqa: E402
+
+
+def cuda_ms(fn, rounds=5, warmup=1):
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(rounds):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        out.append(s.elapsed_time(e))
+    return {"median_ms": statistics.median(out), "rounds_ms": out}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="evidence/h200")
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--block", type=int, default=24)
+    a = ap.parse_args()
+    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+    res, err = {}, None
+    try:
+        cfg = load_profile("canonical")
+        res["config"] = cfg.to_dict()
+        torch.cuda.synchronize()
+        t0 = time.time()
+        model = build(cfg, seed=0, device="cuda")
+        for b in model.blocks:
+            for w in b.weights.values():
+                w.block_values()
+        torch.cuda.synchronize()
+        res["build_s"] = time.time() - t0
+        res["weights_nvfp4_bytes"] = sum(w.qdata.numel() + w.scales.numel() for b in model.blocks for w in b.weights.values())
+        res["memory_after_build_gb"] = torch.cuda.memory_allocated() / 2**30
+        cap = model.capture(a.block)
+        x = cap.x
+        blk = model.blocks[a.block]
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        res["block"] = cuda_ms(lambda: model.block_forward(a.block, x, 0))
+        res["block_peak_extra_gb"] = (torch.cuda.max_memory_allocated() - base) / 2**30
+        parts = {}
+        for role in ("qkv", "out", "fc1", "fc2"):
+            inp = cap.inputs[role]
+            pk = next(model.baseline[role].produce(inp))[1]
+            from h3gates.model.projection import gemm
+
+            parts[f"gemm_{role}"] = cuda_ms(lambda: gemm(pk, blk.weights[role]))
+            parts[f"producer_{role}"] = cuda_ms(lambda: list(model.baseline[role].produce(inp)))
+            n, k = blk.weights[role].n, blk.weights[role].k
+            parts[f"gemm_{role}"]["tflops"] = 2 * cfg.rows * n * k / (parts[f"gemm_{role}"]["median_ms"] * 1e-3) / 1e12
+        qkv = project(model.baseline["qkv"], cap.inputs["qkv"], blk.weights["qkv"])
+        parts["attention"] = cuda_ms(lambda: model.attention(blk, qkv))
+        parts["attention"]["tflops"] = 4 * cfg.rows**2 * cfg.head_dim * cfg.heads / (parts["attention"]["median_ms"] * 1e-3) / 1e12
+        res["block_parts"] = parts
+        res["block_parts_sum_ms"] = sum(v["median_ms"] for v in parts.values())
+        out1 = model.block_forward(a.block, x, 0)
+        out2 = model.block_forward(a.block, x, 0)
+        res["block_sha256"] = [nvfp4.sha256(out1), nvfp4.sha256(out2)]
+        del cap, qkv, out1, out2
+        torch.cuda.synchronize()
+        t0 = time.time()
+        steps_t = []
+        v, au = model.trajectory(a.steps, progress=lambda s: steps_t.append(time.time()))
+        torch.cuda.synchronize()
+        res["trajectory"] = {"steps": a.steps, "wall_s": time.time() - t0, "per_step_s": [b - a_ for a_, b in zip([t0] + steps_t[:-1], steps_t)],
+                             "video_sha256": nvfp4.sha256(v), "audio_sha256": nvfp4.sha256(au), "video_shape": list(v.shape), "audio_shape": list(au.shape)}
+        v2, au2 = model.trajectory(2)
+        v3, au3 = model.trajectory(2)
+        res["two_step_repeat_equal"] = bool(torch.equal(v2, v3) and torch.equal(au2, au3))
+        res["peak_memory_gb"] = torch.cuda.max_memory_allocated() / 2**30
+    except Exception:
+        err = traceback.format_exc()
+        print(err, file=sys.stderr)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "model.json").write_text(json.dumps({"section": "model", "environment": env(), "error": err, "results": res}, indent=1, default=str))
+    keys = ("build_s", "block", "block_parts_sum_ms", "trajectory", "two_step_repeat_equal", "peak_memory_gb")
+    print(json.dumps({k: (res.get(k) if k not in ("block",) else res.get(k, {}).get("median_ms")) for k in keys}, default=str)[:3000])
+
+
+if __name__ == "__main__":
+    main()
