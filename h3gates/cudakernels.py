@@ -69,12 +69,22 @@ def _module(device_index: int, source_sha: str):
     return cc, kernels
 
 
-def _k(name: str):
+@functools.lru_cache(maxsize=None)
+def _source_sha() -> str:
     import hashlib
 
-    idx = torch.cuda.current_device()
-    cc, kernels = _module(idx, hashlib.sha256(SOURCE.read_bytes()).hexdigest())
+    return hashlib.sha256(SOURCE.read_bytes()).hexdigest()
+
+
+def _k(name: str):
+    cc, kernels = _module(torch.cuda.current_device(), _source_sha())
     return cc, kernels[name]
+
+
+def _blocks(rows_pad: int, nb: int) -> int:
+    if rows_pad * nb >= 2**31:
+        raise NVFP4InputError(f"{rows_pad} x {nb} scale blocks exceed the kernels' 32-bit block index")
+    return -(-rows_pad * nb // THREADS)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -141,7 +151,7 @@ def quantize_into(x: torch.Tensor, g: torch.Tensor, q: torch.Tensor, s: torch.Te
     if q.shape[1] != cols_pad // 2 or dest_row + rows_pad > q.shape[0] or s.view(torch.uint8).shape[1] != F.roundup(nb, 4):
         raise NVFP4InputError(f"buffers {tuple(q.shape)}/{tuple(s.shape)} do not fit rows {dest_row}..{dest_row + rows_pad} of a {rows} x {cols} activation")
     vec = int(cols % 8 == 0 and x.data_ptr() % 16 == 0)
-    _launch(f"quantize_into<{t}>", -(-rows_pad * nb // THREADS), _ptr(x), _i64(cols), _i64(rows), _i64(cols), _i64(rows_pad), _i64(nb),
+    _launch(f"quantize_into<{t}>", _blocks(rows_pad, nb), _ptr(x), _i64(cols), _i64(rows), _i64(cols), _i64(rows_pad), _i64(nb),
             _ptr(g), _ptr(q), _ptr(s), _i64(dest_row), np.int32(vec))
 
 
@@ -192,7 +202,7 @@ def modulate_produce(h, shift, scale, bounds, static_scale=None):
         g, bits_ptr = static_scale.reshape(1).float().contiguous(), 0
     q, s = buffers(rows, cols, h.device)
     rows_pad, nb = F.roundup(rows, 16), F.roundup(cols, 16) // 16
-    _launch(f"modulate_quantize<{t}>", -(-rows_pad * nb // THREADS), _ptr(h), _i64(rows), _i64(cols), _i64(rows_pad), _ptr(s1), _ptr(shift),
+    _launch(f"modulate_quantize<{t}>", _blocks(rows_pad, nb), _ptr(h), _i64(rows), _i64(cols), _i64(rows_pad), _ptr(s1), _ptr(shift),
             _i64(b1), _i64(b2), bits_ptr, _ptr(g), _ptr(q), _ptr(s), _i64(nb), np.int32(vec))
     return g, q, s
 
@@ -210,7 +220,7 @@ def swiglu_produce(u, static_scale=None):
         g, bits_ptr = static_scale.reshape(1).float().contiguous(), 0
     q, s = buffers(rows, f, u.device)
     rows_pad, nb = F.roundup(rows, 16), F.roundup(f, 16) // 16
-    _launch(f"swiglu_quantize<{t}>", -(-rows_pad * nb // THREADS), _ptr(u), _i64(rows), _i64(f), _i64(rows_pad), bits_ptr, _ptr(g), _ptr(q), _ptr(s), _i64(nb), np.int32(vec))
+    _launch(f"swiglu_quantize<{t}>", _blocks(rows_pad, nb), _ptr(u), _i64(rows), _i64(f), _i64(rows_pad), bits_ptr, _ptr(g), _ptr(q), _ptr(s), _i64(nb), np.int32(vec))
     return g, q, s
 
 

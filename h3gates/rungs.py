@@ -285,7 +285,7 @@ def rung3(ctx, out, block, upstream=()):
         roles[role] = {"packed": cmp, "chunks": chunks, "output": ocmp}
         if not cmp["equal"] or not ocmp["equal"] or any(c["bytes_differing"] for c in chunks):
             bad = [c for c in chunks if c["bytes_differing"]]
-            gate.fail(f"block {block} {role}: {cmp['bytes_differing']} packed bytes differ" + (f" ({len(bad)} of {len(chunks)} chunks, first at row {bad[0]['row0']})" if bad else "")
+            gate.fail(f"{role}: {cmp['bytes_differing']} packed bytes differ" + (f" ({len(bad)} of {len(chunks)} chunks, first at row {bad[0]['row0']})" if bad else "")
                       + f", output {ocmp['bytes_differing']} bytes differ")
             gate.dump(Path(out), role, inputs=inp.__dict__, block=block)
     return gate.write(out, {"roles": roles, "bytes_compared": sum(r["packed"]["bytes_compared"] + r["output"]["bytes_compared"] for r in roles.values()),
@@ -332,7 +332,7 @@ def rung4(ctx, out, block, upstream=()):
     cand = lambda: gate.model.block_forward(block, x, 0, gate.with_candidate())
     cmp = nvfp4.compare_outputs(cand(), base())
     if not cmp["equal"]:
-        gate.fail(f"block {block}: candidate block output differs from baseline in {cmp['elements_differing']} elements")
+        gate.fail(f"candidate block output differs from baseline in {cmp['elements_differing']} elements")
     t = ctx["rung_params"]
     timing = paired_timing(base, cand, t["rounds"], t["warmup"], gate.device)
     enforced = bool(t["enforce"])
@@ -340,7 +340,7 @@ def rung4(ctx, out, block, upstream=()):
     gained = timing["gain"] > needed
     perf = {"enforced": enforced, "gain": timing["gain"], "required_gain": needed, "min_gain": t["min_gain"], "noise": timing["ratio_noise"], "passed": gained}
     if enforced and not gained and cmp["equal"]:
-        gate.fail(f"block {block}: performance gate: median paired ratio {timing['ratio_p50']:.4f} (gain {timing['gain'] * 100:+.2f}%) does not beat the required {needed * 100:.2f}% (min gain {t['min_gain'] * 100:.2f}% + noise {timing['ratio_noise'] * 100:.2f}%)")
+        gate.fail(f"performance gate: median paired ratio {timing['ratio_p50']:.4f} (gain {timing['gain'] * 100:+.2f}%) does not beat the required {needed * 100:.2f}% (min gain {t['min_gain'] * 100:.2f}% + noise {timing['ratio_noise'] * 100:.2f}%)")
     return gate.write(out, {"output": cmp, "performance_gate": perf, "bytes_compared": cmp["bytes_compared"], "bytes_differing": cmp["bytes_differing"]}, timing)
 
 

@@ -37,8 +37,9 @@ template <typename T> __device__ __forceinline__ T from_f(float v);
 template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 template <> __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
 
-// NaN-propagating max of non-negative values (torch.amax semantics for the global scale).
-__device__ __forceinline__ float max_nan(float a, float b) { return (a != a || b > a) ? b : a; }
+// NaN-propagating max of non-negative values (torch.amax semantics for the global scale): a NaN in
+// either operand wins (a NaN already in `a` survives because no comparison with it is true).
+__device__ __forceinline__ float max_nan(float a, float b) { return (b != b || b > a) ? b : a; }
 
 // E2M1 code as CUDA's software conversion on sm_90: RNE on the grid, saturating at 6, sign kept
 // (also for values that round to 0), NaN -> 0x7.
@@ -168,9 +169,9 @@ template <typename T>
 __global__ void quantize_into(const T* __restrict__ x, long long ld, long long rows, long long cols, long long rows_pad,
                               long long nb, const float* __restrict__ g, unsigned char* __restrict__ q,
                               unsigned char* __restrict__ s, long long dest_row, int vec) {
-  long long b = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  unsigned b = blockIdx.x * blockDim.x + threadIdx.x;  // rows_pad * nb < 2^31 (checked by the launcher)
   if (b >= rows_pad * nb) return;
-  long long r = b / nb, c = b % nb;
+  long long r = b / (unsigned)nb, c = b % (unsigned)nb;
   float v[16];
   h3::load16(x, ld, rows, cols, r, c * 16, v, vec != 0);
   h3::encode_block(v, *g, reinterpret_cast<uint2*>(q + (dest_row + r) * nb * 8 + c * 8), s + h3::sf_offset(dest_row + r, c, nb));
@@ -212,11 +213,11 @@ __global__ void modulate_quantize(const T* __restrict__ h, long long rows, long 
                                   const T* __restrict__ scale, const T* __restrict__ shift, long long b1, long long b2,
                                   const unsigned* __restrict__ amax_bits, float* __restrict__ g, unsigned char* __restrict__ q,
                                   unsigned char* __restrict__ s, long long nb, int vec) {
-  long long b = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  unsigned b = blockIdx.x * blockDim.x + threadIdx.x;  // rows_pad * nb < 2^31 (checked by the launcher)
   float gs = amax_bits ? h3::scale_from_amax<T>(amax_bits) : *g;
   if (amax_bits && b == 0) *g = gs;
   if (b >= rows_pad * nb) return;
-  long long r = b / nb, c = b % nb;
+  long long r = b / (unsigned)nb, c = b % (unsigned)nb;
   float v[16];
   if (r < rows && (!vec || (c + 1) * 16 > cols)) {  // unaligned rows or the partial last block
     int sg = h3::segment_of(r, b1, b2);
@@ -269,11 +270,11 @@ __global__ void swiglu_amax(const T* __restrict__ u, long long rows, long long f
 template <typename T>
 __global__ void swiglu_quantize(const T* __restrict__ u, long long rows, long long f, long long rows_pad, const unsigned* __restrict__ amax_bits,
                                 float* __restrict__ g, unsigned char* __restrict__ q, unsigned char* __restrict__ s, long long nb, int vec) {
-  long long b = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  unsigned b = blockIdx.x * blockDim.x + threadIdx.x;  // rows_pad * nb < 2^31 (checked by the launcher)
   float gs = amax_bits ? h3::scale_from_amax<T>(amax_bits) : *g;
   if (amax_bits && b == 0) *g = gs;
   if (b >= rows_pad * nb) return;
-  long long r = b / nb, c = b % nb;
+  long long r = b / (unsigned)nb, c = b % (unsigned)nb;
   float v[16];
   if (r < rows && (!vec || (c + 1) * 16 > f)) {  // unaligned rows or the partial last block
 #pragma unroll
