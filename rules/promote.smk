@@ -18,7 +18,9 @@ rule promotion_record:
     conda:
         "../envs/h3gates.yaml"
     params:
-        config=lambda wc: json.dumps(H3.candidate_config(config, wc.candidate), sort_keys=True),
+        config=lambda wc: json.dumps(
+            H3.candidate_config(config, wc.candidate), sort_keys=True
+        ),
         fingerprint=fingerprint,
     shell:
         "python -m h3gates promote {wildcards.candidate} --config-json {params.config:q} "
