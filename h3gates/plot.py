@@ -19,7 +19,7 @@ def timing_plot(reports, out) -> None:
         rounds = range(1, len(t["baseline_s"]) + 1)
         ax.plot(rounds, [x * 1e3 for x in t["baseline_s"]], "o-", label="baseline")
         ax.plot(rounds, [x * 1e3 for x in t["candidate_s"]], "s-", label="candidate")
-        g = d["measurements"]["performance_gate"]
+        g = d["timing"]["performance_gate"]
         ax.set_title(f"{d['candidate']} block {d['block']}\ngain {g['gain'] * 100:+.2f}% (need {g['required_gain'] * 100:.2f}%{'' if g['enforced'] else ', not enforced'})", fontsize=8)
         ax.set_xlabel("round (AB, BA alternating)")
         ax.set_ylabel("ms")

@@ -66,8 +66,8 @@ def snakemake(ws: Path, *args, check=False) -> subprocess.CompletedProcess:
     return p
 
 
-def h3gates(ws: Path, *args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "h3gates", *args], cwd=ws, env=env(), capture_output=True, text=True, timeout=600)
+def h3gates(ws: Path, *args, **extra_env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "h3gates", *args], cwd=ws, env={**env(), **extra_env}, capture_output=True, text=True, timeout=600)
 
 
 def pending(ws: Path, *targets) -> set[str]:
