@@ -14,6 +14,7 @@ import jsonschema
 import torch
 
 from .nvfp4 import oracle
+from .nvfp4.gemm import backend_info
 
 SCHEMA_VERSION = 1
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
@@ -55,6 +56,7 @@ def environment(device) -> dict:
                    driver=_driver())
     else:
         env.update(gpu=None, cpu_threads=torch.get_num_threads())
+    env["gemm"] = backend_info(device)
     return env
 
 

@@ -9,6 +9,8 @@ an fp32 product, then alpha, then one rounding.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from . import formats as F
@@ -56,7 +58,20 @@ def backend_info(device) -> dict:
     dev = torch.device(device)
     info = {"gemm_backend": "cublas-bf16-addmm-alpha" if dev.type == "cuda" else "cpu-fp32-matmul-alpha", "torch": torch.__version__}
     if dev.type == "cuda":
-        info["cublas"] = str(torch._C._cuda_getCompiledVersion()) if hasattr(torch._C, "_cuda_getCompiledVersion") else None
         info["cuda"] = torch.version.cuda
+        info["cublas_lt"] = _cublaslt_version()
         info["allow_bf16_reduced_precision_reduction"] = torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
     return info
+
+
+def _cublaslt_version():
+    """cublasLtGetVersion() of the library torch loaded, where it can be asked."""
+    try:
+        import ctypes
+
+        import nvidia.cublas
+
+        lib = next(p for d in nvidia.cublas.__path__ for p in Path(d).glob("lib/libcublasLt.so*"))
+        return int(ctypes.CDLL(str(lib)).cublasLtGetVersion())
+    except (ImportError, StopIteration, OSError, AttributeError):
+        return None

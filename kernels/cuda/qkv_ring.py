@@ -4,7 +4,6 @@ by the GEMM chunk by chunk. Constraints: CUDA semantics; ring_rows a multiple of
 valid until the next one is produced.
 """
 
-import torch
 
 from h3gates import cudakernels as K
 from h3gates.model.projection import Packed, materialize
