@@ -136,6 +136,20 @@ __device__ __forceinline__ float scale_from_amax(const unsigned* amax_bits) {
   return to_f(from_f<T>(__uint_as_float(*amax_bits) * (1.0f / 2688.0f)));
 }
 
+// Pass 2's common start: the global scale the launch encodes with (derived from pass 1's abs-max and
+// published to g by thread 0, or the static g) and this thread's (row, 16-block); false past the end.
+template <typename T>
+__device__ __forceinline__ bool pass_two_block(const unsigned* amax_bits, float* g, long long rows_pad, long long nb, float& gs,
+                                               long long& r, long long& c) {
+  unsigned b = blockIdx.x * blockDim.x + threadIdx.x;  // rows_pad * nb < 2^31 (checked by the launcher)
+  gs = amax_bits ? scale_from_amax<T>(amax_bits) : *g;
+  if (amax_bits && b == 0) *g = gs;
+  if (b >= rows_pad * nb) return false;
+  r = b / (unsigned)nb;
+  c = b % (unsigned)nb;
+  return true;
+}
+
 }  // namespace h3
 
 // ------------------------------------------------------------------ global scale
@@ -213,11 +227,9 @@ __global__ void modulate_quantize(const T* __restrict__ h, long long rows, long 
                                   const T* __restrict__ scale, const T* __restrict__ shift, long long b1, long long b2,
                                   const unsigned* __restrict__ amax_bits, float* __restrict__ g, unsigned char* __restrict__ q,
                                   unsigned char* __restrict__ s, long long nb, int vec) {
-  unsigned b = blockIdx.x * blockDim.x + threadIdx.x;  // rows_pad * nb < 2^31 (checked by the launcher)
-  float gs = amax_bits ? h3::scale_from_amax<T>(amax_bits) : *g;
-  if (amax_bits && b == 0) *g = gs;
-  if (b >= rows_pad * nb) return;
-  long long r = b / (unsigned)nb, c = b % (unsigned)nb;
+  float gs;
+  long long r, c;
+  if (!h3::pass_two_block<T>(amax_bits, g, rows_pad, nb, gs, r, c)) return;
   float v[16];
   if (r < rows && (!vec || (c + 1) * 16 > cols)) {  // unaligned rows or the partial last block
     int sg = h3::segment_of(r, b1, b2);
@@ -270,11 +282,9 @@ __global__ void swiglu_amax(const T* __restrict__ u, long long rows, long long f
 template <typename T>
 __global__ void swiglu_quantize(const T* __restrict__ u, long long rows, long long f, long long rows_pad, const unsigned* __restrict__ amax_bits,
                                 float* __restrict__ g, unsigned char* __restrict__ q, unsigned char* __restrict__ s, long long nb, int vec) {
-  unsigned b = blockIdx.x * blockDim.x + threadIdx.x;  // rows_pad * nb < 2^31 (checked by the launcher)
-  float gs = amax_bits ? h3::scale_from_amax<T>(amax_bits) : *g;
-  if (amax_bits && b == 0) *g = gs;
-  if (b >= rows_pad * nb) return;
-  long long r = b / (unsigned)nb, c = b % (unsigned)nb;
+  float gs;
+  long long r, c;
+  if (!h3::pass_two_block<T>(amax_bits, g, rows_pad, nb, gs, r, c)) return;
   float v[16];
   if (r < rows && (!vec || (c + 1) * 16 > f)) {  // unaligned rows or the partial last block
 #pragma unroll
