@@ -312,17 +312,18 @@ __global__ void rcp_approx_kernel(const float* __restrict__ x, float* __restrict
   if (i < n) y[i] = h3::rcp_approx(x[i]);
 }
 
-template __global__ void amax_reduce<__nv_bfloat16>(const __nv_bfloat16*, long long, unsigned*);
-template __global__ void finalize_scale<__nv_bfloat16>(const unsigned*, float*);
-template __global__ void quantize_into<__nv_bfloat16>(const __nv_bfloat16*, long long, long long, long long, long long, long long, const float*, unsigned char*, unsigned char*, long long, int);
-template __global__ void modulate_amax<__nv_bfloat16>(const __nv_bfloat16*, long long, long long, const __nv_bfloat16*, const __nv_bfloat16*, long long, long long, unsigned*, int);
-template __global__ void modulate_quantize<__nv_bfloat16>(const __nv_bfloat16*, long long, long long, long long, const __nv_bfloat16*, const __nv_bfloat16*, long long, long long, const unsigned*, float*, unsigned char*, unsigned char*, long long, int);
-template __global__ void swiglu_amax<__nv_bfloat16>(const __nv_bfloat16*, long long, long long, unsigned*, int);
-template __global__ void swiglu_quantize<__nv_bfloat16>(const __nv_bfloat16*, long long, long long, long long, const unsigned*, float*, unsigned char*, unsigned char*, long long, int);
-template __global__ void amax_reduce<__half>(const __half*, long long, unsigned*);
-template __global__ void finalize_scale<__half>(const unsigned*, float*);
-template __global__ void quantize_into<__half>(const __half*, long long, long long, long long, long long, long long, const float*, unsigned char*, unsigned char*, long long, int);
-template __global__ void modulate_amax<__half>(const __half*, long long, long long, const __half*, const __half*, long long, long long, unsigned*, int);
-template __global__ void modulate_quantize<__half>(const __half*, long long, long long, long long, const __half*, const __half*, long long, long long, const unsigned*, float*, unsigned char*, unsigned char*, long long, int);
-template __global__ void swiglu_amax<__half>(const __half*, long long, long long, unsigned*, int);
-template __global__ void swiglu_quantize<__half>(const __half*, long long, long long, long long, const unsigned*, float*, unsigned char*, unsigned char*, long long, int);
+// Every kernel for both input types (the names cudakernels.py asks NVRTC for).
+#define H3_INSTANTIATE(T)                                                                                                        \
+  template __global__ void amax_reduce<T>(const T*, long long, unsigned*);                                                       \
+  template __global__ void finalize_scale<T>(const unsigned*, float*);                                                           \
+  template __global__ void quantize_into<T>(const T*, long long, long long, long long, long long, long long, const float*,       \
+                                            unsigned char*, unsigned char*, long long, int);                                     \
+  template __global__ void modulate_amax<T>(const T*, long long, long long, const T*, const T*, long long, long long, unsigned*, int); \
+  template __global__ void modulate_quantize<T>(const T*, long long, long long, long long, const T*, const T*, long long, long long, \
+                                                const unsigned*, float*, unsigned char*, unsigned char*, long long, int);        \
+  template __global__ void swiglu_amax<T>(const T*, long long, long long, unsigned*, int);                                       \
+  template __global__ void swiglu_quantize<T>(const T*, long long, long long, long long, const unsigned*, float*, unsigned char*, \
+                                              unsigned char*, long long, int);
+
+H3_INSTANTIATE(__nv_bfloat16)
+H3_INSTANTIATE(__half)
