@@ -20,5 +20,5 @@ include: "rules/report.smk"
 rule all:
     default_target: True
     input:
-        expand(f"{RES}/promotion/{{candidate}}.json", candidate=CANDIDATES),
-        expand(f"{RES}/{{candidate}}/plots/r4_block_timing.png", candidate=CANDIDATES),
+        expand(promotion()["record"], candidate=CANDIDATES),
+        expand(timing_plot_of(), candidate=CANDIDATES),

@@ -9,6 +9,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from .ctx import file_sha256
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -42,10 +44,6 @@ def sources(name: str, cand_cfg: dict, device: str) -> list[str]:
     if cand_cfg.get("source"):
         files[0] = cand_cfg["source"]
     return files
-
-
-def file_sha256(path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def fingerprint(files) -> dict:

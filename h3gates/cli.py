@@ -18,6 +18,7 @@ def main(argv=None) -> int:
     r.add_argument("--upstream", nargs="*", default=[])
     t = sub.add_parser("token", help="turn passing reports into a pass token, or refuse with the reason")
     t.add_argument("--out", required=True)
+    t.add_argument("--revoke", nargs="*", default=[], help="the candidate's promotion record and flag, deleted on refusal")
     t.add_argument("reports", nargs="+")
     p = sub.add_parser("promote", help="write the promotion record and flag, or refuse with every reason")
     p.add_argument("candidate")
@@ -43,12 +44,12 @@ def main(argv=None) -> int:
 
     try:
         if a.cmd == "rung":
-            from .rungs import PER_BLOCK, RUNG_FUNCS
+            from .rungs import RUNG_FUNCS
 
             context = json.loads(a.context)
-            ladder.revoke_promotion(context["profile"], context["candidate"])  # a gate reruns: the old promotion is void
+            ladder.revoke(*C.promotion_paths(context["profile"], context["candidate"]))  # a gate reruns: the old promotion is void
             fn = RUNG_FUNCS[a.rung]
-            if a.rung in PER_BLOCK:
+            if a.rung in C.PER_BLOCK:
                 fn(context, a.out, a.block, upstream=a.upstream)
             else:
                 fn(context, a.out, upstream=a.upstream)
@@ -57,7 +58,7 @@ def main(argv=None) -> int:
             try:
                 ladder.token(a.reports, a.out)
             except ladder.Refusal:
-                ladder.revoke_promotion_of(a.reports[0])
+                ladder.revoke(*a.revoke)
                 raise
             return 0
         if a.cmd == "promote":

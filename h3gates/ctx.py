@@ -5,6 +5,7 @@ its digest in every report lets promotion detect stale results."""
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
 from pathlib import Path
@@ -15,6 +16,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG_SCHEMA = ROOT / "schemas" / "config.schema.yaml"
 RUNG_NAMES = {1: "adversarial", 2: "tiles", 3: "projection", 4: "block", 5: "step", 6: "two_step", 7: "trajectory", 8: "profile"}
+PER_BLOCK = {3, 4}
+RESULTS = "results"
 CORE_MODULES = ["h3gates/__init__.py", "h3gates/__main__.py", "h3gates/cli.py", "h3gates/ctx.py", "h3gates/candidates.py", "h3gates/reference.py",
                 "h3gates/report.py", "h3gates/rungs.py", "h3gates/nvfp4/__init__.py", "h3gates/nvfp4/formats.py", "h3gates/nvfp4/rcp.py",
                 "h3gates/nvfp4/quantize.py", "h3gates/nvfp4/gemm.py", "h3gates/nvfp4/compare.py", "h3gates/nvfp4/catalogue.py", "h3gates/nvfp4/oracle.py",
@@ -93,7 +96,7 @@ def rung_context(config, candidate: str, rung: int) -> dict:
     return {
         "profile": config["profile"],
         "user_profiles": {config["profile"]: config["profiles"][config["profile"]]} if config["profile"] in config["profiles"] else {},
-        "device": config["device"],
+        "device": resolve_device(config),
         "semantics": config["semantics"],
         "rcp_table": config["rcp_table"],
         "seed": config["seed"],
@@ -120,23 +123,71 @@ def _cand(config, name):
     return c
 
 
+# ------------------------------------------------------------------ digests (one definition for writers and checkers)
+def canonical(obj) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+
+
 def digest(obj) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    """SHA-256 of a JSON value: the config digest a report records and promotion recomputes."""
+    return hashlib.sha256(canonical(obj)).hexdigest()
 
 
-def resolve_device(config) -> str:
-    """device: auto -> cuda when a GPU answers nvidia-smi (cheap, no torch import at DAG time)."""
-    if config["device"] != "auto":
-        return config["device"]
+def file_sha256(path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def files_digest(files, root=None) -> str:
+    """SHA-256 over the names and contents of files: a rule param that reruns a gate on an edit,
+    never on a touch; and the code fingerprint reports record."""
+    h = hashlib.sha256()
+    for f in files:
+        h.update(str(f).encode())
+        h.update(hashlib.sha256(Path(root or ".", f).read_bytes()).digest())
+    return h.hexdigest()
+
+
+# ------------------------------------------------------------------ where the workflow writes (Snakefile and CLI alike)
+def report_path(profile: str, candidate: str, rung: int, block=None) -> str:
+    name = f"r{rung}_{RUNG_NAMES[rung]}" + (f"/block{block}" if rung in PER_BLOCK else "")
+    return f"{RESULTS}/{profile}/{candidate}/{name}.json"
+
+
+def report_paths(profile: str, candidate: str, blocks) -> dict[int, list[str]]:
+    return {r: [report_path(profile, candidate, r, b) for b in blocks] if r in PER_BLOCK else [report_path(profile, candidate, r)] for r in RUNG_NAMES}
+
+
+def token_path(profile: str, candidate: str, rung: int) -> str:
+    return f"{RESULTS}/{profile}/{candidate}/tokens/r{rung}.pass"
+
+
+def promotion_paths(profile: str, candidate: str) -> tuple[str, str]:
+    """(record, flag) of a candidate's promotion."""
+    base = f"{RESULTS}/{profile}/promotion/{candidate}"
+    return f"{base}.json", f"{base}.env"
+
+
+# ------------------------------------------------------------------ the device, decided once
+@functools.lru_cache(maxsize=1)
+def _gpu_answers() -> bool:
     import shutil
     import subprocess
 
-    if shutil.which("nvidia-smi"):
-        try:
-            return "cuda" if subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=20).returncode == 0 else "cpu"
-        except (OSError, subprocess.SubprocessError):
-            return "cpu"
-    return "cpu"
+    if not shutil.which("nvidia-smi"):
+        return False
+    try:
+        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def resolve_device(config) -> str:
+    """device: auto -> cuda when a GPU answers nvidia-smi (cheap, no torch import at DAG time). The
+    resolved device goes into every rung context, so the rung runs on the device whose kernel files
+    the workflow fingerprinted."""
+    if config["device"] != "auto":
+        return config["device"]
+    return "cuda" if _gpu_answers() else "cpu"
 
 
 def kernel_sources(config, candidate: str) -> list[str]:
@@ -148,13 +199,9 @@ def kernel_sources(config, candidate: str) -> list[str]:
     return files
 
 
-def code_fingerprint(files=None) -> str:
+def code_fingerprint() -> str:
     """SHA-256 over the content of the h3gates modules the rungs import."""
-    h = hashlib.sha256()
-    for f in files or rung_inputs_code(1):
-        h.update(f.encode())
-        h.update(hashlib.sha256((ROOT / f).read_bytes()).digest())
-    return h.hexdigest()
+    return files_digest(rung_inputs_code(1), ROOT)
 
 
 def rung_inputs_code(rung: int) -> list[str]:

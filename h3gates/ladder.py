@@ -12,12 +12,7 @@ from .candidates import KNOWN, fingerprint
 ROOT = C.ROOT
 
 
-def report_paths(profile: str, candidate: str, blocks) -> dict[int, list[Path]]:
-    base = Path("results") / profile / candidate
-    out = {1: [base / "r1_adversarial.json"], 2: [base / "r2_tiles.json"],
-           3: [base / "r3_projection" / f"block{b}.json" for b in blocks], 4: [base / "r4_block" / f"block{b}.json" for b in blocks],
-           5: [base / "r5_step.json"], 6: [base / "r6_two_step.json"], 7: [base / "r7_trajectory.json"], 8: [base / "r8_profile.json"]}
-    return out
+report_paths = C.report_paths
 
 
 class Refusal(Exception):
@@ -90,10 +85,10 @@ def promote(config: dict, candidate: str, record: str, flag: str, configfiles: l
     paths = report_paths(config["profile"], candidate, config["blocks"])
     sources = C.kernel_sources(config, candidate)
     digests = {r: C.digest(C.rung_context(config, candidate, r)) for r in paths}
-    Path(flag).unlink(missing_ok=True)
+    revoke(flag)
     reasons, docs = check_reports(candidate, paths, sources, digests)
     if reasons:
-        Path(record).unlink(missing_ok=True)
+        revoke(record)
         raise Refusal(reasons)
     deployable = config["profile"] in config["deployable_profiles"]
     enforced = C.enforce_perf(config)
@@ -116,13 +111,13 @@ def promote(config: dict, candidate: str, record: str, flag: str, configfiles: l
                           + ("" if deployable else "# REHEARSAL (profile not deployable): do not deploy\n") + f"{KNOWN[candidate].flag}={1 if deployable else 0}\n")
 
 
-def verify(record: str, revoke: str | None = None, configfiles: list[str] | None = None, config: dict | None = None) -> dict:
+def verify(record: str, revoke_flag: str | None = None, configfiles: list[str] | None = None, config: dict | None = None) -> dict:
     """Re-check a promotion record now: reports present, schema-valid, passing, unedited, produced
     from the current kernel sources and config, digest chain intact."""
     try:
         rec = report.read(record, schema="promotion")
     except report.ReportError as e:
-        _revoke(revoke)
+        revoke(revoke_flag)
         raise Refusal([str(e)]) from None
     config = config or C.load_config(configfiles or rec["config"]["files"])
     reasons = []
@@ -138,41 +133,30 @@ def verify(record: str, revoke: str | None = None, configfiles: list[str] | None
         if p in docs and report.file_sha256(p) != h:
             reasons.append(f"{p}: differs from the report the record was made from")
     if reasons:
-        _revoke(revoke)
+        revoke(revoke_flag)
         raise Refusal(reasons)
     return rec
 
 
-def revoke_promotion(profile: str, candidate: str) -> None:
-    """Delete a candidate's flag and record: called when any of its gates reruns or refuses."""
-    for suffix in (".env", ".json"):
-        (Path("results") / profile / "promotion" / f"{candidate}{suffix}").unlink(missing_ok=True)
-
-
-def revoke_promotion_of(report_path: str) -> None:
-    parts = Path(report_path).parts  # results/<profile>/<candidate>/...
-    if len(parts) >= 3 and parts[0] == "results":
-        revoke_promotion(parts[1], parts[2])
-
-
-def _revoke(flag):
-    if flag:
-        Path(flag).unlink(missing_ok=True)
+def revoke(*paths) -> None:
+    """Delete a promotion's flag and/or record: when verification fails, or a gate of the
+    candidate reruns or refuses (its old promotion no longer stands)."""
+    for p in paths:
+        if p:
+            Path(p).unlink(missing_ok=True)
 
 
 def status(config: dict) -> list[dict]:
     """candidate x rung: pass / fail / missing / stale, with the reason of each failure."""
     rows = []
-    for cand in list(config["candidates"]):
-        if cand in config["baseline"]["accepted"]:
-            continue
+    for cand in C.enabled(config):
         paths = report_paths(config["profile"], cand, config["blocks"])
         sources = C.kernel_sources(config, cand)
         row = {"candidate": cand, "rungs": {}}
         for rung, plist in paths.items():
             digest = {rung: C.digest(C.rung_context(config, cand, rung))}
             states = []
-            for p in plist:
+            for p in map(Path, plist):
                 if not p.exists():
                     states.append(("missing", ""))
                     continue

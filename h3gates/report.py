@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
@@ -13,6 +12,7 @@ from pathlib import Path
 import jsonschema
 import torch
 
+from .ctx import digest, file_sha256  # noqa: F401  (re-exported: reports' digests are ctx's)
 from .nvfp4 import oracle
 from .nvfp4.gemm import backend_info
 
@@ -29,20 +29,8 @@ def _schema(name: str) -> dict:
     return json.loads((SCHEMAS / f"{name}.schema.json").read_text())
 
 
-def canonical(obj) -> bytes:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
-
-
 def content_sha256(doc: dict) -> str:
-    return hashlib.sha256(canonical({k: v for k, v in doc.items() if k != "content_sha256"})).hexdigest()
-
-
-def file_sha256(path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-def digest(obj) -> str:
-    return hashlib.sha256(canonical(obj)).hexdigest()
+    return digest({k: v for k, v in doc.items() if k != "content_sha256"})
 
 
 def environment(device) -> dict:

@@ -16,10 +16,10 @@ from .model import Modulated, Plain, SwiGLU, build, load_profile, project
 from .model.projection import Packed, ReferenceProducer
 from .nvfp4 import catalogue as C
 from .nvfp4 import formats as F
-from .ctx import code_fingerprint
+from .ctx import RUNG_NAMES, code_fingerprint
 from .reference import Reference
 
-RUNGS = {1: "adversarial", 2: "tiles", 3: "projection", 4: "block", 5: "step", 6: "two_step", 7: "trajectory", 8: "profile"}
+RUNGS = RUNG_NAMES
 
 
 def progress(msg: str) -> None:
@@ -434,4 +434,3 @@ def rung8(ctx, out, upstream=()):
 
 
 RUNG_FUNCS = {1: rung1, 2: rung2, 3: rung3, 4: rung4, 5: rung5, 6: rung6, 7: rung7, 8: rung8}
-PER_BLOCK = {3, 4}

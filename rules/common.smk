@@ -1,18 +1,15 @@
-import hashlib
 import json
 
 from snakemake.exceptions import WorkflowError
-from snakemake.utils import validate
 
 from h3gates import ctx as H3
 
-# Refuse a bad config before any job runs, naming the key and the reason; then fill defaults.
+# Refuse a bad config before any job runs, naming the key and the reason; fill the defaults
+# (schemas/config.schema.yaml, the same validation `h3gates verify` and `status` apply).
 try:
-    H3.validate_config(config)
+    config.update(H3.validate_config(config))
 except H3.ConfigError as e:
     raise WorkflowError(str(e))
-validate(config, "../schemas/config.schema.yaml")
-config.update(H3.validate_config(config))
 
 PROFILE = config["profile"]
 BLOCKS = config["blocks"]
@@ -40,34 +37,13 @@ def kernels(wc):
     return H3.kernel_sources(config, wc.candidate)
 
 
-def content(files):
-    """SHA-256 over file contents: as a param it reruns a gate on an edit, never on a touch."""
-    h = hashlib.sha256()
-    for f in files:
-        h.update(f.encode())
-        with open(f, "rb") as fh:
-            h.update(hashlib.sha256(fh.read()).digest())
-    return h.hexdigest()
-
-
 def fingerprint(wc):
-    return content(kernels(wc) + CODE)
+    """Content of the kernels and h3gates modules: as a param it reruns a gate on an edit, never on a touch."""
+    return H3.files_digest(kernels(wc) + CODE)
 
 
 def report_of(rung, block=None):
-    names = {
-        1: "r1_adversarial",
-        2: "r2_tiles",
-        5: "r5_step",
-        6: "r6_two_step",
-        7: "r7_trajectory",
-        8: "r8_profile",
-    }
-    if rung == 3:
-        return f"{RES}/{{candidate}}/r3_projection/block{block}.json"
-    if rung == 4:
-        return f"{RES}/{{candidate}}/r4_block/block{block}.json"
-    return f"{RES}/{{candidate}}/{names[rung]}.json"
+    return H3.report_path(PROFILE, "{candidate}", rung, block)
 
 
 def reports_of(rung):
@@ -77,4 +53,13 @@ def reports_of(rung):
 
 
 def token(rung):
-    return f"{RES}/{{candidate}}/tokens/r{rung}.pass"
+    return H3.token_path(PROFILE, "{candidate}", rung)
+
+
+def timing_plot_of(candidate="{candidate}"):
+    return f"{RES}/{candidate}/plots/r4_block_timing.png"
+
+
+def promotion(candidate="{candidate}"):
+    record, flag = H3.promotion_paths(PROFILE, candidate)
+    return {"record": record, "flag": flag}

@@ -10,8 +10,7 @@ rule promotion_record:
         kernels=kernels,
         code=CODE,
     output:
-        record=f"{RES}/promotion/{{candidate}}.json",
-        flag=f"{RES}/promotion/{{candidate}}.env",
+        **promotion(),
     log:
         f"{LOGS}/{{candidate}}/promotion.log",
     localrule: True
@@ -33,8 +32,7 @@ for _cand in CANDIDATES:
         name:
             f"promote_{_cand}"
         input:
-            record=f"{RES}/promotion/{_cand}.json",
-            flag=f"{RES}/promotion/{_cand}.env",
+            **promotion(_cand),
         log:
             f"{LOGS}/{_cand}/verify.log",
         localrule: True

@@ -7,7 +7,7 @@ rule timing_plot:
         lambda wc: [report_of(4, b).format(candidate=wc.candidate) for b in BLOCKS],
     output:
         report(
-            f"{RES}/{{candidate}}/plots/r4_block_timing.png",
+            timing_plot_of(),
             category="{candidate}",
             subcategory="4 block",
         ),
@@ -22,5 +22,5 @@ rule timing_plot:
 
 rule plots:
     input:
-        expand(f"{RES}/{{candidate}}/plots/r4_block_timing.png", candidate=CANDIDATES),
+        expand(timing_plot_of(), candidate=CANDIDATES),
     localrule: True

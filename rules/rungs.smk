@@ -9,7 +9,7 @@ rule r1_adversarial:
         code=CODE,
     output:
         report(
-            f"{RES}/{{candidate}}/r1_adversarial.json",
+            report_of(1),
             category="{candidate}",
             subcategory="1 adversarial",
         ),
@@ -34,7 +34,7 @@ rule r2_tiles:
         upstream=reports_of(1),
     output:
         report(
-            f"{RES}/{{candidate}}/r2_tiles.json",
+            report_of(2),
             category="{candidate}",
             subcategory="2 tiles",
         ),
@@ -59,7 +59,7 @@ rule r3_projection:
         upstream=reports_of(2),
     output:
         report(
-            f"{RES}/{{candidate}}/r3_projection/block{{block}}.json",
+            report_of(3, "{block}"),
             category="{candidate}",
             subcategory="3 projection",
         ),
@@ -81,10 +81,10 @@ rule r4_block:
         kernels=kernels,
         code=CODE,
         token=token(3),
-        upstream=f"{RES}/{{candidate}}/r3_projection/block{{block}}.json",
+        upstream=report_of(3, "{block}"),
     output:
         report(
-            f"{RES}/{{candidate}}/r4_block/block{{block}}.json",
+            report_of(4, "{block}"),
             category="{candidate}",
             subcategory="4 block",
         ),
@@ -109,7 +109,7 @@ rule r5_step:
         upstream=reports_of(4),
     output:
         report(
-            f"{RES}/{{candidate}}/r5_step.json",
+            report_of(5),
             category="{candidate}",
             subcategory="5 step",
         ),
@@ -134,7 +134,7 @@ rule r6_two_step:
         upstream=reports_of(5),
     output:
         report(
-            f"{RES}/{{candidate}}/r6_two_step.json",
+            report_of(6),
             category="{candidate}",
             subcategory="6 two-step",
         ),
@@ -159,7 +159,7 @@ rule r7_trajectory:
         upstream=reports_of(6),
     output:
         report(
-            f"{RES}/{{candidate}}/r7_trajectory.json",
+            report_of(7),
             category="{candidate}",
             subcategory="7 trajectory",
         ),
@@ -184,7 +184,7 @@ rule r8_profile:
         upstream=reports_of(7),
     output:
         report(
-            f"{RES}/{{candidate}}/r8_profile.json",
+            report_of(8),
             category="{candidate}",
             subcategory="8 profile",
         ),
