@@ -86,6 +86,16 @@ def test_ring_rows_change_reruns_only_qkv_ring(ws):
     assert todo and all("qkv_ring" in p for p in todo), todo
 
 
+def test_timing_change_reruns_from_rung_4(ws):
+    cfg = yaml.safe_load((ws / "config/config.yaml").read_text())
+    cfg["timing"]["rounds"] = 5
+    (ws / "config/config.yaml").write_text(yaml.safe_dump(cfg))
+    todo = pending(ws, "all")
+    for cand in CANDS:
+        assert f"{RES}/{cand}/r4_block/block0.json" in todo and f"{RES}/{cand}/r8_profile.json" in todo
+        assert not any(f"/{cand}/r{r}_" in p for p in todo for r in (1, 2, 3)), todo
+
+
 def test_accepted_baseline_change_reruns_the_others(ws):
     cfg = yaml.safe_load((ws / "config/config.yaml").read_text())
     cfg["baseline"]["accepted"] = ["modulate_fusion"]
@@ -248,6 +258,8 @@ def test_kernel_edit_then_touch_is_refused(ws):
     p = snakemake(ws, "promote_modulate_fusion")
     _refused(p, "stale: kernel kernels/cpu/modulate_fusion.py changed since the gate ran")
     assert not (ws / RES / "promotion/modulate_fusion.env").exists()
+    st = _status(ws)
+    assert all(st["modulate_fusion"][r]["state"] == "stale" for r in range(1, 9)) and st["qkv_ring"][1]["state"] == "pass"
 
 
 def test_deleted_report_is_refused(ws):
