@@ -52,7 +52,8 @@ def _include_paths() -> list[str]:
     return paths
 
 
-NAMES = [f"{k}<{t}>" for t in TYPES.values() for k in ("amax_reduce", "finalize_scale", "quantize_into", "modulate_amax", "modulate_quantize", "swiglu_amax", "swiglu_quantize")]
+NAMES = [f"{k}<{t}>" for t in TYPES.values() for k in ("amax_reduce", "finalize_scale", "quantize_into", "modulate_amax", "modulate_quantize", "swiglu_amax",
+                                                 "swiglu_quantize", "swiglu_probe")]
 
 
 @functools.lru_cache(maxsize=None)
@@ -81,23 +82,39 @@ def _k(name: str):
     return cc, kernels[name]
 
 
-def _blocks(rows_pad: int, nb: int) -> int:
-    if rows_pad * nb >= 2**31:
-        raise NVFP4InputError(f"{rows_pad} x {nb} scale blocks exceed the kernels' 32-bit block index")
-    return -(-rows_pad * nb // THREADS)
+def _items(rows: int, nbw: int) -> int:
+    if rows * nbw >= 2**31:
+        raise NVFP4InputError(f"{rows} x {nbw} scale blocks exceed the kernels' 32-bit block index")
+    return rows * nbw
 
 
 @functools.lru_cache(maxsize=4096)
-def _config(blocks: int):
-    return _cc().LaunchConfig(grid=blocks, block=THREADS)
+def _config(grid, block: int):
+    return _cc().LaunchConfig(grid=grid, block=block)
 
 
 _STREAM = _TorchStream()
 
 
-def _launch(name: str, blocks: int, *args) -> None:
+def _launch(name: str, grid, *args, block: int = THREADS) -> None:
     cc, kern = _k(name)
-    cc.launch(_STREAM, _config(max(1, int(blocks))), kern, *args)
+    cc.launch(_STREAM, _config(grid, block), kern, *args)
+
+
+@functools.lru_cache(maxsize=None)
+def _sms(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def _grid_2d(nbw: int, row_groups: int, max_ctas: int | None = None) -> tuple[int, int]:
+    """(column-block groups of 128 threads, row groups); row groups capped (the kernels stride)."""
+    gx = -(-nbw // 128)
+    gy = min(max(1, row_groups), 65535, max(1, max_ctas // gx) if max_ctas else 65535)
+    return (gx, gy)
+
+
+def _persistent(items: int, block: int = 512, per_sm: int = 3) -> int:
+    return max(1, min(-(-items // block), _sms(torch.cuda.current_device()) * per_sm))
 
 
 def _ptr(t: torch.Tensor) -> int:
@@ -119,8 +136,7 @@ def _check(x: torch.Tensor, what: str) -> str:
 
 
 def _grid_stride_blocks(n_vec: int) -> int:
-    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-    return min(-(-n_vec // THREADS), sms * 8)
+    return max(1, min(-(-n_vec // THREADS), _sms(torch.cuda.current_device()) * 8))
 
 
 def amax(x: torch.Tensor) -> torch.Tensor:
@@ -142,22 +158,27 @@ def global_scale(x: torch.Tensor) -> torch.Tensor:
     return finalize(amax(x), x.dtype)
 
 
-def quantize_into(x: torch.Tensor, g: torch.Tensor, q: torch.Tensor, s: torch.Tensor, dest_row: int = 0) -> None:
-    """Exact QDATA/SFA of all rows of x (padded to 16 rows and cols) into caller-owned buffers."""
+def quantize_into(x: torch.Tensor, g: torch.Tensor, q: torch.Tensor, s: torch.Tensor, dest_row: int = 0, pad_tail: bool = True) -> None:
+    """Exact QDATA/SFA of all rows of x (padded to 16 rows and cols) into caller-owned buffers.
+    Every scale byte of the rows is written (padding blocks zero); with pad_tail, also the zero
+    scales of the padding rows up to the next 128-row tile boundary (a buffer needs no memset)."""
     t = _check(x, "x")
     rows, cols = x.shape
     rows_pad, cols_pad = F.padded_shape(rows, cols, True)
     nb = cols_pad // 16
-    if q.shape[1] != cols_pad // 2 or dest_row + rows_pad > q.shape[0] or s.view(torch.uint8).shape[1] != F.roundup(nb, 4):
+    srows = F.roundup(dest_row + rows_pad, 128) - dest_row if pad_tail else rows_pad
+    sv = s.view(torch.uint8)
+    if q.shape[1] != cols_pad // 2 or dest_row + rows_pad > q.shape[0] or sv.shape[1] != F.roundup(nb, 4) or dest_row + srows > sv.shape[0]:
         raise NVFP4InputError(f"buffers {tuple(q.shape)}/{tuple(s.shape)} do not fit rows {dest_row}..{dest_row + rows_pad} of a {rows} x {cols} activation")
+    _items(dest_row + srows, F.roundup(nb, 4))
     vec = int(cols % 8 == 0 and x.data_ptr() % 16 == 0)
-    _launch(f"quantize_into<{t}>", _blocks(rows_pad, nb), _ptr(x), _i64(cols), _i64(rows), _i64(cols), _i64(rows_pad), _i64(nb),
-            _ptr(g), _ptr(q), _ptr(s), _i64(dest_row), np.int32(vec))
+    _launch(f"quantize_into<{t}>", _grid_2d(F.roundup(nb, 4), -(-srows // 4)), _ptr(x), _i64(cols), _i64(rows), _i64(cols), _i64(rows_pad), _i64(nb),
+            _ptr(g), _ptr(q), _ptr(s), _i64(dest_row), _i64(srows), np.int32(vec), block=128)
 
 
 def buffers(rows: int, cols: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     q = torch.empty(F.qdata_shape(rows, cols), dtype=torch.uint8, device=device)
-    s = torch.zeros(F.scales_shape(rows, cols), dtype=torch.uint8, device=device)
+    s = torch.empty(F.scales_shape(rows, cols), dtype=torch.uint8, device=device)  # the kernels write every byte
     return q, s
 
 
@@ -182,8 +203,9 @@ def _bounds(bounds, rows):
 
 
 def _pass_one(device):
-    """abs-max accumulator for pass 1 (zeroed) and the fp32 global-scale output."""
-    return torch.zeros(1, dtype=torch.int32, device=device), torch.empty(1, dtype=torch.float32, device=device)
+    """abs-max accumulator for pass 1 (zeroed) and the fp32 global-scale output, one allocation."""
+    both = torch.zeros(2, dtype=torch.int32, device=device)
+    return both[:1], both[1:].view(torch.float32)
 
 
 def modulate_produce(h, shift, scale, bounds, static_scale=None):
@@ -192,18 +214,21 @@ def modulate_produce(h, shift, scale, bounds, static_scale=None):
     rows, cols = h.shape
     t, vec = _fused_check(h, cols)
     b1, b2 = _bounds(bounds, rows)
-    s1 = (scale + 1).contiguous()  # the reference's own bf16 op, once per segment
-    shift = shift.contiguous()
+    scale, shift = scale.contiguous(), shift.contiguous()
+    vec = int(vec and scale.data_ptr() % 16 == 0 and shift.data_ptr() % 16 == 0)
+    rows_pad, nb = F.roundup(rows, 16), F.roundup(cols, 16) // 16
+    srows = F.roundup(rows, 128)
+    _items(srows, F.roundup(nb, 4))
     if static_scale is None:
         bits, g = _pass_one(h.device)
-        _launch(f"modulate_amax<{t}>", _grid_stride_blocks(rows * cols // 8), _ptr(h), _i64(rows), _i64(cols), _ptr(s1), _ptr(shift), _i64(b1), _i64(b2), _ptr(bits), np.int32(vec))
+        _launch(f"modulate_amax<{t}>", _grid_2d(nb, -(-rows // 16), _sms(torch.cuda.current_device()) * 16), _ptr(h), _i64(rows), _i64(cols), _ptr(scale),
+                _ptr(shift), _i64(b1), _i64(b2), _ptr(bits), np.int32(vec), block=128)
         bits_ptr = _ptr(bits)
     else:
         g, bits_ptr = static_scale.reshape(1).float().contiguous(), 0
     q, s = buffers(rows, cols, h.device)
-    rows_pad, nb = F.roundup(rows, 16), F.roundup(cols, 16) // 16
-    _launch(f"modulate_quantize<{t}>", _blocks(rows_pad, nb), _ptr(h), _i64(rows), _i64(cols), _i64(rows_pad), _ptr(s1), _ptr(shift),
-            _i64(b1), _i64(b2), bits_ptr, _ptr(g), _ptr(q), _ptr(s), _i64(nb), np.int32(vec))
+    _launch(f"modulate_quantize<{t}>", _grid_2d(F.roundup(nb, 4), -(-srows // 16)), _ptr(h), _i64(rows), _i64(cols), _i64(rows_pad), _ptr(scale), _ptr(shift),
+            _i64(b1), _i64(b2), bits_ptr, _ptr(g), _ptr(q), _ptr(s), _i64(nb), _i64(srows), np.int32(vec), block=128)
     return g, q, s
 
 
@@ -212,21 +237,34 @@ def swiglu_produce(u, static_scale=None):
     rows, f2 = u.shape
     f = f2 // 2
     t, vec = _fused_check(u, f)
+    rows_pad, nb = F.roundup(rows, 16), F.roundup(f, 16) // 16
+    srows = F.roundup(rows, 128)
+    items = _items(srows, F.roundup(nb, 4))
     if static_scale is None:
         bits, g = _pass_one(u.device)
-        _launch(f"swiglu_amax<{t}>", _grid_stride_blocks(rows * f // 8), _ptr(u), _i64(rows), _i64(f), _ptr(bits), np.int32(vec))
+        _launch(f"swiglu_amax<{t}>", _persistent(rows * nb), _ptr(u), _i64(rows), _i64(f), _ptr(bits), np.int32(vec), block=512)
         bits_ptr = _ptr(bits)
     else:
         g, bits_ptr = static_scale.reshape(1).float().contiguous(), 0
     q, s = buffers(rows, f, u.device)
-    rows_pad, nb = F.roundup(rows, 16), F.roundup(f, 16) // 16
-    _launch(f"swiglu_quantize<{t}>", _blocks(rows_pad, nb), _ptr(u), _i64(rows), _i64(f), _i64(rows_pad), bits_ptr, _ptr(g), _ptr(q), _ptr(s), _i64(nb), np.int32(vec))
+    _launch(f"swiglu_quantize<{t}>", _persistent(items), _ptr(u), _i64(rows), _i64(f), _i64(rows_pad), bits_ptr, _ptr(g), _ptr(q), _ptr(s), _i64(nb),
+            _i64(srows), np.int32(vec), block=512)
     return g, q, s
+
+
+def swiglu_probe(gate: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The SwiGLU producer's element function RN(silu(gate) * value) on 1-D tensors (even length):
+    (paired vector path, scalar path), for exhaustive comparison with torch."""
+    t = TYPES[gate.dtype]
+    n = gate.numel()
+    out2, out1 = torch.empty_like(gate), torch.empty_like(gate)
+    _launch(f"swiglu_probe<{t}>", _persistent(n // 2), _ptr(gate.contiguous()), _ptr(value.contiguous()), _ptr(out2), _ptr(out1), _i64(n), block=512)
+    return out2, out1
 
 
 def rcp_approx(x: torch.Tensor) -> torch.Tensor:
     """The hardware's rcp.approx.ftz.f32 of every fp32 element."""
     x = x.contiguous().float()
     y = torch.empty_like(x)
-    _launch("rcp_approx_kernel", -(-x.numel() // THREADS), _ptr(x), _ptr(y), _i64(x.numel()))
+    _launch("rcp_approx_kernel", max(1, -(-x.numel() // THREADS)), _ptr(x), _ptr(y), _i64(x.numel()))
     return y

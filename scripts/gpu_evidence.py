@@ -267,6 +267,19 @@ def section_kernels() -> dict:
         ref_s = F.swizzle(F.unswizzle(rs, r0 + npad, 5376 // 16)[r0:])
         chunks.append({"row0": r0, "rows": p.rows, "qdata": nbytes_diff(p.qdata, rq[r0 : r0 + npad]), "scales": nbytes_diff(p.scales, ref_s)})
     res["ring"]["canonical_2048"] = {"chunks": chunks, "n_chunks": len(chunks), "last_chunk_rows": chunks[-1]["rows"]}
+    # every 16-bit gate through the SwiGLU element function; every 16-bit input through the quantizer
+    res["swiglu_element_all_gates"], res["quantize_all_bit_patterns"] = {}, {}
+    for dt in (torch.bfloat16, torch.float16):
+        gate = torch.arange(-(2**15), 2**15, dtype=torch.int32, device=DEV).to(torch.int16).view(dt)
+        for vname, v in (("one", torch.ones_like(gate)), ("wide", C.random_tensor("wide", (gate.numel(), 1), dt, seed=8, device=DEV).reshape(-1))):
+            ref = torch.nn.functional.silu(gate) * v
+            for path, got in zip(("paired", "scalar"), K.swiglu_probe(gate, v)):
+                same = (got.view(torch.int16) == ref.view(torch.int16)) | (torch.isnan(got) & torch.isnan(ref))
+                res["swiglu_element_all_gates"][f"{str(dt)[6:]}/{vname}/{path}"] = {"gates": gate.numel(), "differ": int((~same).sum())}
+        for gv in (1.0, 3.0e-3, 1.0e-30, 448.0, 0.0):
+            gs = torch.tensor(gv, dtype=torch.float32, device=DEV)
+            r = _k_vs_comfy(gate.reshape(-1, 16), gs)
+            res["quantize_all_bit_patterns"][f"{str(dt)[6:]}/g={gv}"] = r
     return res
 
 
@@ -291,6 +304,33 @@ def timed(fns: dict, rounds=25, warmup=3) -> dict:
     return {n: {"median_ms": statistics.median(t), "p95_ms": sorted(t)[int(0.95 * (len(t) - 1))], "rounds_ms": t} for n, t in times.items()}
 
 
+def graphed(fn):
+    """fn captured in a CUDA graph (replay = GPU time without Python launch overhead), or the error."""
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            fn()
+        torch.cuda.current_stream().wait_stream(side)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn()
+        return g.replay
+    except Exception as e:  # recorded, not fatal
+        return f"{type(e).__name__}: {str(e)[:200]}"
+
+
+def with_graphs(fns: dict) -> tuple[dict, dict]:
+    out, errors = dict(fns), {}
+    for n, f in fns.items():
+        g = graphed(f)
+        if callable(g):
+            out[n + "_graph"] = g
+        else:
+            errors[n + "_graph"] = g
+    return out, errors
+
+
 def section_bench() -> dict:
     res = {}
     big = torch.empty(2 * 2**30, dtype=torch.uint8, device=DEV)
@@ -312,11 +352,12 @@ def section_bench() -> dict:
         g1 = g.reshape(1).float()
         q, s = K.buffers(rows, cols, DEV)
         out_b = q.numel() + s.numel()
-        r = timed({"comfy_quantize": lambda: comfy(x, g), "h3_quantize_into": lambda: K.quantize_into(x, g1, q, s),
-                   "h3_global_scale_plus_quantize": lambda: K.quantize_into(x, K.global_scale(x), q, s)})
+        fns, gerr = with_graphs({"comfy_quantize": lambda: comfy(x, g), "h3_quantize_into": lambda: K.quantize_into(x, g1, q, s),
+                                 "h3_global_scale_plus_quantize": lambda: K.quantize_into(x, K.global_scale(x), q, s)})
+        r = timed(fns)
         fl = floor(x.numel() * 2, out_b)
         res[f"quantize_{rows}x{cols}"] = {"floor_ms": fl, "ratio_comfy_over_h3": r["comfy_quantize"]["median_ms"] / r["h3_quantize_into"]["median_ms"],
-                                          "h3_GBps": (x.numel() * 2 + out_b) / r["h3_quantize_into"]["median_ms"] / 1e6, **r}
+                                          "h3_GBps": (x.numel() * 2 + out_b) / r["h3_quantize_into"]["median_ms"] / 1e6, "graph_errors": gerr, **r}
         # QKV producer: unfused (torch modulation per segment, torch global scale, comfy) vs fused
         sc = (torch.randn(3, cols, device=DEV, generator=gen) * 0.3).to(torch.bfloat16)
         sh = (torch.randn(3, cols, device=DEV, generator=gen) * 0.3).to(torch.bfloat16)
@@ -326,10 +367,11 @@ def section_bench() -> dict:
             m = modulate(x, sh, sc, b)
             return comfy(m, nvfp4.global_scale(m))
 
-        r = timed({"unfused_qkv_producer": unfused, "h3_modulate_fused": lambda: K.modulate_produce(x, sh, sc, b)})
+        fns, gerr = with_graphs({"unfused_qkv_producer": unfused, "h3_modulate_fused": lambda: K.modulate_produce(x, sh, sc, b)})
+        r = timed(fns)
         fl = floor(2 * x.numel() * 2, out_b)  # two passes over h
         res[f"qkv_producer_{rows}"] = {"floor_ms": fl, "ratio_unfused_over_fused": r["unfused_qkv_producer"]["median_ms"] / r["h3_modulate_fused"]["median_ms"],
-                                       "fused_over_floor": r["h3_modulate_fused"]["median_ms"] / fl, **r}
+                                       "fused_over_floor": r["h3_modulate_fused"]["median_ms"] / fl, "graph_errors": gerr, **r}
         del x, q, s
         f = 14336
         u = torch.randn(rows, 2 * f, device=DEV, generator=gen).to(torch.bfloat16)
@@ -338,11 +380,12 @@ def section_bench() -> dict:
             m = swiglu(u)
             return comfy(m, nvfp4.global_scale(m))
 
-        r = timed({"unfused_swiglu_producer": unfused_sw, "h3_swiglu_fused": lambda: K.swiglu_produce(u)}, rounds=15)
+        fns, gerr = with_graphs({"unfused_swiglu_producer": unfused_sw, "h3_swiglu_fused": lambda: K.swiglu_produce(u)})
+        r = timed(fns, rounds=15)
         out_b = rows * f // 2 + F.roundup(rows, 128) * (f // 16)
         fl = floor(2 * u.numel() * 2, out_b)
         res[f"swiglu_producer_{rows}"] = {"floor_ms": fl, "ratio_unfused_over_fused": r["unfused_swiglu_producer"]["median_ms"] / r["h3_swiglu_fused"]["median_ms"],
-                                          "fused_over_floor": r["h3_swiglu_fused"]["median_ms"] / fl, **r}
+                                          "fused_over_floor": r["h3_swiglu_fused"]["median_ms"] / fl, "graph_errors": gerr, **r}
         del u
         torch.cuda.empty_cache()
     return res
@@ -362,10 +405,11 @@ def summary(name, data) -> list[str]:
         lines.append(f"numerics: rcp mismatches {data['rcp']['mismatches']} of {data['rcp']['inputs']}")
         lines.append(f"numerics: gemm {json.dumps(data['gemm'])}")
     if name == "kernels":
-        for part in ("quantize_into", "modulate_fused", "swiglu_fused", "global_scale", "fused_catalogue"):
+        for part in ("quantize_into", "modulate_fused", "swiglu_fused", "global_scale", "fused_catalogue", "quantize_all_bit_patterns"):
             bad = [k for k, v in data.get(part, {}).items() if (v.get("qdata", 0) or v.get("scales", 0) or v.get("equal") is False or v.get("global_scale_equal") is False
                                                          or v.get("agree") is False or v.get("formula_mismatches", 0) or v.get("kernel_mismatches", 0))]
             lines.append(f"kernels: {part}: {len(data.get(part, {}))} cases, differing: {bad[:6]}")
+        lines.append(f"kernels: swiglu element, all gates: {json.dumps({k: v['differ'] for k, v in data.get('swiglu_element_all_gates', {}).items()})}")
         ch = data["ring"]["canonical_2048"]["chunks"]
         lines.append(f"kernels: ring chunks {len(ch)}, differing {[c['row0'] for c in ch if c['qdata'] or c['scales']]}")
     if name == "bench":
@@ -374,7 +418,7 @@ def summary(name, data) -> list[str]:
             if k == "copy_bandwidth":
                 continue
             meds = {n: round(x["median_ms"], 4) for n, x in v.items() if isinstance(x, dict) and "median_ms" in x}
-            lines.append(f"bench: {k}: floor {v['floor_ms']:.4f} ms {meds}")
+            lines.append(f"bench: {k}: floor {v['floor_ms']:.4f} ms {meds} {v.get('graph_errors') or ''}")
     return lines
 
 

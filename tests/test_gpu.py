@@ -82,3 +82,69 @@ def test_emulated_gemm_cuda_matches_fp32_formulation():
     av, bv = nvfp4.block_values(aq, as_, 512), nvfp4.block_values(bq, bs, 768)
     torch.backends.cuda.matmul.allow_tf32 = False
     assert torch.equal(out, ((av.float() @ bv.float().t()) * nvfp4.gemm.alpha(ga, gb).cuda()).to(torch.bfloat16))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_swiglu_element_function_equals_torch_on_every_gate(dtype):
+    """The SwiGLU producer's RN(silu(gate) * value) (bf16: the shared-memory silu table plus the
+    formula outside it) equals torch's silu then mul for all 65,536 gate bit patterns."""
+    from h3gates import cudakernels as K
+
+    gate = torch.arange(-(2**15), 2**15, dtype=torch.int32, device="cuda").to(torch.int16).view(dtype)
+    for value in (1.0, -3.0, 0.0078125, None):
+        v = torch.full_like(gate, value) if value is not None else C.random_tensor("wide", (gate.numel(), 1), dtype, seed=8, device="cuda").reshape(-1)
+        ref = torch.nn.functional.silu(gate) * v
+        for got in K.swiglu_probe(gate, v):
+            same = (got.view(torch.int16) == ref.view(torch.int16)) | (torch.isnan(got) & torch.isnan(ref))
+            assert bool(same.all()), f"value {value}: first differing gate bits {int(gate.view(torch.int16)[~same][0]) & 0xFFFF:#06x}"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("g", [1.0, 3.0e-3, 1.0e-30, 448.0, 0.0])
+def test_cuda_quantize_every_bit_pattern_equals_comfy_cuda(dtype, g):
+    """Every 16-bit input pattern (NaN, inf, subnormals, signed zeros) through the quantizer, each
+    16-value block once in order and once shuffled, at fixed global scales: comfy's CUDA bytes."""
+    from h3gates import cudakernels as K
+
+    x = torch.arange(-(2**15), 2**15, dtype=torch.int32, device="cuda").to(torch.int16).view(dtype)
+    perm = torch.randperm(x.numel(), generator=torch.Generator().manual_seed(1)).cuda()
+    for t in (x.reshape(-1, 16), x[perm].reshape(-1, 64)):
+        gs = torch.tensor(g, dtype=torch.float32, device="cuda")
+        ref = oracle.comfy_quantize(t, gs, backend="cuda")
+        q, s = K.quantize(t, gs.reshape(1))
+        assert torch.equal(q, ref[0]) and torch.equal(s, ref[1])
+
+
+def test_cuda_producers_write_every_scale_byte():
+    """Buffers filled with 0xFF: the kernels write the padding scales (rows to 128, blocks to 4)."""
+    from h3gates import cudakernels as K
+    from h3gates.nvfp4 import formats as F
+
+    x = C.random_tensor("normal", (200, 80), seed=9, device="cuda")
+    g = nvfp4.global_scale(x)
+    ref = oracle.comfy_quantize(x, g, backend="cuda")
+    q, s = torch.full(F.qdata_shape(200, 80), 255, dtype=torch.uint8, device="cuda"), torch.full(F.scales_shape(200, 80), 255, dtype=torch.uint8, device="cuda")
+    K.quantize_into(x, g.reshape(1).float(), q, s)
+    assert torch.equal(q, ref[0]) and torch.equal(s, ref[1])
+
+
+@pytest.mark.parametrize("cols", [36, 520, 1000])
+def test_cuda_fused_producers_scalar_and_partial_block_paths(cols):
+    """Columns not a multiple of 16 (a partial last block) or of 8 (no vector loads at all)."""
+    from h3gates import cudakernels as K
+    from h3gates.model.projection import modulate, swiglu
+
+    h = C.random_tensor("wide", (300, cols), seed=11, device="cuda")
+    sc, sh = C.random_tensor("normal", (3, cols), seed=12, device="cuda") * 0.3, C.random_tensor("normal", (3, cols), seed=13, device="cuda") * 0.3
+    b = ((0, 5), (5, 150), (150, 300))
+    m = modulate(h, sh, sc, b)
+    ref = oracle.comfy_quantize(m, nvfp4.global_scale(m), backend="cuda")
+    g, q, s = K.modulate_produce(h, sh, sc, b)
+    assert torch.equal(g.view(torch.int32), nvfp4.global_scale(m).reshape(1).view(torch.int32))
+    assert torch.equal(q, ref[0]) and torch.equal(s, ref[1])
+    u = C.random_tensor("wide", (300, 2 * cols), seed=14, device="cuda")
+    m = swiglu(u)
+    ref = oracle.comfy_quantize(m, nvfp4.global_scale(m), backend="cuda")
+    g, q, s = K.swiglu_produce(u)
+    assert torch.equal(g.view(torch.int32), nvfp4.global_scale(m).reshape(1).view(torch.int32))
+    assert torch.equal(q, ref[0]) and torch.equal(s, ref[1])

@@ -8,9 +8,15 @@
 //            quantize_into      exact QDATA + swizzled SFA for a row range into caller-owned buffers
 //            modulate_amax / modulate_quantize   two-pass modulate-fused producer (seed 000)
 //            swiglu_amax / swiglu_quantize       two-pass SwiGLU-fused producer
+//            swiglu_probe       the SwiGLU element function of the producer, for exhaustive tests
 // Constraints: bf16 or fp16 input, any rows and cols (padded to 16 as comfy does); vector loads
-//            when rows are 16-byte aligned, a scalar path otherwise.
-//            One thread per 16-element block (one E4M3 scale).
+//            when rows are 16-byte aligned, a scalar path otherwise. The quantizing kernels write
+//            every scale byte of their tiles, padding included (zero), so buffers need no memset.
+// Cost model (why the code looks like this): sm_90 has no E2M1 conversion, and the first version's
+//            integer E2M1 (~20 ALU-pipe ops per element) made every producer ALU-bound at about
+//            twice the memory floor (evidence/h200/ncu.csv). Here the E2M1 rounding runs on the FMA
+//            pipe (three magic-number roundings, e2m1_nibble), the modulation and abs-max work on
+//            packed bf16x2/f16x2 pairs, and bf16 silu is a shared-memory table of the exact formula.
 // Numerics:  compiled WITHOUT fast-math; the fast-math steps of comfy's kernel are spelled out in
 //            PTX (mul.rn.ftz, rcp.approx.ftz) so the bf16 modulation and SwiGLU stay IEEE, as torch's.
 #include <cuda_bf16.h>
@@ -37,21 +43,68 @@ template <typename T> __device__ __forceinline__ T from_f(float v);
 template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 template <> __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
 
+// Two values of T in one 32-bit word (element 0 in the low half), as they sit in memory.
+template <typename T> struct Pair;
+template <> struct Pair<__nv_bfloat16> {
+  static __device__ __forceinline__ float lo(unsigned w) { return __uint_as_float(w << 16); }
+  static __device__ __forceinline__ float hi(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
+  static __device__ __forceinline__ unsigned pack(float a, float b) {  // RN to bf16 each
+    unsigned r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(b), "f"(a));
+    return r;
+  }
+  static __device__ __forceinline__ unsigned add(unsigned a, unsigned b) {  // RN(a + b) each, IEEE
+    unsigned r;
+    asm("add.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+  }
+  static __device__ __forceinline__ unsigned absmax_nan(unsigned acc, unsigned w) {  // acc = max(acc, |w|), NaN wins
+    unsigned r;
+    asm("max.NaN.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(acc), "r"(w & 0x7fff7fffu));
+    return r;
+  }
+};
+template <> struct Pair<__half> {
+  static __device__ __forceinline__ float lo(unsigned w) { return __half2float(__ushort_as_half((unsigned short)(w & 0xffffu))); }
+  static __device__ __forceinline__ float hi(unsigned w) { return __half2float(__ushort_as_half((unsigned short)(w >> 16))); }
+  static __device__ __forceinline__ unsigned pack(float a, float b) {
+    unsigned r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(b), "f"(a));
+    return r;
+  }
+  static __device__ __forceinline__ unsigned add(unsigned a, unsigned b) {
+    unsigned r;
+    asm("add.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+  }
+  static __device__ __forceinline__ unsigned absmax_nan(unsigned acc, unsigned w) {
+    unsigned r;
+    asm("max.NaN.f16x2 %0, %1, %2;" : "=r"(r) : "r"(acc), "r"(w & 0x7fff7fffu));
+    return r;
+  }
+};
+
 // NaN-propagating max of non-negative values (torch.amax semantics for the global scale): a NaN in
 // either operand wins (a NaN already in `a` survives because no comparison with it is true).
 __device__ __forceinline__ float max_nan(float a, float b) { return (b != b || b > a) ? b : a; }
 
-// E2M1 code as CUDA's software conversion on sm_90: RNE on the grid, saturating at 6, sign kept
-// (also for values that round to 0), NaN -> 0x7.
-// For |v| >= 1 the code is the top two significand bits after round-to-nearest-even (exponent
-// rebias + half-ulp bias + odd bit, the classic integer rounding); below 1 two compares suffice.
-__device__ __forceinline__ unsigned e2m1(float v) {
-  unsigned bits = __float_as_uint(v);
-  unsigned a = bits & 0x7fffffffu;
-  unsigned normal = min((a - (126u << 23) + 0x1fffffu + ((a >> 22) & 1u)) >> 22, 7u);
-  unsigned small = (a > 0x3e800000u) + (a >= 0x3f400000u);  // |v| > 0.25, |v| >= 0.75
-  unsigned c = (a >= 0x3f800000u ? normal : small) | ((bits >> 28) & 8u);
-  return a > 0x7f800000u ? 7u : c;  // NaN -> positive max
+// The NaN-propagating abs-max of a packed accumulator's two halves.
+template <typename T>
+__device__ __forceinline__ float pair_max(unsigned acc) { return max_nan(Pair<T>::lo(acc), Pair<T>::hi(acc)); }
+
+// E2M1 nibble of v (CUDA's software conversion on sm_90: RNE on the grid {0,.5,1,1.5,2,3,4,6},
+// saturating at 6, sign kept also for values that round to 0, NaN -> 0x7) as the float 2^23 + nibble.
+// For a = min(|v|, 6) the code is min(RNE(2a), RNE(a) + 2, RNE(a/2) + 4): the grid is the lower
+// envelope of three uniform grids (spacing 1/2, 1, 2) and RNE commutes with min. Each RNE is one
+// FMA against 2^23 (+ an even offset, so ties still go to even codes), which rounds at unit spacing.
+// NaN: fminf returns 6 (code 7) and the multiply that produced v made it the positive canonical NaN.
+// Checked against the integer formulation on all 2^32 fp32 patterns (tests/test_kernels_compile.py).
+__device__ __forceinline__ float e2m1_nibble(float v) {
+  float a = fminf(fabsf(v), 6.0f);
+  float t1 = __fmaf_rn(a, 2.0f, 8388612.0f);  // 2^23 + 4 + RNE(2a)
+  float t2 = __fadd_rn(a, 8388614.0f);        // 2^23 + 4 + RNE(a) + 2
+  float t3 = __fmaf_rn(a, 0.5f, 8388616.0f);  // 2^23 + 4 + RNE(a/2) + 4
+  return __fsub_rn(fminf(fminf(t1, t2), t3), copysignf(4.0f, v));  // 2^23 + code + 8 * sign
 }
 
 // cuBLAS 128x4 swizzled offset of the scale of row r, 16-block c (nb blocks per row).
@@ -61,39 +114,48 @@ __device__ __forceinline__ long long sf_offset(long long r, long long c, long lo
 }
 
 // One 16-value block, comfy's CUDA steps: amax (NaN-ignoring) -> d = amax*RN(1/6)*rcp(g) ->
-// min 448 -> E4M3 -> enc = min(rcp(g*s), FLT_MAX) -> codes of x*enc, hi_first.
-__device__ __forceinline__ void encode_block(const float x[16], float g, uint2* q, unsigned char* s) {
+// min 448 -> E4M3 -> enc = min(rcp(g*s), FLT_MAX) -> codes of x*enc, hi_first. rg = rcp(g).
+__device__ __forceinline__ void encode_block(const float x[16], float g, float rg, uint2* q, unsigned char* s) {
   float amax = fabsf(x[0]);
 #pragma unroll
   for (int i = 1; i < 16; ++i) amax = fmaxf(amax, fabsf(x[i]));
-  float d = mul_ftz(mul_ftz(amax, __uint_as_float(0x3E2AAAABu)), rcp_approx(g));
+  float d = mul_ftz(mul_ftz(amax, __uint_as_float(0x3E2AAAABu)), rg);
   d = fminf(d, 448.0f);
   __nv_fp8_storage_t sb = __nv_cvt_float_to_fp8(d, __NV_SATFINITE, __NV_E4M3);
   float sf = __half2float(__half(__nv_cvt_fp8_to_halfraw(sb, __NV_E4M3)));
   float enc = fminf(rcp_approx(mul_ftz(g, sf)), 3.402823466e+38f);
-  unsigned w[2] = {0u, 0u};
+  constexpr unsigned BIAS = 0x4B000000u * 0x11111111u;  // the 2^23 exponent bits of the 8 nibble floats
+  unsigned w[2];
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    unsigned byte = (e2m1(mul_ftz(x[2 * j], enc)) << 4) | e2m1(mul_ftz(x[2 * j + 1], enc));
-    w[j / 4] |= byte << (8 * (j % 4));
+  for (int h = 0; h < 2; ++h) {
+    unsigned acc = 0u;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      unsigned hi = __float_as_uint(e2m1_nibble(mul_ftz(x[8 * h + 2 * j], enc)));
+      unsigned lo = __float_as_uint(e2m1_nibble(mul_ftz(x[8 * h + 2 * j + 1], enc)));
+      acc += (hi * 16u + lo) << (8 * j);
+    }
+    w[h] = acc - BIAS;
   }
   *q = make_uint2(w[0], w[1]);
   *s = sb;
 }
 
-// Load 16 consecutive values of row r starting at column c0 (zero outside rows x cols).
+// 16 values from two 16-byte vectors of T.
 template <typename T>
-__device__ __forceinline__ void load16(const T* x, long long ld, long long rows, long long cols, long long r, long long c0, float out[16], bool vec) {
-  if (vec && r < rows && c0 + 16 <= cols) {
-    const uint4* p = reinterpret_cast<const uint4*>(x + r * ld + c0);
-    uint4 v[2] = {p[0], p[1]};
-    const T* e = reinterpret_cast<const T*>(v);
+__device__ __forceinline__ void unpack16(const uint4 v[2], float out[16]) {
+  const unsigned* w = reinterpret_cast<const unsigned*>(v);
 #pragma unroll
-    for (int i = 0; i < 16; ++i) out[i] = to_f(e[i]);
-  } else {
-#pragma unroll
-    for (int i = 0; i < 16; ++i) out[i] = (r < rows && c0 + i < cols) ? to_f(x[r * ld + c0 + i]) : 0.0f;
+  for (int i = 0; i < 8; ++i) {
+    out[2 * i] = Pair<T>::lo(w[i]);
+    out[2 * i + 1] = Pair<T>::hi(w[i]);
   }
+}
+
+__device__ __forceinline__ void load32(const void* p, uint4 v[2]) {
+  const uint4* q = reinterpret_cast<const uint4*>(p);
+  v[0] = q[0];
+  v[1] = q[1];
 }
 
 template <typename T>
@@ -111,20 +173,63 @@ __device__ __forceinline__ void block_max(float m, unsigned* amax_bits) {
   }
 }
 
-// bf16/fp16 modulation exactly as torch: (h * (scale + 1)) + shift, rounding after each op;
-// s1 = (scale + 1) is precomputed once per segment by torch itself (the reference op).
+// bf16/fp16 modulation exactly as torch: (h * (scale + 1)) + shift, rounding after each op.
 template <typename T>
-__device__ __forceinline__ float modulate(T h, T s1, T shift) {
+__device__ __forceinline__ float modulate(T h, T scale, T shift) {
+  T s1 = from_f<T>(to_f(scale) + 1.0f);
   T hm = from_f<T>(to_f(h) * to_f(s1));
   return to_f(from_f<T>(to_f(hm) + to_f(shift)));
 }
 
-// silu(gate) rounded to T, times value, rounded to T (torch's silu then mul).
+// The same on a pair: s1w = RN(scale + 1) packed; the product is exact in fp32 or rounded there as
+// torch's is (fp32 subnormals), then RN to T; the sum of two T values is exact in fp32, so one RN.
 template <typename T>
-__device__ __forceinline__ float swiglu(T gate, T value) {
-  float g = to_f(gate);
-  T sl = from_f<T>(g / (1.0f + expf(-g)));
-  return to_f(from_f<T>(to_f(sl) * to_f(value)));
+__device__ __forceinline__ unsigned modulate2(unsigned h, unsigned s1w, unsigned shw) {
+  unsigned hm = Pair<T>::pack(Pair<T>::lo(h) * Pair<T>::lo(s1w), Pair<T>::hi(h) * Pair<T>::hi(s1w));
+  return Pair<T>::add(hm, shw);
+}
+
+// silu(gate) rounded to T: torch's formula x / (1 + exp(-x)) in fp32 (IEEE expf and division).
+template <typename T>
+__device__ __forceinline__ float silu_exact(float g) { return to_f(from_f<T>(g / (1.0f + expf(-g)))); }
+
+// bf16 silu table: every bf16 with |g| in [2^-40, 2^8), both signs (2 x 6144 entries, 24 KB of
+// shared memory), filled by each block from silu_exact; other values (and fp16) use the formula.
+constexpr unsigned SILU_LO = 87u << 7, SILU_SPAN = 48u << 7, SILU_ENTRIES = 2 * SILU_SPAN;
+template <typename T> struct SiluTable { static constexpr bool on = false; };
+template <> struct SiluTable<__nv_bfloat16> { static constexpr bool on = true; };
+
+template <typename T>
+__device__ __forceinline__ void silu_fill(unsigned short* tab) {
+  if constexpr (SiluTable<T>::on) {
+    for (unsigned i = threadIdx.x; i < SILU_ENTRIES; i += blockDim.x) {
+      unsigned bits = (i >= SILU_SPAN ? 0x8000u : 0u) | (SILU_LO + i % SILU_SPAN);
+      tab[i] = (unsigned short)(__float_as_uint(silu_exact<T>(__uint_as_float(bits << 16))) >> 16);
+    }
+    __syncthreads();
+  }
+}
+
+// silu of the T with bits `b` (low 16 bits), rounded to T, as fp32.
+template <typename T>
+__device__ __forceinline__ float silu_of(unsigned b, const unsigned short* tab) {
+  if constexpr (SiluTable<T>::on) {
+    unsigned i = (b & 0x7fffu) - SILU_LO;
+    if (i < SILU_SPAN) return __uint_as_float((unsigned)tab[i + ((b & 0x8000u) ? SILU_SPAN : 0u)] << 16);
+  }
+  return silu_exact<T>(Pair<T>::lo(b));
+}
+
+// RN(silu(gate) * value) for a pair of gates and values, packed.
+template <typename T>
+__device__ __forceinline__ unsigned swiglu2(unsigned gw, unsigned vw, const unsigned short* tab) {
+  return Pair<T>::pack(silu_of<T>(gw & 0xffffu, tab) * Pair<T>::lo(vw), silu_of<T>(gw >> 16, tab) * Pair<T>::hi(vw));
+}
+
+template <typename T>
+__device__ __forceinline__ float swiglu1(T gate, T value, const unsigned short* tab) {
+  unsigned gb = *reinterpret_cast<const unsigned short*>(&gate);
+  return to_f(from_f<T>(silu_of<T>(gb, tab) * to_f(value)));
 }
 
 // Packed rows [text | audio | video]: segment 0 below b1, 1 below b2, else 2.
@@ -136,19 +241,29 @@ __device__ __forceinline__ float scale_from_amax(const unsigned* amax_bits) {
   return to_f(from_f<T>(__uint_as_float(*amax_bits) * (1.0f / 2688.0f)));
 }
 
-// Pass 2's common start: the global scale the launch encodes with (derived from pass 1's abs-max and
-// published to g by thread 0, or the static g) and this thread's (row, 16-block); false past the end.
+// Pass 2's global scale: derived from pass 1's abs-max (and published to g by the first thread of
+// the launch) or the static g.
 template <typename T>
-__device__ __forceinline__ bool pass_two_block(const unsigned* amax_bits, float* g, long long rows_pad, long long nb, float& gs,
-                                               long long& r, long long& c) {
-  unsigned b = blockIdx.x * blockDim.x + threadIdx.x;  // rows_pad * nb < 2^31 (checked by the launcher)
-  gs = amax_bits ? scale_from_amax<T>(amax_bits) : *g;
-  if (amax_bits && b == 0) *g = gs;
-  if (b >= rows_pad * nb) return false;
-  r = b / (unsigned)nb;
-  c = b % (unsigned)nb;
-  return true;
+__device__ __forceinline__ float pass_two_scale(const unsigned* amax_bits, float* g) {
+  float gs = amax_bits ? scale_from_amax<T>(amax_bits) : *g;
+  if (amax_bits && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *g = gs;
+  return gs;
 }
+
+// A persistent launch's walk over (row, column-block) items of a rows x nbw grid: item
+// blockIdx.x * blockDim.x + threadIdx.x, then strides of the whole launch (one division per thread).
+struct Walk {
+  unsigned r, c, dr, dc, nbw;
+  __device__ __forceinline__ Walk(unsigned nbw_) : nbw(nbw_) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x, s = gridDim.x * blockDim.x;
+    r = i / nbw, c = i % nbw, dr = s / nbw, dc = s % nbw;
+  }
+  __device__ __forceinline__ void next() {
+    c += dc;
+    r += dr;
+    if (c >= nbw) c -= nbw, ++r;
+  }
+};
 
 }  // namespace h3
 
@@ -177,133 +292,249 @@ __global__ void finalize_scale(const unsigned* amax_bits, float* g) {
 }
 
 // ------------------------------------------------------------------ quantize a row range
-// x: rows x cols (row stride ld) -> q rows [dest_row, dest_row + rows_pad) of a [*, cols_pad/2]
-// buffer and their scales in the swizzled buffer s (nb = cols_pad / 16 blocks per row).
+// x: rows x cols (row stride ld) -> q rows [dest_row, dest_row + rows_pad) of a [*, nb*8] buffer and
+// the scales of rows [dest_row, dest_row + srows) x 4-padded blocks in the swizzled buffer s (zero
+// past rows_pad / nb). Grid: x over 128-thread column-block groups, y over 4-row groups (strided).
+constexpr int QROWS = 4;
 template <typename T>
-__global__ void quantize_into(const T* __restrict__ x, long long ld, long long rows, long long cols, long long rows_pad,
-                              long long nb, const float* __restrict__ g, unsigned char* __restrict__ q,
-                              unsigned char* __restrict__ s, long long dest_row, int vec) {
-  unsigned b = blockIdx.x * blockDim.x + threadIdx.x;  // rows_pad * nb < 2^31 (checked by the launcher)
-  if (b >= rows_pad * nb) return;
-  long long r = b / (unsigned)nb, c = b % (unsigned)nb;
-  float v[16];
-  h3::load16(x, ld, rows, cols, r, c * 16, v, vec != 0);
-  h3::encode_block(v, *g, reinterpret_cast<uint2*>(q + (dest_row + r) * nb * 8 + c * 8), s + h3::sf_offset(dest_row + r, c, nb));
+__global__ void __launch_bounds__(128, 6) quantize_into(const T* __restrict__ x, long long ld, long long rows, long long cols, long long rows_pad,
+                                                     long long nb, const float* __restrict__ g, unsigned char* __restrict__ q,
+                                                     unsigned char* __restrict__ s, long long dest_row, long long srows, int vec) {
+  long long c = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (c >= ((nb + 3) & ~3LL)) return;
+  float gs = *g, rg = h3::rcp_approx(gs);
+  bool fast = vec && (c + 1) * 16 <= cols;
+  for (long long r0 = blockIdx.y * (long long)QROWS; r0 < srows; r0 += gridDim.y * (long long)QROWS) {
+    uint4 raw[QROWS][2];
+#pragma unroll
+    for (int k = 0; k < QROWS; ++k)
+      if (fast && r0 + k < rows) h3::load32(x + (r0 + k) * ld + c * 16, raw[k]);
+#pragma unroll
+    for (int k = 0; k < QROWS; ++k) {
+      long long r = r0 + k;
+      if (r >= srows) break;
+      unsigned char* sp = s + h3::sf_offset(dest_row + r, c, nb);
+      if (c >= nb || r >= rows_pad) {
+        *sp = 0;
+        continue;
+      }
+      float v[16];
+      if (r >= rows) {
+#pragma unroll
+        for (int i = 0; i < 16; ++i) v[i] = 0.0f;
+      } else if (fast) {
+        h3::unpack16<T>(raw[k], v);
+      } else {
+#pragma unroll
+        for (int i = 0; i < 16; ++i) v[i] = c * 16 + i < cols ? h3::to_f(x[r * ld + c * 16 + i]) : 0.0f;
+      }
+      h3::encode_block(v, gs, rg, reinterpret_cast<uint2*>(q + (dest_row + r) * nb * 8 + c * 8), sp);
+    }
+  }
 }
 
 // ------------------------------------------------------------------ modulate-fused producer
-// h: rows x cols; s1 = scale + 1 and shift: 3 x cols, one row per segment (rows < b1, < b2, rest).
+// h: rows x cols; scale and shift: 3 x cols, one row per segment (rows < b1, < b2, rest); the
+// reference's s1 = scale + 1 is rounded to T as torch's op does. Grid: x over 128-thread column-block
+// groups, y over MROWS-row groups (strided); each thread keeps its block's s1/shift per segment.
+constexpr int MROWS = 16;
+
 template <typename T>
-__global__ void modulate_amax(const T* __restrict__ h, long long rows, long long cols, const T* __restrict__ scale,
-                              const T* __restrict__ shift, long long b1, long long b2, unsigned* amax_bits, int vec) {
-  float m = 0.0f;
-  if (!vec) {  // rows not 16-byte aligned: one element at a time
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < rows * cols; i += (long long)gridDim.x * blockDim.x) {
-      long long r = i / cols, c = i % cols;
-      int sg = h3::segment_of(r, b1, b2);
-      m = h3::max_nan(m, fabsf(h3::modulate(h[i], scale[sg * cols + c], shift[sg * cols + c])));
-    }
-    h3::block_max<T>(m, amax_bits);
-    return;
-  }
-  long long per_row = cols / 8;
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < rows * per_row; i += (long long)gridDim.x * blockDim.x) {
-    long long r = i / per_row, c0 = (i % per_row) * 8;
-    int sg = h3::segment_of(r, b1, b2);
-    uint4 hv = *reinterpret_cast<const uint4*>(h + r * cols + c0);
-    uint4 sv = *reinterpret_cast<const uint4*>(scale + sg * cols + c0);
-    uint4 tv = *reinterpret_cast<const uint4*>(shift + sg * cols + c0);
-    const T *he = reinterpret_cast<const T*>(&hv), *se = reinterpret_cast<const T*>(&sv), *te = reinterpret_cast<const T*>(&tv);
+__device__ __forceinline__ void segment_params(const T* scale, const T* shift, long long cols, int sg, long long c, unsigned s1w[8], unsigned shw[8]) {
+  uint4 sv[2], tv[2];
+  h3::load32(scale + sg * cols + c * 16, sv);
+  h3::load32(shift + sg * cols + c * 16, tv);
+  const unsigned *sw = reinterpret_cast<const unsigned*>(sv), *tw = reinterpret_cast<const unsigned*>(tv);
 #pragma unroll
-    for (int k = 0; k < 8; ++k) m = h3::max_nan(m, fabsf(h3::modulate(he[k], se[k], te[k])));
+  for (int i = 0; i < 8; ++i) {
+    s1w[i] = h3::Pair<T>::pack(h3::Pair<T>::lo(sw[i]) + 1.0f, h3::Pair<T>::hi(sw[i]) + 1.0f);
+    shw[i] = tw[i];
   }
-  h3::block_max<T>(m, amax_bits);
+}
+
+// One scalar block (unaligned rows or the partial last block): the modulated values, 0 past cols.
+template <typename T>
+__device__ __forceinline__ void modulate_scalar(const T* h, const T* scale, const T* shift, long long cols, long long r, long long c, int sg, float v[16]) {
+#pragma unroll
+  for (int k = 0; k < 16; ++k) {
+    long long col = c * 16 + k;
+    v[k] = col < cols ? h3::modulate(h[r * cols + col], scale[sg * cols + col], shift[sg * cols + col]) : 0.0f;
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(128) modulate_amax(const T* __restrict__ h, long long rows, long long cols, const T* __restrict__ scale,
+                                                     const T* __restrict__ shift, long long b1, long long b2, unsigned* amax_bits, int vec) {
+  long long c = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  float m = 0.0f;
+  unsigned acc = 0u;
+  if (c * 16 < cols) {
+    bool fast = vec && (c + 1) * 16 <= cols;
+    int cur = -1;
+    unsigned s1w[8], shw[8];
+    for (long long r0 = blockIdx.y * (long long)MROWS; r0 < rows; r0 += gridDim.y * (long long)MROWS) {
+      long long r1 = min(r0 + MROWS, rows);
+      for (long long r = r0; r < r1; ++r) {
+        int sg = h3::segment_of(r, b1, b2);
+        if (fast) {
+          if (sg != cur) segment_params(scale, shift, cols, sg, c, s1w, shw), cur = sg;
+          uint4 hv[2];
+          h3::load32(h + r * cols + c * 16, hv);
+          const unsigned* hw = reinterpret_cast<const unsigned*>(hv);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) acc = h3::Pair<T>::absmax_nan(acc, h3::modulate2<T>(hw[i], s1w[i], shw[i]));
+        } else {
+          float v[16];
+          modulate_scalar(h, scale, shift, cols, r, c, sg, v);
+#pragma unroll
+          for (int k = 0; k < 16; ++k) m = h3::max_nan(m, fabsf(v[k]));
+        }
+      }
+    }
+  }
+  h3::block_max<T>(h3::max_nan(m, h3::pair_max<T>(acc)), amax_bits);
 }
 
 // g: either the global scale (static) or, when amax_bits is given, derived from pass 1's abs-max
-// (written to g by thread 0 for the caller).
+// (written to g by the first thread for the caller). Scales of rows [rows_pad, srows) and blocks
+// [nb, 4-padded) are written as zero.
 template <typename T>
-__global__ void modulate_quantize(const T* __restrict__ h, long long rows, long long cols, long long rows_pad,
-                                  const T* __restrict__ scale, const T* __restrict__ shift, long long b1, long long b2,
-                                  const unsigned* __restrict__ amax_bits, float* __restrict__ g, unsigned char* __restrict__ q,
-                                  unsigned char* __restrict__ s, long long nb, int vec) {
-  float gs;
-  long long r, c;
-  if (!h3::pass_two_block<T>(amax_bits, g, rows_pad, nb, gs, r, c)) return;
-  float v[16];
-  if (r < rows && (!vec || (c + 1) * 16 > cols)) {  // unaligned rows or the partial last block
-    int sg = h3::segment_of(r, b1, b2);
+__global__ void __launch_bounds__(128, 4) modulate_quantize(const T* __restrict__ h, long long rows, long long cols, long long rows_pad,
+                                                         const T* __restrict__ scale, const T* __restrict__ shift, long long b1, long long b2,
+                                                         const unsigned* __restrict__ amax_bits, float* __restrict__ g, unsigned char* __restrict__ q,
+                                                         unsigned char* __restrict__ s, long long nb, long long srows, int vec) {
+  float gs = h3::pass_two_scale<T>(amax_bits, g), rg = h3::rcp_approx(gs);
+  long long c = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (c >= ((nb + 3) & ~3LL)) return;
+  bool fast = vec && (c + 1) * 16 <= cols;
+  int cur = -1;
+  unsigned s1w[8], shw[8];
+  for (long long r0 = blockIdx.y * (long long)MROWS; r0 < srows; r0 += gridDim.y * (long long)MROWS) {
+#pragma unroll 1
+    for (long long rq = r0; rq < r0 + MROWS && rq < srows; rq += QROWS) {
+      uint4 raw[QROWS][2];
 #pragma unroll
-    for (int k = 0; k < 16; ++k) {
-      long long col = c * 16 + k;
-      v[k] = col < cols ? h3::modulate(h[r * cols + col], scale[sg * cols + col], shift[sg * cols + col]) : 0.0f;
+      for (int k = 0; k < QROWS; ++k)
+        if (fast && c < nb && rq + k < rows) h3::load32(h + (rq + k) * cols + c * 16, raw[k]);
+#pragma unroll
+      for (int k = 0; k < QROWS; ++k) {
+        long long r = rq + k;
+        if (r >= srows) break;
+        unsigned char* sp = s + h3::sf_offset(r, c, nb);
+        if (c >= nb || r >= rows_pad) {
+          *sp = 0;
+          continue;
+        }
+        float v[16];
+        if (r >= rows) {
+#pragma unroll
+          for (int i = 0; i < 16; ++i) v[i] = 0.0f;
+        } else if (fast) {
+          int sg = h3::segment_of(r, b1, b2);
+          if (sg != cur) segment_params(scale, shift, cols, sg, c, s1w, shw), cur = sg;
+          const unsigned* hw = reinterpret_cast<const unsigned*>(raw[k]);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) {
+            unsigned m = h3::modulate2<T>(hw[i], s1w[i], shw[i]);
+            v[2 * i] = h3::Pair<T>::lo(m);
+            v[2 * i + 1] = h3::Pair<T>::hi(m);
+          }
+        } else {
+          modulate_scalar(h, scale, shift, cols, r, c, h3::segment_of(r, b1, b2), v);
+        }
+        h3::encode_block(v, gs, rg, reinterpret_cast<uint2*>(q + r * nb * 8 + c * 8), sp);
+      }
     }
-  } else if (r < rows) {
-    int sg = h3::segment_of(r, b1, b2);
-    const uint4* hp = reinterpret_cast<const uint4*>(h + r * cols + c * 16);
-    const uint4* sp = reinterpret_cast<const uint4*>(scale + sg * cols + c * 16);
-    const uint4* tp = reinterpret_cast<const uint4*>(shift + sg * cols + c * 16);
-    uint4 hv[2] = {hp[0], hp[1]}, sv[2] = {sp[0], sp[1]}, tv[2] = {tp[0], tp[1]};
-    const T *he = reinterpret_cast<const T*>(hv), *se = reinterpret_cast<const T*>(sv), *te = reinterpret_cast<const T*>(tv);
-#pragma unroll
-    for (int k = 0; k < 16; ++k) v[k] = h3::modulate(he[k], se[k], te[k]);
-  } else {
-#pragma unroll
-    for (int k = 0; k < 16; ++k) v[k] = 0.0f;
   }
-  h3::encode_block(v, gs, reinterpret_cast<uint2*>(q + r * nb * 8 + c * 8), s + h3::sf_offset(r, c, nb));
 }
 
 // ------------------------------------------------------------------ SwiGLU-fused producer
-// u: rows x 2f, halves [gate; value] -> the producer of silu(gate) * value (rows x f).
+// u: rows x 2f, halves [gate; value] -> the producer of silu(gate) * value (rows x f). Persistent
+// launches (each block fills its bf16 silu table once) walking (row, 16-column block) items.
 template <typename T>
-__global__ void swiglu_amax(const T* __restrict__ u, long long rows, long long f, unsigned* amax_bits, int vec) {
-  float m = 0.0f;
-  if (!vec) {
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < rows * f; i += (long long)gridDim.x * blockDim.x) {
-      long long r = i / f, c = i % f;
-      m = h3::max_nan(m, fabsf(h3::swiglu(u[r * 2 * f + c], u[r * 2 * f + f + c])));
-    }
-    h3::block_max<T>(m, amax_bits);
-    return;
-  }
-  long long per_row = f / 8;
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < rows * per_row; i += (long long)gridDim.x * blockDim.x) {
-    long long r = i / per_row, c0 = (i % per_row) * 8;
-    uint4 gv = *reinterpret_cast<const uint4*>(u + r * 2 * f + c0);
-    uint4 vv = *reinterpret_cast<const uint4*>(u + r * 2 * f + f + c0);
-    const T *ge = reinterpret_cast<const T*>(&gv), *ve = reinterpret_cast<const T*>(&vv);
+__device__ __forceinline__ void swiglu_scalar(const T* u, long long f, long long r, long long c, const unsigned short* tab, float v[16]) {
 #pragma unroll
-    for (int k = 0; k < 8; ++k) m = h3::max_nan(m, fabsf(h3::swiglu(ge[k], ve[k])));
+  for (int k = 0; k < 16; ++k) {
+    long long col = c * 16 + k;
+    v[k] = col < f ? h3::swiglu1(u[r * 2 * f + col], u[r * 2 * f + f + col], tab) : 0.0f;
   }
-  h3::block_max<T>(m, amax_bits);
 }
 
 template <typename T>
-__global__ void swiglu_quantize(const T* __restrict__ u, long long rows, long long f, long long rows_pad, const unsigned* __restrict__ amax_bits,
-                                float* __restrict__ g, unsigned char* __restrict__ q, unsigned char* __restrict__ s, long long nb, int vec) {
-  float gs;
-  long long r, c;
-  if (!h3::pass_two_block<T>(amax_bits, g, rows_pad, nb, gs, r, c)) return;
-  float v[16];
-  if (r < rows && (!vec || (c + 1) * 16 > f)) {  // unaligned rows or the partial last block
+__global__ void __launch_bounds__(512, 2) swiglu_amax(const T* __restrict__ u, long long rows, long long f, unsigned* amax_bits, int vec) {
+  __shared__ unsigned short tab[h3::SiluTable<T>::on ? h3::SILU_ENTRIES : 1];
+  h3::silu_fill<T>(tab);
+  unsigned nbd = (unsigned)((f + 15) / 16);
+  float m = 0.0f;
+  unsigned acc = 0u;
+  for (h3::Walk w(nbd); w.r < rows; w.next()) {
+    long long r = w.r, c = w.c;
+    if (vec && (c + 1) * 16 <= f) {
+      uint4 gv[2], vv[2];
+      h3::load32(u + r * 2 * f + c * 16, gv);
+      h3::load32(u + r * 2 * f + f + c * 16, vv);
+      const unsigned *gw = reinterpret_cast<const unsigned*>(gv), *vw = reinterpret_cast<const unsigned*>(vv);
 #pragma unroll
-    for (int k = 0; k < 16; ++k) {
-      long long col = c * 16 + k;
-      v[k] = col < f ? h3::swiglu(u[r * 2 * f + col], u[r * 2 * f + f + col]) : 0.0f;
+      for (int i = 0; i < 8; ++i) acc = h3::Pair<T>::absmax_nan(acc, h3::swiglu2<T>(gw[i], vw[i], tab));
+    } else {
+      float v[16];
+      swiglu_scalar(u, f, r, c, tab, v);
+#pragma unroll
+      for (int k = 0; k < 16; ++k) m = h3::max_nan(m, fabsf(v[k]));
     }
-  } else if (r < rows) {
-    const uint4* gp = reinterpret_cast<const uint4*>(u + r * 2 * f + c * 16);
-    const uint4* vp = reinterpret_cast<const uint4*>(u + r * 2 * f + f + c * 16);
-    uint4 gv[2] = {gp[0], gp[1]}, vv[2] = {vp[0], vp[1]};
-    const T *ge = reinterpret_cast<const T*>(gv), *ve = reinterpret_cast<const T*>(vv);
-#pragma unroll
-    for (int k = 0; k < 16; ++k) v[k] = h3::swiglu(ge[k], ve[k]);
-  } else {
-#pragma unroll
-    for (int k = 0; k < 16; ++k) v[k] = 0.0f;
   }
-  h3::encode_block(v, gs, reinterpret_cast<uint2*>(q + r * nb * 8 + c * 8), s + h3::sf_offset(r, c, nb));
+  h3::block_max<T>(h3::max_nan(m, h3::pair_max<T>(acc)), amax_bits);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(512) swiglu_quantize(const T* __restrict__ u, long long rows, long long f, long long rows_pad,
+                                                       const unsigned* __restrict__ amax_bits, float* __restrict__ g, unsigned char* __restrict__ q,
+                                                       unsigned char* __restrict__ s, long long nb, long long srows, int vec) {
+  __shared__ unsigned short tab[h3::SiluTable<T>::on ? h3::SILU_ENTRIES : 1];
+  h3::silu_fill<T>(tab);
+  float gs = h3::pass_two_scale<T>(amax_bits, g), rg = h3::rcp_approx(gs);
+  for (h3::Walk w((unsigned)((nb + 3) & ~3LL)); w.r < srows; w.next()) {
+    long long r = w.r, c = w.c;
+    unsigned char* sp = s + h3::sf_offset(r, c, nb);
+    if (c >= nb || r >= rows_pad) {
+      *sp = 0;
+      continue;
+    }
+    float v[16];
+    if (r >= rows) {
+#pragma unroll
+      for (int k = 0; k < 16; ++k) v[k] = 0.0f;
+    } else if (vec && (c + 1) * 16 <= f) {
+      uint4 gv[2], vv[2];
+      h3::load32(u + r * 2 * f + c * 16, gv);
+      h3::load32(u + r * 2 * f + f + c * 16, vv);
+      const unsigned *gw = reinterpret_cast<const unsigned*>(gv), *vw = reinterpret_cast<const unsigned*>(vv);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        unsigned p = h3::swiglu2<T>(gw[i], vw[i], tab);
+        v[2 * i] = h3::Pair<T>::lo(p);
+        v[2 * i + 1] = h3::Pair<T>::hi(p);
+      }
+    } else {
+      swiglu_scalar(u, f, r, c, tab, v);
+    }
+    h3::encode_block(v, gs, rg, reinterpret_cast<uint2*>(q + r * nb * 8 + c * 8), sp);
+  }
+}
+
+// The producer's element function RN(silu(gate) * value) on n pairs, paired (vector) and single
+// (scalar path) forms: out2 from swiglu2 on (gate[2i], gate[2i+1]), out1 from swiglu1.
+template <typename T>
+__global__ void __launch_bounds__(512) swiglu_probe(const T* __restrict__ gate, const T* __restrict__ value, T* __restrict__ out2,
+                                                    T* __restrict__ out1, long long n) {
+  __shared__ unsigned short tab[h3::SiluTable<T>::on ? h3::SILU_ENTRIES : 1];
+  h3::silu_fill<T>(tab);
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n / 2; i += (long long)gridDim.x * blockDim.x) {
+    unsigned gw = reinterpret_cast<const unsigned*>(gate)[i], vw = reinterpret_cast<const unsigned*>(value)[i];
+    reinterpret_cast<unsigned*>(out2)[i] = h3::swiglu2<T>(gw, vw, tab);
+    out1[2 * i] = h3::from_f<T>(h3::swiglu1(gate[2 * i], value[2 * i], tab));
+    out1[2 * i + 1] = h3::from_f<T>(h3::swiglu1(gate[2 * i + 1], value[2 * i + 1], tab));
+  }
 }
 
 // PTX rcp.approx.ftz.f32 of each input (to check the measured sm_90 table on fresh inputs).
@@ -317,13 +548,14 @@ __global__ void rcp_approx_kernel(const float* __restrict__ x, float* __restrict
   template __global__ void amax_reduce<T>(const T*, long long, unsigned*);                                                       \
   template __global__ void finalize_scale<T>(const unsigned*, float*);                                                           \
   template __global__ void quantize_into<T>(const T*, long long, long long, long long, long long, long long, const float*,       \
-                                            unsigned char*, unsigned char*, long long, int);                                     \
+                                            unsigned char*, unsigned char*, long long, long long, int);                          \
   template __global__ void modulate_amax<T>(const T*, long long, long long, const T*, const T*, long long, long long, unsigned*, int); \
   template __global__ void modulate_quantize<T>(const T*, long long, long long, long long, const T*, const T*, long long, long long, \
-                                                const unsigned*, float*, unsigned char*, unsigned char*, long long, int);        \
+                                                const unsigned*, float*, unsigned char*, unsigned char*, long long, long long, int); \
   template __global__ void swiglu_amax<T>(const T*, long long, long long, unsigned*, int);                                       \
   template __global__ void swiglu_quantize<T>(const T*, long long, long long, long long, const unsigned*, float*, unsigned char*, \
-                                              unsigned char*, long long, int);
+                                              unsigned char*, long long, long long, int);                                        \
+  template __global__ void swiglu_probe<T>(const T*, const T*, T*, T*, long long);
 
 H3_INSTANTIATE(__nv_bfloat16)
 H3_INSTANTIATE(__half)

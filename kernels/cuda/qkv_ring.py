@@ -30,9 +30,7 @@ class RingCUDA:
         for r0 in range(0, rows, self.ring_rows):
             n = min(self.ring_rows, rows - r0)
             n_pad, n_tiles = F.roundup(n, 16), F.roundup(n, 128)
-            if n_pad < n_tiles:
-                s.zero_()  # a partial chunk: no stale scales of the previous chunk in its last tile
-            K.quantize_into(x[r0 : r0 + n], g, q, s)
+            K.quantize_into(x[r0 : r0 + n], g, q, s)  # pad_tail: zero scales up to n_tiles, no stale ones
             yield r0, Packed(g.reshape(()), q[:n_pad], s[:n_tiles], n)
 
 
