@@ -52,8 +52,30 @@ def _include_paths() -> list[str]:
     return paths
 
 
-NAMES = [f"{k}<{t}>" for t in TYPES.values() for k in ("amax_reduce", "finalize_scale", "quantize_into", "modulate_amax", "modulate_quantize", "swiglu_amax",
-                                                 "swiglu_quantize", "swiglu_probe")]
+NAMES = [f"{k}<{t}>" for t in TYPES.values() for k in ("amax_reduce", "finalize_scale", "quantize_into", "modulate_amax", "modulate_quantize", "silu_table",
+                                                 "swiglu_amax", "swiglu_quantize", "swiglu_probe")]
+SILU_SMEM = 65536 * 2  # the swiglu kernels' shared-memory silu table (bytes)
+
+
+def _driver():
+    try:
+        from cuda.bindings import driver
+    except ImportError:  # cuda-python < 12.6
+        from cuda import cuda as driver
+    return driver
+
+
+def _allow_dynamic_smem(kern, nbytes: int, device_index: int) -> None:
+    """Raise a kernel's dynamic shared-memory limit above the 48 KB default (driver API)."""
+    drv = _driver()
+    attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    h = kern._handle
+    if isinstance(h, getattr(drv, "CUkernel", ())):
+        (err,) = drv.cuKernelSetAttribute(attr, nbytes, h, drv.CUdevice(device_index))
+    else:
+        (err,) = drv.cuFuncSetAttribute(h, attr, nbytes)
+    if err != drv.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"could not allow {nbytes} bytes of shared memory for a swiglu kernel: {err}")
 
 
 @functools.lru_cache(maxsize=None)
@@ -67,6 +89,9 @@ def _module(device_index: int, source_sha: str):
     prog = cc.Program(SOURCE.read_text(), code_type="c++", options=opts)
     mod = prog.compile("cubin", name_expressions=NAMES + ["rcp_approx_kernel"])
     kernels = {n: mod.get_kernel(n) for n in NAMES + ["rcp_approx_kernel"]}
+    for n, kern in kernels.items():
+        if n.startswith("swiglu_"):
+            _allow_dynamic_smem(kern, SILU_SMEM, device_index)
     return cc, kernels
 
 
@@ -89,16 +114,28 @@ def _items(rows: int, nbw: int) -> int:
 
 
 @functools.lru_cache(maxsize=4096)
-def _config(grid, block: int):
-    return _cc().LaunchConfig(grid=grid, block=block)
+def _config(grid, block: int, shmem: int = 0):
+    return _cc().LaunchConfig(grid=grid, block=block, shmem_size=shmem) if shmem else _cc().LaunchConfig(grid=grid, block=block)
 
 
-_STREAM = _TorchStream()
+_STREAMS: dict = {}
 
 
-def _launch(name: str, grid, *args, block: int = THREADS) -> None:
+def _stream():
+    """torch's current stream as a cuda.core Stream (cached per handle: the conversion costs more
+    than the launch)."""
+    handle = torch.cuda.current_stream().cuda_stream
+    st = _STREAMS.get(handle)
+    if st is None:
+        cc = _cc()
+        st = cc.Stream.from_handle(handle) if hasattr(cc.Stream, "from_handle") else _TorchStream()
+        _STREAMS[handle] = st
+    return st
+
+
+def _launch(name: str, grid, *args, block: int = THREADS, shmem: int = 0) -> None:
     cc, kern = _k(name)
-    cc.launch(_STREAM, _config(grid, block), kern, *args)
+    cc.launch(_stream(), _config(grid, block, shmem), kern, *args)
 
 
 @functools.lru_cache(maxsize=None)
@@ -113,8 +150,20 @@ def _grid_2d(nbw: int, row_groups: int, max_ctas: int | None = None) -> tuple[in
     return (gx, gy)
 
 
-def _persistent(items: int, block: int = 512, per_sm: int = 3) -> int:
+def _persistent(items: int, block: int = 1024, per_sm: int = 1) -> int:
     return max(1, min(-(-items // block), _sms(torch.cuda.current_device()) * per_sm))
+
+
+@functools.lru_cache(maxsize=None)
+def _silu_table(dtype: torch.dtype, device_index: int, source_sha: str) -> torch.Tensor:
+    """silu of every 16-bit pattern of dtype, rounded to dtype (silu_table kernel), 128 KB."""
+    out = torch.empty(65536, dtype=torch.int16, device=f"cuda:{device_index}")
+    _launch(f"silu_table<{TYPES[dtype]}>", 256, _ptr(out))
+    return out
+
+
+def _table(dtype: torch.dtype) -> int:
+    return _ptr(_silu_table(dtype, torch.cuda.current_device(), _source_sha()))
 
 
 def _ptr(t: torch.Tensor) -> int:
@@ -242,13 +291,13 @@ def swiglu_produce(u, static_scale=None):
     items = _items(srows, F.roundup(nb, 4))
     if static_scale is None:
         bits, g = _pass_one(u.device)
-        _launch(f"swiglu_amax<{t}>", _persistent(rows * nb), _ptr(u), _i64(rows), _i64(f), _ptr(bits), np.int32(vec), block=512)
+        _launch(f"swiglu_amax<{t}>", _persistent(rows * nb), _ptr(u), _i64(rows), _i64(f), _table(u.dtype), _ptr(bits), np.int32(vec), block=1024, shmem=SILU_SMEM)
         bits_ptr = _ptr(bits)
     else:
         g, bits_ptr = static_scale.reshape(1).float().contiguous(), 0
     q, s = buffers(rows, f, u.device)
-    _launch(f"swiglu_quantize<{t}>", _persistent(items), _ptr(u), _i64(rows), _i64(f), _i64(rows_pad), bits_ptr, _ptr(g), _ptr(q), _ptr(s), _i64(nb),
-            _i64(srows), np.int32(vec), block=512)
+    _launch(f"swiglu_quantize<{t}>", _persistent(items), _ptr(u), _i64(rows), _i64(f), _i64(rows_pad), _table(u.dtype), bits_ptr, _ptr(g), _ptr(q), _ptr(s),
+            _i64(nb), _i64(srows), np.int32(vec), block=1024, shmem=SILU_SMEM)
     return g, q, s
 
 
@@ -256,9 +305,10 @@ def swiglu_probe(gate: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor,
     """The SwiGLU producer's element function RN(silu(gate) * value) on 1-D tensors (even length):
     (paired vector path, scalar path), for exhaustive comparison with torch."""
     t = TYPES[gate.dtype]
+    gate, value = gate.contiguous(), value.contiguous()
     n = gate.numel()
     out2, out1 = torch.empty_like(gate), torch.empty_like(gate)
-    _launch(f"swiglu_probe<{t}>", _persistent(n // 2), _ptr(gate.contiguous()), _ptr(value.contiguous()), _ptr(out2), _ptr(out1), _i64(n), block=512)
+    _launch(f"swiglu_probe<{t}>", _persistent(n // 2), _ptr(gate), _ptr(value), _table(gate.dtype), _ptr(out2), _ptr(out1), _i64(n), block=1024, shmem=SILU_SMEM)
     return out2, out1
 
 

@@ -12,6 +12,12 @@ for step in "$@"; do
     evidence) python3 scripts/gpu_evidence.py --out "$OUT" 2>&1 | tee "$OUT/evidence.log" ;;
     ncu) ncu --clock-control none --csv --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,smsp__inst_executed.sum,launch__registers_per_thread,dram__throughput.avg.pct_of_peak_sustained_elapsed \
            python3 scripts/ncu_kernels.py > "$OUT/ncu.csv" 2> "$OUT/ncu.err"; grep -E "quantize|amax|modulate|swiglu|finalize" "$OUT/ncu.csv" | cut -c1-400 | tail -40 ;;
+    profile)  # full Nsight Compute sections of the producers + SASS of the cubin + launch overheads
+      python3 scripts/launch_overhead.py 2>&1 | tee "$OUT/launch_overhead.log"
+      nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a -cubin -o /tmp/p.cubin kernels/cuda/nvfp4_producers.cu && cuobjdump -sass /tmp/p.cubin > "$OUT/sass.txt"
+      ncu --clock-control none -k regex:"quantize|amax|modulate|swiglu" --section SpeedOfLight --section Occupancy --section ComputeWorkloadAnalysis \
+          --section MemoryWorkloadAnalysis --section WarpStateStats --section LaunchStats --section InstructionStats --csv --page details \
+          python3 scripts/ncu_kernels.py > "$OUT/ncu_details.csv" 2> "$OUT/ncu_details.err"; wc -l "$OUT/ncu_details.csv" ;;
     model) python3 scripts/gpu_model.py --out "$OUT" 2>&1 | tee "$OUT/model.log" ;;
     ladder)
       rm -rf results logs .snakemake

@@ -7,7 +7,8 @@
 //            finalize_scale     g = T(amax * RN(1/2688)) as fp32, the value torch/comfy computes on CUDA
 //            quantize_into      exact QDATA + swizzled SFA for a row range into caller-owned buffers
 //            modulate_amax / modulate_quantize   two-pass modulate-fused producer (seed 000)
-//            swiglu_amax / swiglu_quantize       two-pass SwiGLU-fused producer
+//            silu_table         silu of all 65,536 bit patterns of T (torch's formula), built once
+//            swiglu_amax / swiglu_quantize       two-pass SwiGLU-fused producer (table in shared memory)
 //            swiglu_probe       the SwiGLU element function of the producer, for exhaustive tests
 // Constraints: bf16 or fp16 input, any rows and cols (padded to 16 as comfy does); vector loads
 //            when rows are 16-byte aligned, a scalar path otherwise. The quantizing kernels write
@@ -16,7 +17,8 @@
 //            integer E2M1 (~20 ALU-pipe ops per element) made every producer ALU-bound at about
 //            twice the memory floor (evidence/h200/ncu.csv). Here the E2M1 rounding runs on the FMA
 //            pipe (three magic-number roundings, e2m1_nibble), the modulation and abs-max work on
-//            packed bf16x2/f16x2 pairs, and bf16 silu is a shared-memory table of the exact formula.
+//            packed bf16x2/f16x2 pairs, silu is a branch-free lookup in a 128 KB shared-memory table
+//            of the exact formula, and index math is 32-bit.
 // Numerics:  compiled WITHOUT fast-math; the fast-math steps of comfy's kernel are spelled out in
 //            PTX (mul.rn.ftz, rcp.approx.ftz) so the bf16 modulation and SwiGLU stay IEEE, as torch's.
 #include <cuda_bf16.h>
@@ -107,10 +109,10 @@ __device__ __forceinline__ float e2m1_nibble(float v) {
   return __fsub_rn(fminf(fminf(t1, t2), t3), copysignf(4.0f, v));  // 2^23 + code + 8 * sign
 }
 
-// cuBLAS 128x4 swizzled offset of the scale of row r, 16-block c (nb blocks per row).
-__device__ __forceinline__ long long sf_offset(long long r, long long c, long long nb) {
-  long long groups = (nb + 3) / 4;
-  return ((r / 128 * groups + c / 4) * 32 + r % 32) * 16 + (r % 128) / 32 * 4 + c % 4;
+// cuBLAS 128x4 swizzled offset of the scale of row r, 16-block c (groups = ceil(nb / 4) per row);
+// 32-bit: the launcher keeps every scale buffer under 2^31 bytes.
+__device__ __forceinline__ unsigned sf_offset(unsigned r, unsigned c, unsigned groups) {
+  return (((r >> 7) * groups + (c >> 2)) * 32u + (r & 31u)) * 16u + ((r >> 5) & 3u) * 4u + (c & 3u);
 }
 
 // One 16-value block, comfy's CUDA steps: amax (NaN-ignoring) -> d = amax*RN(1/6)*rcp(g) ->
@@ -193,37 +195,25 @@ __device__ __forceinline__ unsigned modulate2(unsigned h, unsigned s1w, unsigned
 template <typename T>
 __device__ __forceinline__ float silu_exact(float g) { return to_f(from_f<T>(g / (1.0f + expf(-g)))); }
 
-// bf16 silu table: every bf16 with |g| in [2^-40, 2^8), both signs (2 x 6144 entries, 24 KB of
-// shared memory), filled by each block from silu_exact; other values (and fp16) use the formula.
-constexpr unsigned SILU_LO = 87u << 7, SILU_SPAN = 48u << 7, SILU_ENTRIES = 2 * SILU_SPAN;
-template <typename T> struct SiluTable { static constexpr bool on = false; };
-template <> struct SiluTable<__nv_bfloat16> { static constexpr bool on = true; };
+// silu as a table of all 65,536 bit patterns of T (128 KB, built once by silu_table from silu_exact,
+// copied into each block's shared memory): the element function is then a branch-free lookup.
+constexpr unsigned SILU_ENTRIES = 65536;
 
-template <typename T>
-__device__ __forceinline__ void silu_fill(unsigned short* tab) {
-  if constexpr (SiluTable<T>::on) {
-    for (unsigned i = threadIdx.x; i < SILU_ENTRIES; i += blockDim.x) {
-      unsigned bits = (i >= SILU_SPAN ? 0x8000u : 0u) | (SILU_LO + i % SILU_SPAN);
-      tab[i] = (unsigned short)(__float_as_uint(silu_exact<T>(__uint_as_float(bits << 16))) >> 16);
-    }
-    __syncthreads();
-  }
+__device__ __forceinline__ void silu_load(const unsigned short* __restrict__ gtab, unsigned short* tab) {
+  const uint4* src = reinterpret_cast<const uint4*>(gtab);
+  uint4* dst = reinterpret_cast<uint4*>(tab);
+  for (unsigned i = threadIdx.x; i < SILU_ENTRIES / 8; i += blockDim.x) dst[i] = src[i];
+  __syncthreads();
 }
 
 // silu of the T with bits `b` (low 16 bits), rounded to T, as fp32.
 template <typename T>
-__device__ __forceinline__ float silu_of(unsigned b, const unsigned short* tab) {
-  if constexpr (SiluTable<T>::on) {
-    unsigned i = (b & 0x7fffu) - SILU_LO;
-    if (i < SILU_SPAN) return __uint_as_float((unsigned)tab[i + ((b & 0x8000u) ? SILU_SPAN : 0u)] << 16);
-  }
-  return silu_exact<T>(Pair<T>::lo(b));
-}
+__device__ __forceinline__ float silu_of(unsigned b, const unsigned short* tab) { return Pair<T>::lo((unsigned)tab[b & 0xffffu]); }
 
 // RN(silu(gate) * value) for a pair of gates and values, packed.
 template <typename T>
 __device__ __forceinline__ unsigned swiglu2(unsigned gw, unsigned vw, const unsigned short* tab) {
-  return Pair<T>::pack(silu_of<T>(gw & 0xffffu, tab) * Pair<T>::lo(vw), silu_of<T>(gw >> 16, tab) * Pair<T>::hi(vw));
+  return Pair<T>::pack(silu_of<T>(gw, tab) * Pair<T>::lo(vw), silu_of<T>(gw >> 16, tab) * Pair<T>::hi(vw));
 }
 
 template <typename T>
@@ -233,7 +223,7 @@ __device__ __forceinline__ float swiglu1(T gate, T value, const unsigned short* 
 }
 
 // Packed rows [text | audio | video]: segment 0 below b1, 1 below b2, else 2.
-__device__ __forceinline__ int segment_of(long long r, long long b1, long long b2) { return (r >= b1) + (r >= b2); }
+__device__ __forceinline__ int segment_of(unsigned r, unsigned b1, unsigned b2) { return (r >= b1) + (r >= b2); }
 
 // The global scale from the abs-max bits, as finalize_scale computes it.
 template <typename T>
@@ -295,25 +285,29 @@ __global__ void finalize_scale(const unsigned* amax_bits, float* g) {
 // x: rows x cols (row stride ld) -> q rows [dest_row, dest_row + rows_pad) of a [*, nb*8] buffer and
 // the scales of rows [dest_row, dest_row + srows) x 4-padded blocks in the swizzled buffer s (zero
 // past rows_pad / nb). Grid: x over 128-thread column-block groups, y over 4-row groups (strided).
-constexpr int QROWS = 4;
+// Index math is 32-bit (the launcher checks rows, columns and scale bytes stay below 2^31).
+constexpr unsigned QROWS = 4;
 template <typename T>
-__global__ void __launch_bounds__(128, 6) quantize_into(const T* __restrict__ x, long long ld, long long rows, long long cols, long long rows_pad,
-                                                     long long nb, const float* __restrict__ g, unsigned char* __restrict__ q,
-                                                     unsigned char* __restrict__ s, long long dest_row, long long srows, int vec) {
-  long long c = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-  if (c >= ((nb + 3) & ~3LL)) return;
-  float gs = *g, rg = h3::rcp_approx(gs);
-  bool fast = vec && (c + 1) * 16 <= cols;
-  for (long long r0 = blockIdx.y * (long long)QROWS; r0 < srows; r0 += gridDim.y * (long long)QROWS) {
+__global__ void __launch_bounds__(128, 6) quantize_into(const T* __restrict__ x, long long ld, long long rows_, long long cols_, long long rows_pad_,
+                                                        long long nb_, const float* __restrict__ g, unsigned char* __restrict__ q,
+                                                        unsigned char* __restrict__ s, long long dest_row, long long srows_, int vec) {
+  const unsigned rows = rows_, cols = cols_, rows_pad = rows_pad_, nb = nb_, srows = srows_, dest = dest_row;
+  const unsigned groups = (nb + 3) >> 2, c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= groups * 4) return;
+  const float gs = *g, rg = h3::rcp_approx(gs);
+  const bool fast = vec && (c + 1) * 16 <= cols;
+  const T* xc = x + c * 16;
+  unsigned char* qc = q + (size_t)dest * nb * 8 + c * 8;
+  for (unsigned r0 = blockIdx.y * QROWS; r0 < srows; r0 += gridDim.y * QROWS) {
     uint4 raw[QROWS][2];
 #pragma unroll
-    for (int k = 0; k < QROWS; ++k)
-      if (fast && r0 + k < rows) h3::load32(x + (r0 + k) * ld + c * 16, raw[k]);
+    for (unsigned k = 0; k < QROWS; ++k)
+      if (fast && r0 + k < rows) h3::load32(xc + (size_t)(r0 + k) * ld, raw[k]);
 #pragma unroll
-    for (int k = 0; k < QROWS; ++k) {
-      long long r = r0 + k;
+    for (unsigned k = 0; k < QROWS; ++k) {
+      const unsigned r = r0 + k;
       if (r >= srows) break;
-      unsigned char* sp = s + h3::sf_offset(dest_row + r, c, nb);
+      unsigned char* sp = s + h3::sf_offset(dest + r, c, groups);
       if (c >= nb || r >= rows_pad) {
         *sp = 0;
         continue;
@@ -326,9 +320,9 @@ __global__ void __launch_bounds__(128, 6) quantize_into(const T* __restrict__ x,
         h3::unpack16<T>(raw[k], v);
       } else {
 #pragma unroll
-        for (int i = 0; i < 16; ++i) v[i] = c * 16 + i < cols ? h3::to_f(x[r * ld + c * 16 + i]) : 0.0f;
+        for (unsigned i = 0; i < 16; ++i) v[i] = c * 16 + i < cols ? h3::to_f(xc[(size_t)r * ld + i]) : 0.0f;
       }
-      h3::encode_block(v, gs, rg, reinterpret_cast<uint2*>(q + (dest_row + r) * nb * 8 + c * 8), sp);
+      h3::encode_block(v, gs, rg, reinterpret_cast<uint2*>(qc + (size_t)r * nb * 8), sp);
     }
   }
 }
@@ -337,13 +331,13 @@ __global__ void __launch_bounds__(128, 6) quantize_into(const T* __restrict__ x,
 // h: rows x cols; scale and shift: 3 x cols, one row per segment (rows < b1, < b2, rest); the
 // reference's s1 = scale + 1 is rounded to T as torch's op does. Grid: x over 128-thread column-block
 // groups, y over MROWS-row groups (strided); each thread keeps its block's s1/shift per segment.
-constexpr int MROWS = 16;
+constexpr unsigned MROWS = 16;
 
 template <typename T>
-__device__ __forceinline__ void segment_params(const T* scale, const T* shift, long long cols, int sg, long long c, unsigned s1w[8], unsigned shw[8]) {
+__device__ __forceinline__ void segment_params(const T* scale, const T* shift, unsigned cols, int sg, unsigned c, unsigned s1w[8], unsigned shw[8]) {
   uint4 sv[2], tv[2];
-  h3::load32(scale + sg * cols + c * 16, sv);
-  h3::load32(shift + sg * cols + c * 16, tv);
+  h3::load32(scale + (size_t)sg * cols + c * 16, sv);
+  h3::load32(shift + (size_t)sg * cols + c * 16, tv);
   const unsigned *sw = reinterpret_cast<const unsigned*>(sv), *tw = reinterpret_cast<const unsigned*>(tv);
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
@@ -354,32 +348,32 @@ __device__ __forceinline__ void segment_params(const T* scale, const T* shift, l
 
 // One scalar block (unaligned rows or the partial last block): the modulated values, 0 past cols.
 template <typename T>
-__device__ __forceinline__ void modulate_scalar(const T* h, const T* scale, const T* shift, long long cols, long long r, long long c, int sg, float v[16]) {
+__device__ __forceinline__ void modulate_scalar(const T* h, const T* scale, const T* shift, unsigned cols, unsigned r, unsigned c, int sg, float v[16]) {
 #pragma unroll
-  for (int k = 0; k < 16; ++k) {
-    long long col = c * 16 + k;
-    v[k] = col < cols ? h3::modulate(h[r * cols + col], scale[sg * cols + col], shift[sg * cols + col]) : 0.0f;
+  for (unsigned k = 0; k < 16; ++k) {
+    unsigned col = c * 16 + k;
+    v[k] = col < cols ? h3::modulate(h[(size_t)r * cols + col], scale[(size_t)sg * cols + col], shift[(size_t)sg * cols + col]) : 0.0f;
   }
 }
 
 template <typename T>
-__global__ void __launch_bounds__(128) modulate_amax(const T* __restrict__ h, long long rows, long long cols, const T* __restrict__ scale,
+__global__ void __launch_bounds__(128) modulate_amax(const T* __restrict__ h, long long rows_, long long cols_, const T* __restrict__ scale,
                                                      const T* __restrict__ shift, long long b1, long long b2, unsigned* amax_bits, int vec) {
-  long long c = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  const unsigned rows = rows_, cols = cols_, c = blockIdx.x * blockDim.x + threadIdx.x;
   float m = 0.0f;
   unsigned acc = 0u;
   if (c * 16 < cols) {
-    bool fast = vec && (c + 1) * 16 <= cols;
+    const bool fast = vec && (c + 1) * 16 <= cols;
     int cur = -1;
     unsigned s1w[8], shw[8];
-    for (long long r0 = blockIdx.y * (long long)MROWS; r0 < rows; r0 += gridDim.y * (long long)MROWS) {
-      long long r1 = min(r0 + MROWS, rows);
-      for (long long r = r0; r < r1; ++r) {
-        int sg = h3::segment_of(r, b1, b2);
+    for (unsigned r0 = blockIdx.y * MROWS; r0 < rows; r0 += gridDim.y * MROWS) {
+      const unsigned r1 = min(r0 + MROWS, rows);
+      for (unsigned r = r0; r < r1; ++r) {
+        const int sg = h3::segment_of(r, b1, b2);
         if (fast) {
           if (sg != cur) segment_params(scale, shift, cols, sg, c, s1w, shw), cur = sg;
           uint4 hv[2];
-          h3::load32(h + r * cols + c * 16, hv);
+          h3::load32(h + (size_t)r * cols + c * 16, hv);
           const unsigned* hw = reinterpret_cast<const unsigned*>(hv);
 #pragma unroll
           for (int i = 0; i < 8; ++i) acc = h3::Pair<T>::absmax_nan(acc, h3::modulate2<T>(hw[i], s1w[i], shw[i]));
@@ -399,28 +393,31 @@ __global__ void __launch_bounds__(128) modulate_amax(const T* __restrict__ h, lo
 // (written to g by the first thread for the caller). Scales of rows [rows_pad, srows) and blocks
 // [nb, 4-padded) are written as zero.
 template <typename T>
-__global__ void __launch_bounds__(128, 4) modulate_quantize(const T* __restrict__ h, long long rows, long long cols, long long rows_pad,
-                                                         const T* __restrict__ scale, const T* __restrict__ shift, long long b1, long long b2,
-                                                         const unsigned* __restrict__ amax_bits, float* __restrict__ g, unsigned char* __restrict__ q,
-                                                         unsigned char* __restrict__ s, long long nb, long long srows, int vec) {
-  float gs = h3::pass_two_scale<T>(amax_bits, g), rg = h3::rcp_approx(gs);
-  long long c = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-  if (c >= ((nb + 3) & ~3LL)) return;
-  bool fast = vec && (c + 1) * 16 <= cols;
+__global__ void __launch_bounds__(128, 4) modulate_quantize(const T* __restrict__ h, long long rows_, long long cols_, long long rows_pad_,
+                                                            const T* __restrict__ scale, const T* __restrict__ shift, long long b1, long long b2,
+                                                            const unsigned* __restrict__ amax_bits, float* __restrict__ g, unsigned char* __restrict__ q,
+                                                            unsigned char* __restrict__ s, long long nb_, long long srows_, int vec) {
+  const float gs = h3::pass_two_scale<T>(amax_bits, g), rg = h3::rcp_approx(gs);
+  const unsigned rows = rows_, cols = cols_, rows_pad = rows_pad_, nb = nb_, srows = srows_;
+  const unsigned groups = (nb + 3) >> 2, c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= groups * 4) return;
+  const bool fast = vec && (c + 1) * 16 <= cols;
+  const T* hc = h + c * 16;
+  unsigned char* qc = q + c * 8;
   int cur = -1;
   unsigned s1w[8], shw[8];
-  for (long long r0 = blockIdx.y * (long long)MROWS; r0 < srows; r0 += gridDim.y * (long long)MROWS) {
+  for (unsigned r0 = blockIdx.y * MROWS; r0 < srows; r0 += gridDim.y * MROWS) {
 #pragma unroll 1
-    for (long long rq = r0; rq < r0 + MROWS && rq < srows; rq += QROWS) {
+    for (unsigned rq = r0; rq < r0 + MROWS && rq < srows; rq += QROWS) {
       uint4 raw[QROWS][2];
 #pragma unroll
-      for (int k = 0; k < QROWS; ++k)
-        if (fast && c < nb && rq + k < rows) h3::load32(h + (rq + k) * cols + c * 16, raw[k]);
+      for (unsigned k = 0; k < QROWS; ++k)
+        if (fast && rq + k < rows) h3::load32(hc + (size_t)(rq + k) * cols, raw[k]);
 #pragma unroll
-      for (int k = 0; k < QROWS; ++k) {
-        long long r = rq + k;
+      for (unsigned k = 0; k < QROWS; ++k) {
+        const unsigned r = rq + k;
         if (r >= srows) break;
-        unsigned char* sp = s + h3::sf_offset(r, c, nb);
+        unsigned char* sp = s + h3::sf_offset(r, c, groups);
         if (c >= nb || r >= rows_pad) {
           *sp = 0;
           continue;
@@ -430,7 +427,7 @@ __global__ void __launch_bounds__(128, 4) modulate_quantize(const T* __restrict_
 #pragma unroll
           for (int i = 0; i < 16; ++i) v[i] = 0.0f;
         } else if (fast) {
-          int sg = h3::segment_of(r, b1, b2);
+          const int sg = h3::segment_of(r, b1, b2);
           if (sg != cur) segment_params(scale, shift, cols, sg, c, s1w, shw), cur = sg;
           const unsigned* hw = reinterpret_cast<const unsigned*>(raw[k]);
 #pragma unroll
@@ -442,7 +439,7 @@ __global__ void __launch_bounds__(128, 4) modulate_quantize(const T* __restrict_
         } else {
           modulate_scalar(h, scale, shift, cols, r, c, h3::segment_of(r, b1, b2), v);
         }
-        h3::encode_block(v, gs, rg, reinterpret_cast<uint2*>(q + r * nb * 8 + c * 8), sp);
+        h3::encode_block(v, gs, rg, reinterpret_cast<uint2*>(qc + (size_t)r * nb * 8), sp);
       }
     }
   }
@@ -450,35 +447,48 @@ __global__ void __launch_bounds__(128, 4) modulate_quantize(const T* __restrict_
 
 // ------------------------------------------------------------------ SwiGLU-fused producer
 // u: rows x 2f, halves [gate; value] -> the producer of silu(gate) * value (rows x f). Persistent
-// launches (each block fills its bf16 silu table once) walking (row, 16-column block) items.
+// launches (one 1024-thread block per SM: the 128 KB silu table fills shared memory) walking
+// (row, 16-column block) items; gtab is silu_table's output.
 template <typename T>
-__device__ __forceinline__ void swiglu_scalar(const T* u, long long f, long long r, long long c, const unsigned short* tab, float v[16]) {
-#pragma unroll
-  for (int k = 0; k < 16; ++k) {
-    long long col = c * 16 + k;
-    v[k] = col < f ? h3::swiglu1(u[r * 2 * f + col], u[r * 2 * f + f + col], tab) : 0.0f;
+__global__ void silu_table(unsigned short* __restrict__ out) {
+  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < h3::SILU_ENTRIES) {
+    T v = h3::from_f<T>(h3::silu_exact<T>(h3::Pair<T>::lo(i)));
+    out[i] = *reinterpret_cast<unsigned short*>(&v);
   }
 }
 
 template <typename T>
-__global__ void __launch_bounds__(512, 2) swiglu_amax(const T* __restrict__ u, long long rows, long long f, unsigned* amax_bits, int vec) {
-  __shared__ unsigned short tab[h3::SiluTable<T>::on ? h3::SILU_ENTRIES : 1];
-  h3::silu_fill<T>(tab);
-  unsigned nbd = (unsigned)((f + 15) / 16);
+__device__ __forceinline__ void swiglu_scalar(const T* u, unsigned f, unsigned r, unsigned c, const unsigned short* tab, float v[16]) {
+  const T* row = u + (size_t)r * 2 * f;
+#pragma unroll
+  for (unsigned k = 0; k < 16; ++k) {
+    unsigned col = c * 16 + k;
+    v[k] = col < f ? h3::swiglu1(row[col], row[f + col], tab) : 0.0f;
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(1024, 1) swiglu_amax(const T* __restrict__ u, long long rows_, long long f_, const unsigned short* __restrict__ gtab,
+                                                       unsigned* amax_bits, int vec) {
+  extern __shared__ uint4 smem[];
+  unsigned short* tab = reinterpret_cast<unsigned short*>(smem);
+  h3::silu_load(gtab, tab);
+  const unsigned rows = rows_, f = f_, nbd = (f + 15) / 16;
   float m = 0.0f;
   unsigned acc = 0u;
   for (h3::Walk w(nbd); w.r < rows; w.next()) {
-    long long r = w.r, c = w.c;
-    if (vec && (c + 1) * 16 <= f) {
+    const T* row = u + (size_t)w.r * 2 * f + w.c * 16;
+    if (vec && (w.c + 1) * 16 <= f) {
       uint4 gv[2], vv[2];
-      h3::load32(u + r * 2 * f + c * 16, gv);
-      h3::load32(u + r * 2 * f + f + c * 16, vv);
+      h3::load32(row, gv);
+      h3::load32(row + f, vv);
       const unsigned *gw = reinterpret_cast<const unsigned*>(gv), *vw = reinterpret_cast<const unsigned*>(vv);
 #pragma unroll
       for (int i = 0; i < 8; ++i) acc = h3::Pair<T>::absmax_nan(acc, h3::swiglu2<T>(gw[i], vw[i], tab));
     } else {
       float v[16];
-      swiglu_scalar(u, f, r, c, tab, v);
+      swiglu_scalar(u, f, w.r, w.c, tab, v);
 #pragma unroll
       for (int k = 0; k < 16; ++k) m = h3::max_nan(m, fabsf(v[k]));
     }
@@ -487,15 +497,18 @@ __global__ void __launch_bounds__(512, 2) swiglu_amax(const T* __restrict__ u, l
 }
 
 template <typename T>
-__global__ void __launch_bounds__(512) swiglu_quantize(const T* __restrict__ u, long long rows, long long f, long long rows_pad,
-                                                       const unsigned* __restrict__ amax_bits, float* __restrict__ g, unsigned char* __restrict__ q,
-                                                       unsigned char* __restrict__ s, long long nb, long long srows, int vec) {
-  __shared__ unsigned short tab[h3::SiluTable<T>::on ? h3::SILU_ENTRIES : 1];
-  h3::silu_fill<T>(tab);
-  float gs = h3::pass_two_scale<T>(amax_bits, g), rg = h3::rcp_approx(gs);
-  for (h3::Walk w((unsigned)((nb + 3) & ~3LL)); w.r < srows; w.next()) {
-    long long r = w.r, c = w.c;
-    unsigned char* sp = s + h3::sf_offset(r, c, nb);
+__global__ void __launch_bounds__(1024, 1) swiglu_quantize(const T* __restrict__ u, long long rows_, long long f_, long long rows_pad_,
+                                                           const unsigned short* __restrict__ gtab, const unsigned* __restrict__ amax_bits,
+                                                           float* __restrict__ g, unsigned char* __restrict__ q, unsigned char* __restrict__ s,
+                                                           long long nb_, long long srows_, int vec) {
+  extern __shared__ uint4 smem[];
+  unsigned short* tab = reinterpret_cast<unsigned short*>(smem);
+  h3::silu_load(gtab, tab);
+  const float gs = h3::pass_two_scale<T>(amax_bits, g), rg = h3::rcp_approx(gs);
+  const unsigned rows = rows_, f = f_, rows_pad = rows_pad_, nb = nb_, srows = srows_, groups = (nb + 3) >> 2;
+  for (h3::Walk w(groups * 4); w.r < srows; w.next()) {
+    const unsigned r = w.r, c = w.c;
+    unsigned char* sp = s + h3::sf_offset(r, c, groups);
     if (c >= nb || r >= rows_pad) {
       *sp = 0;
       continue;
@@ -505,9 +518,10 @@ __global__ void __launch_bounds__(512) swiglu_quantize(const T* __restrict__ u, 
 #pragma unroll
       for (int k = 0; k < 16; ++k) v[k] = 0.0f;
     } else if (vec && (c + 1) * 16 <= f) {
+      const T* row = u + (size_t)r * 2 * f + c * 16;
       uint4 gv[2], vv[2];
-      h3::load32(u + r * 2 * f + c * 16, gv);
-      h3::load32(u + r * 2 * f + f + c * 16, vv);
+      h3::load32(row, gv);
+      h3::load32(row + f, vv);
       const unsigned *gw = reinterpret_cast<const unsigned*>(gv), *vw = reinterpret_cast<const unsigned*>(vv);
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
@@ -518,17 +532,18 @@ __global__ void __launch_bounds__(512) swiglu_quantize(const T* __restrict__ u, 
     } else {
       swiglu_scalar(u, f, r, c, tab, v);
     }
-    h3::encode_block(v, gs, rg, reinterpret_cast<uint2*>(q + r * nb * 8 + c * 8), sp);
+    h3::encode_block(v, gs, rg, reinterpret_cast<uint2*>(q + (size_t)r * nb * 8 + c * 8), sp);
   }
 }
 
-// The producer's element function RN(silu(gate) * value) on n pairs, paired (vector) and single
-// (scalar path) forms: out2 from swiglu2 on (gate[2i], gate[2i+1]), out1 from swiglu1.
+// The producer's element function RN(silu(gate) * value) on n values (n even), paired (vector)
+// and single (scalar path) forms: out2 from swiglu2 on (gate[2i], gate[2i+1]), out1 from swiglu1.
 template <typename T>
-__global__ void __launch_bounds__(512) swiglu_probe(const T* __restrict__ gate, const T* __restrict__ value, T* __restrict__ out2,
-                                                    T* __restrict__ out1, long long n) {
-  __shared__ unsigned short tab[h3::SiluTable<T>::on ? h3::SILU_ENTRIES : 1];
-  h3::silu_fill<T>(tab);
+__global__ void __launch_bounds__(1024, 1) swiglu_probe(const T* __restrict__ gate, const T* __restrict__ value, const unsigned short* __restrict__ gtab,
+                                                        T* __restrict__ out2, T* __restrict__ out1, long long n) {
+  extern __shared__ uint4 smem[];
+  unsigned short* tab = reinterpret_cast<unsigned short*>(smem);
+  h3::silu_load(gtab, tab);
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n / 2; i += (long long)gridDim.x * blockDim.x) {
     unsigned gw = reinterpret_cast<const unsigned*>(gate)[i], vw = reinterpret_cast<const unsigned*>(value)[i];
     reinterpret_cast<unsigned*>(out2)[i] = h3::swiglu2<T>(gw, vw, tab);
@@ -552,10 +567,11 @@ __global__ void rcp_approx_kernel(const float* __restrict__ x, float* __restrict
   template __global__ void modulate_amax<T>(const T*, long long, long long, const T*, const T*, long long, long long, unsigned*, int); \
   template __global__ void modulate_quantize<T>(const T*, long long, long long, long long, const T*, const T*, long long, long long, \
                                                 const unsigned*, float*, unsigned char*, unsigned char*, long long, long long, int); \
-  template __global__ void swiglu_amax<T>(const T*, long long, long long, unsigned*, int);                                       \
-  template __global__ void swiglu_quantize<T>(const T*, long long, long long, long long, const unsigned*, float*, unsigned char*, \
-                                              unsigned char*, long long, long long, int);                                        \
-  template __global__ void swiglu_probe<T>(const T*, const T*, T*, T*, long long);
+  template __global__ void silu_table<T>(unsigned short*);                                                                       \
+  template __global__ void swiglu_amax<T>(const T*, long long, long long, const unsigned short*, unsigned*, int);                \
+  template __global__ void swiglu_quantize<T>(const T*, long long, long long, long long, const unsigned short*, const unsigned*, float*, \
+                                              unsigned char*, unsigned char*, long long, long long, int);                        \
+  template __global__ void swiglu_probe<T>(const T*, const T*, const unsigned short*, T*, T*, long long);
 
 H3_INSTANTIATE(__nv_bfloat16)
 H3_INSTANTIATE(__half)
