@@ -51,3 +51,21 @@ res["ctypes_cuLaunchKernel"] = per_call(raw)
 res["torch_zeros_1"] = per_call(lambda: torch.zeros(2, dtype=torch.int32, device="cuda"))
 res["torch_empty_1"] = per_call(lambda: torch.empty(2, dtype=torch.int32, device="cuda"))
 print({k: round(v, 2) for k, v in res.items()}, "handle type", type(kern._handle).__name__, "cuda.core", getattr(cc, "__version__", "?"))
+
+# where a producer call's host time goes (tiny shapes: the GPU work is negligible)
+import cProfile  # noqa: E402
+import pstats  # noqa: E402
+
+h = torch.randn(16, 512, device="cuda").to(torch.bfloat16)
+sc, sh = torch.zeros(3, 512, device="cuda", dtype=torch.bfloat16), torch.zeros(3, 512, device="cuda", dtype=torch.bfloat16)
+u = torch.randn(16, 1024, device="cuda").to(torch.bfloat16)
+g1 = torch.ones(1, device="cuda")
+calls = {"modulate_produce": lambda: K.modulate_produce(h, sh, sc, ((0, 4), (4, 8), (8, 16))), "swiglu_produce": lambda: K.swiglu_produce(u),
+         "quantize": lambda: K.quantize(h, g1)}
+print({k: round(per_call(f), 2) for k, f in calls.items()}, "us per call")
+pr = cProfile.Profile()
+pr.enable()
+for _ in range(300):
+    calls["modulate_produce"]()
+pr.disable()
+pstats.Stats(pr).sort_stats("tottime").print_stats(18)

@@ -148,3 +148,28 @@ def test_cuda_fused_producers_scalar_and_partial_block_paths(cols):
     g, q, s = K.swiglu_produce(u)
     assert torch.equal(g.view(torch.int32), nvfp4.global_scale(m).reshape(1).view(torch.int32))
     assert torch.equal(q, ref[0]) and torch.equal(s, ref[1])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_cuda_modulate_packed_multiply_paths(dtype):
+    """The modulate producer multiplies packed pairs in one rounding only where the fp32 product is
+    exact (every s1 = RN(scale + 1) zero or >= 2^-8); columns with s1 = 2^-9 take the fp32 path.
+    Subnormal, tiny and huge h in both."""
+    from h3gates import cudakernels as K
+    from h3gates.model.projection import modulate
+
+    cols = 256
+    h = C.random_tensor("wide", (64, cols), dtype, seed=21, device="cuda")
+    tiny = torch.finfo(dtype).tiny
+    h[:8] = (torch.arange(8 * cols, device="cuda").reshape(8, cols) % 97 - 48).to(dtype) * tiny / 64  # subnormals
+    h[8:12] = (C.random_tensor("normal", (4, cols), dtype, seed=22, device="cuda").float() * torch.finfo(dtype).max / 8).to(dtype)
+    sc = C.random_tensor("normal", (3, cols), dtype, seed=23, device="cuda") * 0.3
+    sc[1, :32] = -1.0  # s1 = 0: packed path
+    sc[2, 16:48] = -(1 - 2.0**-9)  # s1 = 2^-9: fp32 path for these blocks
+    sh = C.random_tensor("normal", (3, cols), dtype, seed=24, device="cuda") * 0.01
+    b = ((0, 20), (20, 40), (40, 64))
+    m = modulate(h, sh, sc, b)
+    ref = oracle.comfy_quantize(m, nvfp4.global_scale(m), backend="cuda")
+    g, q, s = K.modulate_produce(h, sh, sc, b)
+    assert torch.equal(g.view(torch.int32), nvfp4.global_scale(m).reshape(1).view(torch.int32))
+    assert torch.equal(q, ref[0]) and torch.equal(s, ref[1])

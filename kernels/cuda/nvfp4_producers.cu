@@ -60,6 +60,17 @@ template <> struct Pair<__nv_bfloat16> {
     asm("add.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
     return r;
   }
+  static __device__ __forceinline__ unsigned mul(unsigned a, unsigned b) {  // RN(a * b) each (one rounding)
+    unsigned r;
+    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+  }
+  // Is a * s exact in fp32 for every bf16 a (so torch's fp32 multiply then RN equals mul above)?
+  // Yes when s == 0 or |s| >= 2^-8: the product's lowest bit is then >= 2^-133 * 2^-15 = 2^-148.
+  static __device__ __forceinline__ bool fp32_product_exact(unsigned s) {
+    unsigned a = s & 0x7fffu, b = (s >> 16) & 0x7fffu;
+    return (a == 0u || a >= 0x3B80u) && (b == 0u || b >= 0x3B80u);
+  }
   static __device__ __forceinline__ unsigned absmax_nan(unsigned acc, unsigned w) {  // acc = max(acc, |w|), NaN wins
     unsigned r;
     asm("max.NaN.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(acc), "r"(w & 0x7fff7fffu));
@@ -79,6 +90,13 @@ template <> struct Pair<__half> {
     asm("add.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
     return r;
   }
+  static __device__ __forceinline__ unsigned mul(unsigned a, unsigned b) {
+    unsigned r;
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+  }
+  // fp16 x fp16 has at most 22 significant bits and exponent >= -48: always exact in fp32.
+  static __device__ __forceinline__ bool fp32_product_exact(unsigned) { return true; }
   static __device__ __forceinline__ unsigned absmax_nan(unsigned acc, unsigned w) {
     unsigned r;
     asm("max.NaN.f16x2 %0, %1, %2;" : "=r"(r) : "r"(acc), "r"(w & 0x7fff7fffu));
@@ -185,9 +203,10 @@ __device__ __forceinline__ float modulate(T h, T scale, T shift) {
 
 // The same on a pair: s1w = RN(scale + 1) packed; the product is exact in fp32 or rounded there as
 // torch's is (fp32 subnormals), then RN to T; the sum of two T values is exact in fp32, so one RN.
+// `exact`: the caller checked Pair<T>::fp32_product_exact for s1w, so one packed multiply suffices.
 template <typename T>
-__device__ __forceinline__ unsigned modulate2(unsigned h, unsigned s1w, unsigned shw) {
-  unsigned hm = Pair<T>::pack(Pair<T>::lo(h) * Pair<T>::lo(s1w), Pair<T>::hi(h) * Pair<T>::hi(s1w));
+__device__ __forceinline__ unsigned modulate2(unsigned h, unsigned s1w, unsigned shw, bool exact) {
+  unsigned hm = exact ? Pair<T>::mul(h, s1w) : Pair<T>::pack(Pair<T>::lo(h) * Pair<T>::lo(s1w), Pair<T>::hi(h) * Pair<T>::hi(s1w));
   return Pair<T>::add(hm, shw);
 }
 
@@ -333,17 +352,22 @@ __global__ void __launch_bounds__(128, 6) quantize_into(const T* __restrict__ x,
 // groups, y over MROWS-row groups (strided); each thread keeps its block's s1/shift per segment.
 constexpr unsigned MROWS = 16;
 
+// Loads a segment's s1 = RN(scale + 1) and shift for block c; -> whether every s1 makes the packed
+// multiply exact (Pair<T>::fp32_product_exact).
 template <typename T>
-__device__ __forceinline__ void segment_params(const T* scale, const T* shift, unsigned cols, int sg, unsigned c, unsigned s1w[8], unsigned shw[8]) {
+__device__ __forceinline__ bool segment_params(const T* scale, const T* shift, unsigned cols, int sg, unsigned c, unsigned s1w[8], unsigned shw[8]) {
   uint4 sv[2], tv[2];
   h3::load32(scale + (size_t)sg * cols + c * 16, sv);
   h3::load32(shift + (size_t)sg * cols + c * 16, tv);
   const unsigned *sw = reinterpret_cast<const unsigned*>(sv), *tw = reinterpret_cast<const unsigned*>(tv);
+  bool exact = true;
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
     s1w[i] = h3::Pair<T>::pack(h3::Pair<T>::lo(sw[i]) + 1.0f, h3::Pair<T>::hi(sw[i]) + 1.0f);
     shw[i] = tw[i];
+    exact = exact && h3::Pair<T>::fp32_product_exact(s1w[i]);
   }
+  return exact;
 }
 
 // One scalar block (unaligned rows or the partial last block): the modulated values, 0 past cols.
@@ -365,18 +389,19 @@ __global__ void __launch_bounds__(128) modulate_amax(const T* __restrict__ h, lo
   if (c * 16 < cols) {
     const bool fast = vec && (c + 1) * 16 <= cols;
     int cur = -1;
+    bool exact = false;
     unsigned s1w[8], shw[8];
     for (unsigned r0 = blockIdx.y * MROWS; r0 < rows; r0 += gridDim.y * MROWS) {
       const unsigned r1 = min(r0 + MROWS, rows);
       for (unsigned r = r0; r < r1; ++r) {
         const int sg = h3::segment_of(r, b1, b2);
         if (fast) {
-          if (sg != cur) segment_params(scale, shift, cols, sg, c, s1w, shw), cur = sg;
+          if (sg != cur) exact = segment_params(scale, shift, cols, sg, c, s1w, shw), cur = sg;
           uint4 hv[2];
           h3::load32(h + (size_t)r * cols + c * 16, hv);
           const unsigned* hw = reinterpret_cast<const unsigned*>(hv);
 #pragma unroll
-          for (int i = 0; i < 8; ++i) acc = h3::Pair<T>::absmax_nan(acc, h3::modulate2<T>(hw[i], s1w[i], shw[i]));
+          for (int i = 0; i < 8; ++i) acc = h3::Pair<T>::absmax_nan(acc, h3::modulate2<T>(hw[i], s1w[i], shw[i], exact));
         } else {
           float v[16];
           modulate_scalar(h, scale, shift, cols, r, c, sg, v);
@@ -393,7 +418,7 @@ __global__ void __launch_bounds__(128) modulate_amax(const T* __restrict__ h, lo
 // (written to g by the first thread for the caller). Scales of rows [rows_pad, srows) and blocks
 // [nb, 4-padded) are written as zero.
 template <typename T>
-__global__ void __launch_bounds__(128, 4) modulate_quantize(const T* __restrict__ h, long long rows_, long long cols_, long long rows_pad_,
+__global__ void __launch_bounds__(128, 5) modulate_quantize(const T* __restrict__ h, long long rows_, long long cols_, long long rows_pad_,
                                                             const T* __restrict__ scale, const T* __restrict__ shift, long long b1, long long b2,
                                                             const unsigned* __restrict__ amax_bits, float* __restrict__ g, unsigned char* __restrict__ q,
                                                             unsigned char* __restrict__ s, long long nb_, long long srows_, int vec) {
@@ -405,6 +430,7 @@ __global__ void __launch_bounds__(128, 4) modulate_quantize(const T* __restrict_
   const T* hc = h + c * 16;
   unsigned char* qc = q + c * 8;
   int cur = -1;
+  bool exact = false;
   unsigned s1w[8], shw[8];
   for (unsigned r0 = blockIdx.y * MROWS; r0 < srows; r0 += gridDim.y * MROWS) {
 #pragma unroll 1
@@ -428,11 +454,11 @@ __global__ void __launch_bounds__(128, 4) modulate_quantize(const T* __restrict_
           for (int i = 0; i < 16; ++i) v[i] = 0.0f;
         } else if (fast) {
           const int sg = h3::segment_of(r, b1, b2);
-          if (sg != cur) segment_params(scale, shift, cols, sg, c, s1w, shw), cur = sg;
+          if (sg != cur) exact = segment_params(scale, shift, cols, sg, c, s1w, shw), cur = sg;
           const unsigned* hw = reinterpret_cast<const unsigned*>(raw[k]);
 #pragma unroll
           for (int i = 0; i < 8; ++i) {
-            unsigned m = h3::modulate2<T>(hw[i], s1w[i], shw[i]);
+            unsigned m = h3::modulate2<T>(hw[i], s1w[i], shw[i], exact);
             v[2 * i] = h3::Pair<T>::lo(m);
             v[2 * i + 1] = h3::Pair<T>::hi(m);
           }
