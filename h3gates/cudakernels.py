@@ -102,8 +102,8 @@ def _source_sha() -> str:
     return hashlib.sha256(SOURCE.read_bytes()).hexdigest()
 
 
-def _k(name: str):
-    cc, kernels = _module(torch.cuda.current_device(), _source_sha())
+def _k(name: str, device_index: int):
+    cc, kernels = _module(device_index, _source_sha())
     return cc, kernels[name]
 
 
@@ -121,10 +121,15 @@ def _config(grid, block: int, shmem: int = 0):
 _STREAMS: dict = {}
 
 
-def _stream():
-    """torch's current stream as a cuda.core Stream (cached per handle: the conversion costs more
-    than the launch)."""
-    handle = torch.cuda.current_stream().cuda_stream
+def _raw_stream(device_index: int) -> int:
+    get = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # the handle without building a Stream object
+    return get(device_index) if get else torch.cuda.current_stream(device_index).cuda_stream
+
+
+def _stream(device_index: int):
+    """torch's current stream on the device as a cuda.core Stream (cached per handle: converting
+    costs more than the launch)."""
+    handle = _raw_stream(device_index)
     st = _STREAMS.get(handle)
     if st is None:
         cc = _cc()
@@ -133,9 +138,11 @@ def _stream():
     return st
 
 
-def _launch(name: str, grid, *args, block: int = THREADS, shmem: int = 0) -> None:
-    cc, kern = _k(name)
-    cc.launch(_stream(), _config(grid, block, shmem), kern, *args)
+def _launch(name: str, grid, *args, block: int = THREADS, shmem: int = 0, device: int | None = None) -> None:
+    """Launch on torch's current stream of `device` (default: the current device)."""
+    dev = torch.cuda.current_device() if device is None else device
+    cc, kern = _k(name, dev)
+    cc.launch(_stream(dev), _config(grid, block, shmem), kern, *args)
 
 
 @functools.lru_cache(maxsize=None)
@@ -150,20 +157,20 @@ def _grid_2d(nbw: int, row_groups: int, max_ctas: int | None = None) -> tuple[in
     return (gx, gy)
 
 
-def _persistent(items: int, block: int = 1024, per_sm: int = 1) -> int:
-    return max(1, min(-(-items // block), _sms(torch.cuda.current_device()) * per_sm))
+def _persistent(items: int, device: int, block: int = 1024, per_sm: int = 1) -> int:
+    return max(1, min(-(-items // block), _sms(device) * per_sm))
 
 
 @functools.lru_cache(maxsize=None)
 def _silu_table(dtype: torch.dtype, device_index: int, source_sha: str) -> torch.Tensor:
     """silu of every 16-bit pattern of dtype, rounded to dtype (silu_table kernel), 128 KB."""
     out = torch.empty(65536, dtype=torch.int16, device=f"cuda:{device_index}")
-    _launch(f"silu_table<{TYPES[dtype]}>", 256, _ptr(out))
+    _launch(f"silu_table<{TYPES[dtype]}>", 256, _ptr(out), device=device_index)
     return out
 
 
-def _table(dtype: torch.dtype) -> int:
-    return _ptr(_silu_table(dtype, torch.cuda.current_device(), _source_sha()))
+def _table(dtype: torch.dtype, device: int) -> int:
+    return _ptr(_silu_table(dtype, device, _source_sha()))
 
 
 def _ptr(t: torch.Tensor) -> int:
@@ -184,27 +191,47 @@ def _check(x: torch.Tensor, what: str) -> str:
     return TYPES[x.dtype]
 
 
-def _grid_stride_blocks(n_vec: int) -> int:
-    return max(1, min(-(-n_vec // THREADS), _sms(torch.cuda.current_device()) * 8))
+def _grid_stride_blocks(n_vec: int, device: int) -> int:
+    return max(1, min(-(-n_vec // THREADS), _sms(device) * 8))
+
+
+def _scale_buffer(n_partials: int, device) -> tuple[torch.Tensor, int, int]:
+    """One int32 allocation: pass 1's partial maxima, then the fp32 global scale -> (buf, partials ptr, g ptr)."""
+    buf = torch.empty(n_partials + 1, dtype=torch.int32, device=device)
+    p = buf.data_ptr()
+    return buf, p, p + 4 * n_partials
+
+
+def _g_view(buf: torch.Tensor) -> torch.Tensor:
+    return buf[-1:].view(torch.float32)
 
 
 def amax(x: torch.Tensor) -> torch.Tensor:
-    """|x| max as uint32 bits [1] (NaN propagates, as torch.amax)."""
+    """|x| max partials (uint32 bits, one per block; NaN propagates, as torch.amax)."""
     t = _check(x, "x")
-    bits = torch.zeros(1, dtype=torch.int32, device=x.device)
-    _launch(f"amax_reduce<{t}>", _grid_stride_blocks(max(1, x.numel() // 8)), _ptr(x), _i64(x.numel()), _ptr(bits))
-    return bits
+    dev = x.device.index
+    blocks = _grid_stride_blocks(max(1, x.numel() // 8), dev)
+    partials = torch.empty(blocks, dtype=torch.int32, device=x.device)
+    _launch(f"amax_reduce<{t}>", blocks, _ptr(x), _i64(x.numel()), _ptr(partials), device=dev)
+    return partials
 
 
-def finalize(bits: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    g = torch.empty(1, dtype=torch.float32, device=bits.device)
-    _launch(f"finalize_scale<{TYPES[dtype]}>", 1, _ptr(bits), _ptr(g))
+def finalize(partials: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Comfy's global scale from abs-max partials: fp32 [1]."""
+    g = torch.empty(1, dtype=torch.float32, device=partials.device)
+    _launch(f"finalize_scale<{TYPES[dtype]}>", 1, _ptr(partials), _i64(partials.numel()), _ptr(g), block=256, device=partials.device.index)
     return g
 
 
 def global_scale(x: torch.Tensor) -> torch.Tensor:
     """Comfy's global scale (amax / 2688 in x's dtype, then fp32) in one pass: fp32 [1]."""
-    return finalize(amax(x), x.dtype)
+    t = _check(x, "x")
+    dev = x.device.index
+    blocks = _grid_stride_blocks(max(1, x.numel() // 8), dev)
+    buf, pp, gp = _scale_buffer(blocks, x.device)
+    _launch(f"amax_reduce<{t}>", blocks, _ptr(x), _i64(x.numel()), pp, device=dev)
+    _launch(f"finalize_scale<{t}>", 1, pp, _i64(blocks), gp, block=256, device=dev)
+    return _g_view(buf)
 
 
 def quantize_into(x: torch.Tensor, g: torch.Tensor, q: torch.Tensor, s: torch.Tensor, dest_row: int = 0, pad_tail: bool = True) -> None:
@@ -222,7 +249,7 @@ def quantize_into(x: torch.Tensor, g: torch.Tensor, q: torch.Tensor, s: torch.Te
     _items(dest_row + srows, F.roundup(nb, 4))
     vec = int(cols % 8 == 0 and x.data_ptr() % 16 == 0)
     _launch(f"quantize_into<{t}>", _grid_2d(F.roundup(nb, 4), -(-srows // 4)), _ptr(x), _i64(cols), _i64(rows), _i64(cols), _i64(rows_pad), _i64(nb),
-            _ptr(g), _ptr(q), _ptr(s), _i64(dest_row), _i64(srows), np.int32(vec), block=128)
+            _ptr(g), _ptr(q), _ptr(s), _i64(dest_row), _i64(srows), np.int32(vec), block=128, device=x.device.index)
 
 
 def buffers(rows: int, cols: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -251,17 +278,13 @@ def _bounds(bounds, rows):
     return starts[1], starts[2]
 
 
-def _pass_one(device):
-    """abs-max accumulator for pass 1 (zeroed) and the fp32 global-scale output, one allocation."""
-    both = torch.zeros(2, dtype=torch.int32, device=device)
-    return both[:1], both[1:].view(torch.float32)
-
-
 def modulate_produce(h, shift, scale, bounds, static_scale=None):
     """Two-pass modulate-fused producer -> (g fp32 [1], qdata, scales). Pass 1 reduces the abs-max
-    of the bf16 modulation without writing it; pass 2 derives g, recomputes and quantizes."""
+    of the bf16 modulation without writing it (one partial per block), finalize_scale turns the
+    partials into g, pass 2 recomputes the modulation and quantizes."""
     rows, cols = h.shape
     t, vec = _fused_check(h, cols)
+    dev = h.device.index
     b1, b2 = _bounds(bounds, rows)
     scale, shift = scale.contiguous(), shift.contiguous()
     vec = int(vec and scale.data_ptr() % 16 == 0 and shift.data_ptr() % 16 == 0)
@@ -269,16 +292,19 @@ def modulate_produce(h, shift, scale, bounds, static_scale=None):
     srows = F.roundup(rows, 128)
     _items(srows, F.roundup(nb, 4))
     if static_scale is None:
-        bits, g = _pass_one(h.device)
-        _launch(f"modulate_amax<{t}>", _grid_2d(nb, -(-rows // 16), _sms(torch.cuda.current_device()) * 16), _ptr(h), _i64(rows), _i64(cols), _ptr(scale),
-                _ptr(shift), _i64(b1), _i64(b2), _ptr(bits), np.int32(vec), block=128)
-        bits_ptr = _ptr(bits)
+        grid = _grid_2d(nb, -(-rows // 16), _sms(dev) * 16)
+        n_partials = grid[0] * grid[1]
+        buf, pp, gp = _scale_buffer(n_partials, h.device)
+        _launch(f"modulate_amax<{t}>", grid, _ptr(h), _i64(rows), _i64(cols), _ptr(scale), _ptr(shift), _i64(b1), _i64(b2), pp, np.int32(vec),
+                block=128, device=dev)
+        _launch(f"finalize_scale<{t}>", 1, pp, _i64(n_partials), gp, block=256, device=dev)
     else:
-        g, bits_ptr = static_scale.reshape(1).float().contiguous(), 0
+        buf = static_scale.reshape(1).float().contiguous()
+        n_partials, gp = 0, _ptr(buf)
     q, s = buffers(rows, cols, h.device)
-    _launch(f"modulate_quantize<{t}>", _grid_2d(F.roundup(nb, 4), -(-srows // 16)), _ptr(h), _i64(rows), _i64(cols), _i64(rows_pad), _ptr(scale), _ptr(shift),
-            _i64(b1), _i64(b2), bits_ptr, _ptr(g), _ptr(q), _ptr(s), _i64(nb), _i64(srows), np.int32(vec), block=128)
-    return g, q, s
+    _launch(f"modulate_quantize<{t}>", _grid_2d(F.roundup(nb, 4), -(-srows // 16)), _ptr(h), _i64(rows), _i64(cols), _i64(rows_pad), _ptr(scale),
+            _ptr(shift), _i64(b1), _i64(b2), gp, _ptr(q), _ptr(s), _i64(nb), _i64(srows), np.int32(vec), block=128, device=dev)
+    return (_g_view(buf) if n_partials else buf), q, s
 
 
 def swiglu_produce(u, static_scale=None):
@@ -286,19 +312,23 @@ def swiglu_produce(u, static_scale=None):
     rows, f2 = u.shape
     f = f2 // 2
     t, vec = _fused_check(u, f)
+    dev = u.device.index
     rows_pad, nb = F.roundup(rows, 16), F.roundup(f, 16) // 16
     srows = F.roundup(rows, 128)
     items = _items(srows, F.roundup(nb, 4))
+    tab = _table(u.dtype, dev)
     if static_scale is None:
-        bits, g = _pass_one(u.device)
-        _launch(f"swiglu_amax<{t}>", _persistent(rows * nb), _ptr(u), _i64(rows), _i64(f), _table(u.dtype), _ptr(bits), np.int32(vec), block=1024, shmem=SILU_SMEM)
-        bits_ptr = _ptr(bits)
+        n_partials = _persistent(rows * nb, dev)
+        buf, pp, gp = _scale_buffer(n_partials, u.device)
+        _launch(f"swiglu_amax<{t}>", n_partials, _ptr(u), _i64(rows), _i64(f), tab, pp, np.int32(vec), block=1024, shmem=SILU_SMEM, device=dev)
+        _launch(f"finalize_scale<{t}>", 1, pp, _i64(n_partials), gp, block=256, device=dev)
     else:
-        g, bits_ptr = static_scale.reshape(1).float().contiguous(), 0
+        buf = static_scale.reshape(1).float().contiguous()
+        n_partials, gp = 0, _ptr(buf)
     q, s = buffers(rows, f, u.device)
-    _launch(f"swiglu_quantize<{t}>", _persistent(items), _ptr(u), _i64(rows), _i64(f), _i64(rows_pad), _table(u.dtype), bits_ptr, _ptr(g), _ptr(q), _ptr(s),
-            _i64(nb), _i64(srows), np.int32(vec), block=1024, shmem=SILU_SMEM)
-    return g, q, s
+    _launch(f"swiglu_quantize<{t}>", _persistent(items, dev), _ptr(u), _i64(rows), _i64(f), _i64(rows_pad), tab, gp, _ptr(q), _ptr(s), _i64(nb),
+            _i64(srows), np.int32(vec), block=1024, shmem=SILU_SMEM, device=dev)
+    return (_g_view(buf) if n_partials else buf), q, s
 
 
 def swiglu_probe(gate: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -308,7 +338,9 @@ def swiglu_probe(gate: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor,
     gate, value = gate.contiguous(), value.contiguous()
     n = gate.numel()
     out2, out1 = torch.empty_like(gate), torch.empty_like(gate)
-    _launch(f"swiglu_probe<{t}>", _persistent(n // 2), _ptr(gate), _ptr(value), _table(gate.dtype), _ptr(out2), _ptr(out1), _i64(n), block=1024, shmem=SILU_SMEM)
+    dev = gate.device.index
+    _launch(f"swiglu_probe<{t}>", _persistent(n // 2, dev), _ptr(gate), _ptr(value), _table(gate.dtype, dev), _ptr(out2), _ptr(out1), _i64(n), block=1024,
+            shmem=SILU_SMEM, device=dev)
     return out2, out1
 
 
@@ -316,5 +348,5 @@ def rcp_approx(x: torch.Tensor) -> torch.Tensor:
     """The hardware's rcp.approx.ftz.f32 of every fp32 element."""
     x = x.contiguous().float()
     y = torch.empty_like(x)
-    _launch("rcp_approx_kernel", max(1, -(-x.numel() // THREADS)), _ptr(x), _ptr(y), _i64(x.numel()))
+    _launch("rcp_approx_kernel", max(1, -(-x.numel() // THREADS)), _ptr(x), _ptr(y), _i64(x.numel()), device=x.device.index)
     return y

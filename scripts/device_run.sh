@@ -17,7 +17,7 @@ for step in "$@"; do
       nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a -cubin -o /tmp/p.cubin kernels/cuda/nvfp4_producers.cu && cuobjdump -sass /tmp/p.cubin > "$OUT/sass.txt"
       ncu --clock-control none -k regex:"quantize|amax|modulate|swiglu" --section SpeedOfLight --section Occupancy --section ComputeWorkloadAnalysis \
           --section MemoryWorkloadAnalysis --section WarpStateStats --section LaunchStats --section InstructionStats --csv --page details \
-          python3 scripts/ncu_kernels.py > "$OUT/ncu_details.csv" 2> "$OUT/ncu_details.err"; wc -l "$OUT/ncu_details.csv" ;;
+          python3 scripts/ncu_kernels.py > "$OUT/ncu_details.csv" 2> /tmp/ncu_details.err; wc -l "$OUT/ncu_details.csv" ;;
     model) python3 scripts/gpu_model.py --out "$OUT" 2>&1 | tee "$OUT/model.log" ;;
     ladder)
       rm -rf results logs .snakemake

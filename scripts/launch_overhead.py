@@ -16,7 +16,7 @@ from h3gates import cudakernels as K  # noqa: E402
 
 bits = torch.ones(1, dtype=torch.int32, device="cuda")
 g = torch.empty(1, dtype=torch.float32, device="cuda")
-cc, kern = K._k("finalize_scale<__nv_bfloat16>")
+cc, kern = K._k("finalize_scale<__nv_bfloat16>", 0)
 N = 3000
 
 
@@ -30,19 +30,19 @@ def per_call(fn):
     return (time.perf_counter() - t) / N * 1e6
 
 
-res = {"current_K_finalize": per_call(lambda: K._launch("finalize_scale<__nv_bfloat16>", 1, bits.data_ptr(), g.data_ptr()))}
+res = {"current_K_finalize": per_call(lambda: K._launch("finalize_scale<__nv_bfloat16>", 1, bits.data_ptr(), np.int64(1), g.data_ptr()))}
 stream = cc.Stream.from_handle(torch.cuda.current_stream().cuda_stream) if hasattr(cc.Stream, "from_handle") else None
 cfg = cc.LaunchConfig(grid=1, block=256)
 if stream is not None:
-    res["cuda_core_cached_stream"] = per_call(lambda: cc.launch(stream, cfg, kern, bits.data_ptr(), g.data_ptr()))
+    res["cuda_core_cached_stream"] = per_call(lambda: cc.launch(stream, cfg, kern, bits.data_ptr(), np.int64(1), g.data_ptr()))
 libcuda = ctypes.CDLL("libcuda.so.1")
 libcuda.cuLaunchKernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
 fh = ctypes.c_void_p(int(kern._handle))
 
 
 def raw():
-    a = [ctypes.c_void_p(bits.data_ptr()), ctypes.c_void_p(g.data_ptr())]
-    params = (ctypes.c_void_p * 2)(*[ctypes.addressof(x) for x in a])
+    a = [ctypes.c_void_p(bits.data_ptr()), ctypes.c_int64(1), ctypes.c_void_p(g.data_ptr())]
+    params = (ctypes.c_void_p * 3)(*[ctypes.addressof(x) for x in a])
     rc = libcuda.cuLaunchKernel(fh, 1, 1, 1, 256, 1, 1, 0, ctypes.c_void_p(torch.cuda.current_stream().cuda_stream), params, None)
     assert rc == 0, rc
 

@@ -178,8 +178,9 @@ __device__ __forceinline__ void load32(const void* p, uint4 v[2]) {
   v[1] = q[1];
 }
 
-template <typename T>
-__device__ __forceinline__ void block_max(float m, unsigned* amax_bits) {
+// The block's NaN-propagating max of m, written (as bits) to partial[block] by thread 0: pass 1
+// leaves one partial per block and its consumer reduces them (no atomics, no zeroed accumulator).
+__device__ __forceinline__ void block_max(float m, unsigned* partial) {
   __shared__ float warp_max[32];
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) m = max_nan(m, __shfl_xor_sync(0xffffffffu, m, o));
@@ -189,7 +190,7 @@ __device__ __forceinline__ void block_max(float m, unsigned* amax_bits) {
     m = threadIdx.x < (blockDim.x >> 5) ? warp_max[threadIdx.x] : 0.0f;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) m = max_nan(m, __shfl_xor_sync(0xffffffffu, m, o));
-    if (threadIdx.x == 0) atomicMax(amax_bits, __float_as_uint(m));  // |x| >= 0 and NaN bits order as uints
+    if (threadIdx.x == 0) partial[blockIdx.x + blockIdx.y * gridDim.x] = __float_as_uint(m);
   }
 }
 
@@ -244,20 +245,11 @@ __device__ __forceinline__ float swiglu1(T gate, T value, const unsigned short* 
 // Packed rows [text | audio | video]: segment 0 below b1, 1 below b2, else 2.
 __device__ __forceinline__ int segment_of(unsigned r, unsigned b1, unsigned b2) { return (r >= b1) + (r >= b2); }
 
-// The global scale from the abs-max bits, as finalize_scale computes it.
+// The global scale from the abs-max, as torch/comfy compute it on CUDA: T(amax * RN(1/2688)), fp32.
 template <typename T>
-__device__ __forceinline__ float scale_from_amax(const unsigned* amax_bits) {
-  return to_f(from_f<T>(__uint_as_float(*amax_bits) * (1.0f / 2688.0f)));
-}
+__device__ __forceinline__ float scale_from_amax(float amax) { return to_f(from_f<T>(amax * (1.0f / 2688.0f))); }
 
-// Pass 2's global scale: derived from pass 1's abs-max (and published to g by the first thread of
-// the launch) or the static g.
-template <typename T>
-__device__ __forceinline__ float pass_two_scale(const unsigned* amax_bits, float* g) {
-  float gs = amax_bits ? scale_from_amax<T>(amax_bits) : *g;
-  if (amax_bits && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *g = gs;
-  return gs;
-}
+
 
 // A persistent launch's walk over (row, column-block) items of a rows x nbw grid: item
 // blockIdx.x * blockDim.x + threadIdx.x, then strides of the whole launch (one division per thread).
@@ -278,7 +270,7 @@ struct Walk {
 
 // ------------------------------------------------------------------ global scale
 template <typename T>
-__global__ void amax_reduce(const T* __restrict__ x, long long n, unsigned* amax_bits) {
+__global__ void amax_reduce(const T* __restrict__ x, long long n, unsigned* partials) {
   float m = 0.0f;
   long long n8 = n / 8;
   const uint4* v = reinterpret_cast<const uint4*>(x);
@@ -290,14 +282,26 @@ __global__ void amax_reduce(const T* __restrict__ x, long long n, unsigned* amax
   }
   for (long long i = n8 * 8 + blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
     m = h3::max_nan(m, fabsf(h3::to_f(x[i])));
-  h3::block_max<T>(m, amax_bits);
+  h3::block_max(m, partials);
 }
 
-// g = amax(|x|) / 2688 in T, as torch computes it on CUDA (a * RN(1/2688), rounded to T), then fp32.
+// g = amax(|x|) / 2688 in T, as torch computes it on CUDA (a * RN(1/2688), rounded to T), then fp32,
+// from a pass 1's n partial maxima (NaN wins). One block.
 template <typename T>
-__global__ void finalize_scale(const unsigned* amax_bits, float* g) {
-  float amax = __uint_as_float(*amax_bits);
-  *g = h3::to_f(h3::from_f<T>(amax * (1.0f / 2688.0f)));
+__global__ void finalize_scale(const unsigned* __restrict__ partials, long long n, float* __restrict__ g) {
+  __shared__ float warp_max[32];
+  float m = 0.0f;
+  for (long long i = threadIdx.x; i < n; i += blockDim.x) m = h3::max_nan(m, __uint_as_float(partials[i]));
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) m = h3::max_nan(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = m;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    m = threadIdx.x < (blockDim.x >> 5) ? warp_max[threadIdx.x] : 0.0f;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = h3::max_nan(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if (threadIdx.x == 0) *g = h3::scale_from_amax<T>(m);
+  }
 }
 
 // ------------------------------------------------------------------ quantize a row range
@@ -382,7 +386,7 @@ __device__ __forceinline__ void modulate_scalar(const T* h, const T* scale, cons
 
 template <typename T>
 __global__ void __launch_bounds__(128) modulate_amax(const T* __restrict__ h, long long rows_, long long cols_, const T* __restrict__ scale,
-                                                     const T* __restrict__ shift, long long b1, long long b2, unsigned* amax_bits, int vec) {
+                                                     const T* __restrict__ shift, long long b1, long long b2, unsigned* partials, int vec) {
   const unsigned rows = rows_, cols = cols_, c = blockIdx.x * blockDim.x + threadIdx.x;
   float m = 0.0f;
   unsigned acc = 0u;
@@ -400,8 +404,13 @@ __global__ void __launch_bounds__(128) modulate_amax(const T* __restrict__ h, lo
           uint4 hv[2];
           h3::load32(h + (size_t)r * cols + c * 16, hv);
           const unsigned* hw = reinterpret_cast<const unsigned*>(hv);
+          if (exact) {  // a real branch (uniform per thread), so each loop computes one multiply form
 #pragma unroll
-          for (int i = 0; i < 8; ++i) acc = h3::Pair<T>::absmax_nan(acc, h3::modulate2<T>(hw[i], s1w[i], shw[i], exact));
+            for (int i = 0; i < 8; ++i) acc = h3::Pair<T>::absmax_nan(acc, h3::modulate2<T>(hw[i], s1w[i], shw[i], true));
+          } else {
+#pragma unroll
+            for (int i = 0; i < 8; ++i) acc = h3::Pair<T>::absmax_nan(acc, h3::modulate2<T>(hw[i], s1w[i], shw[i], false));
+          }
         } else {
           float v[16];
           modulate_scalar(h, scale, shift, cols, r, c, sg, v);
@@ -411,18 +420,17 @@ __global__ void __launch_bounds__(128) modulate_amax(const T* __restrict__ h, lo
       }
     }
   }
-  h3::block_max<T>(h3::max_nan(m, h3::pair_max<T>(acc)), amax_bits);
+  h3::block_max(h3::max_nan(m, h3::pair_max<T>(acc)), partials);
 }
 
-// g: either the global scale (static) or, when amax_bits is given, derived from pass 1's abs-max
-// (written to g by the first thread for the caller). Scales of rows [rows_pad, srows) and blocks
-// [nb, 4-padded) are written as zero.
+// g: the global scale (static, or finalize_scale's from pass 1). Scales of rows [rows_pad, srows) and
+// blocks [nb, 4-padded) are written as zero.
 template <typename T>
 __global__ void __launch_bounds__(128, 5) modulate_quantize(const T* __restrict__ h, long long rows_, long long cols_, long long rows_pad_,
                                                             const T* __restrict__ scale, const T* __restrict__ shift, long long b1, long long b2,
-                                                            const unsigned* __restrict__ amax_bits, float* __restrict__ g, unsigned char* __restrict__ q,
-                                                            unsigned char* __restrict__ s, long long nb_, long long srows_, int vec) {
-  const float gs = h3::pass_two_scale<T>(amax_bits, g), rg = h3::rcp_approx(gs);
+                                                            const float* __restrict__ g, unsigned char* __restrict__ q, unsigned char* __restrict__ s,
+                                                            long long nb_, long long srows_, int vec) {
+  const float gs = *g, rg = h3::rcp_approx(gs);
   const unsigned rows = rows_, cols = cols_, rows_pad = rows_pad_, nb = nb_, srows = srows_;
   const unsigned groups = (nb + 3) >> 2, c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= groups * 4) return;
@@ -456,11 +464,18 @@ __global__ void __launch_bounds__(128, 5) modulate_quantize(const T* __restrict_
           const int sg = h3::segment_of(r, b1, b2);
           if (sg != cur) exact = segment_params(scale, shift, cols, sg, c, s1w, shw), cur = sg;
           const unsigned* hw = reinterpret_cast<const unsigned*>(raw[k]);
+          unsigned m[8];
+          if (exact) {  // a real branch (uniform per thread), so each loop computes one multiply form
+#pragma unroll
+            for (int i = 0; i < 8; ++i) m[i] = h3::modulate2<T>(hw[i], s1w[i], shw[i], true);
+          } else {
+#pragma unroll
+            for (int i = 0; i < 8; ++i) m[i] = h3::modulate2<T>(hw[i], s1w[i], shw[i], false);
+          }
 #pragma unroll
           for (int i = 0; i < 8; ++i) {
-            unsigned m = h3::modulate2<T>(hw[i], s1w[i], shw[i], exact);
-            v[2 * i] = h3::Pair<T>::lo(m);
-            v[2 * i + 1] = h3::Pair<T>::hi(m);
+            v[2 * i] = h3::Pair<T>::lo(m[i]);
+            v[2 * i + 1] = h3::Pair<T>::hi(m[i]);
           }
         } else {
           modulate_scalar(h, scale, shift, cols, r, c, h3::segment_of(r, b1, b2), v);
@@ -496,7 +511,7 @@ __device__ __forceinline__ void swiglu_scalar(const T* u, unsigned f, unsigned r
 
 template <typename T>
 __global__ void __launch_bounds__(1024, 1) swiglu_amax(const T* __restrict__ u, long long rows_, long long f_, const unsigned short* __restrict__ gtab,
-                                                       unsigned* amax_bits, int vec) {
+                                                       unsigned* partials, int vec) {
   extern __shared__ uint4 smem[];
   unsigned short* tab = reinterpret_cast<unsigned short*>(smem);
   h3::silu_load(gtab, tab);
@@ -519,18 +534,18 @@ __global__ void __launch_bounds__(1024, 1) swiglu_amax(const T* __restrict__ u, 
       for (int k = 0; k < 16; ++k) m = h3::max_nan(m, fabsf(v[k]));
     }
   }
-  h3::block_max<T>(h3::max_nan(m, h3::pair_max<T>(acc)), amax_bits);
+  h3::block_max(h3::max_nan(m, h3::pair_max<T>(acc)), partials);
 }
 
 template <typename T>
 __global__ void __launch_bounds__(1024, 1) swiglu_quantize(const T* __restrict__ u, long long rows_, long long f_, long long rows_pad_,
-                                                           const unsigned short* __restrict__ gtab, const unsigned* __restrict__ amax_bits,
-                                                           float* __restrict__ g, unsigned char* __restrict__ q, unsigned char* __restrict__ s,
-                                                           long long nb_, long long srows_, int vec) {
+                                                           const unsigned short* __restrict__ gtab, const float* __restrict__ g,
+                                                           unsigned char* __restrict__ q, unsigned char* __restrict__ s, long long nb_, long long srows_,
+                                                           int vec) {
   extern __shared__ uint4 smem[];
   unsigned short* tab = reinterpret_cast<unsigned short*>(smem);
   h3::silu_load(gtab, tab);
-  const float gs = h3::pass_two_scale<T>(amax_bits, g), rg = h3::rcp_approx(gs);
+  const float gs = *g, rg = h3::rcp_approx(gs);
   const unsigned rows = rows_, f = f_, rows_pad = rows_pad_, nb = nb_, srows = srows_, groups = (nb + 3) >> 2;
   for (h3::Walk w(groups * 4); w.r < srows; w.next()) {
     const unsigned r = w.r, c = w.c;
@@ -587,15 +602,15 @@ __global__ void rcp_approx_kernel(const float* __restrict__ x, float* __restrict
 // Every kernel for both input types (the names cudakernels.py asks NVRTC for).
 #define H3_INSTANTIATE(T)                                                                                                        \
   template __global__ void amax_reduce<T>(const T*, long long, unsigned*);                                                       \
-  template __global__ void finalize_scale<T>(const unsigned*, float*);                                                           \
+  template __global__ void finalize_scale<T>(const unsigned*, long long, float*);                                                \
   template __global__ void quantize_into<T>(const T*, long long, long long, long long, long long, long long, const float*,       \
                                             unsigned char*, unsigned char*, long long, long long, int);                          \
   template __global__ void modulate_amax<T>(const T*, long long, long long, const T*, const T*, long long, long long, unsigned*, int); \
   template __global__ void modulate_quantize<T>(const T*, long long, long long, long long, const T*, const T*, long long, long long, \
-                                                const unsigned*, float*, unsigned char*, unsigned char*, long long, long long, int); \
+                                                const float*, unsigned char*, unsigned char*, long long, long long, int);        \
   template __global__ void silu_table<T>(unsigned short*);                                                                       \
   template __global__ void swiglu_amax<T>(const T*, long long, long long, const unsigned short*, unsigned*, int);                \
-  template __global__ void swiglu_quantize<T>(const T*, long long, long long, long long, const unsigned short*, const unsigned*, float*, \
+  template __global__ void swiglu_quantize<T>(const T*, long long, long long, long long, const unsigned short*, const float*,     \
                                               unsigned char*, unsigned char*, long long, long long, int);                        \
   template __global__ void swiglu_probe<T>(const T*, const T*, const unsigned short*, T*, T*, long long);
 
