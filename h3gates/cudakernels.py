@@ -52,8 +52,9 @@ def _include_paths() -> list[str]:
     return paths
 
 
-NAMES = [f"{k}<{t}>" for t in TYPES.values() for k in ("amax_reduce", "finalize_scale", "quantize_into", "modulate_amax", "modulate_quantize", "silu_table",
-                                                 "swiglu_amax", "swiglu_quantize", "swiglu_probe")]
+QROWS = {"quantize_into": 4, "modulate_quantize": 4}  # rows each thread loads before encoding (compiled: 2, 4)
+NAMES = [f"{k}<{t}>" for t in TYPES.values() for k in ("amax_reduce", "finalize_scale", "modulate_amax", "silu_table", "swiglu_amax", "swiglu_quantize",
+                                                 "swiglu_probe")] + [f"{k}<{t}, {r}>" for t in TYPES.values() for k in QROWS for r in (2, 4)]
 SILU_SMEM = 65536 * 2  # the swiglu kernels' shared-memory silu table (bytes)
 
 
@@ -248,7 +249,8 @@ def quantize_into(x: torch.Tensor, g: torch.Tensor, q: torch.Tensor, s: torch.Te
         raise NVFP4InputError(f"buffers {tuple(q.shape)}/{tuple(s.shape)} do not fit rows {dest_row}..{dest_row + rows_pad} of a {rows} x {cols} activation")
     _items(dest_row + srows, F.roundup(nb, 4))
     vec = int(cols % 8 == 0 and x.data_ptr() % 16 == 0)
-    _launch(f"quantize_into<{t}>", _grid_2d(F.roundup(nb, 4), -(-srows // 4)), _ptr(x), _i64(cols), _i64(rows), _i64(cols), _i64(rows_pad), _i64(nb),
+    qr = QROWS["quantize_into"]
+    _launch(f"quantize_into<{t}, {qr}>", _grid_2d(F.roundup(nb, 4), -(-srows // qr)), _ptr(x), _i64(cols), _i64(rows), _i64(cols), _i64(rows_pad), _i64(nb),
             _ptr(g), _ptr(q), _ptr(s), _i64(dest_row), _i64(srows), np.int32(vec), block=128, device=x.device.index)
 
 
@@ -302,7 +304,7 @@ def modulate_produce(h, shift, scale, bounds, static_scale=None):
         buf = static_scale.reshape(1).float().contiguous()
         n_partials, gp = 0, _ptr(buf)
     q, s = buffers(rows, cols, h.device)
-    _launch(f"modulate_quantize<{t}>", _grid_2d(F.roundup(nb, 4), -(-srows // 16)), _ptr(h), _i64(rows), _i64(cols), _i64(rows_pad), _ptr(scale),
+    _launch(f"modulate_quantize<{t}, {QROWS['modulate_quantize']}>", _grid_2d(F.roundup(nb, 4), -(-srows // 16)), _ptr(h), _i64(rows), _i64(cols), _i64(rows_pad), _ptr(scale),
             _ptr(shift), _i64(b1), _i64(b2), gp, _ptr(q), _ptr(s), _i64(nb), _i64(srows), np.int32(vec), block=128, device=dev)
     return (_g_view(buf) if n_partials else buf), q, s
 

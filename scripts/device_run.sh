@@ -18,6 +18,7 @@ for step in "$@"; do
       ncu --clock-control none -k regex:"quantize|amax|modulate|swiglu" --section SpeedOfLight --section Occupancy --section ComputeWorkloadAnalysis \
           --section MemoryWorkloadAnalysis --section WarpStateStats --section LaunchStats --section InstructionStats --csv --page details \
           python3 scripts/ncu_kernels.py > "$OUT/ncu_details.csv" 2> /tmp/ncu_details.err; wc -l "$OUT/ncu_details.csv" ;;
+    tune) python3 scripts/tune_producers.py --out "$OUT" 2>&1 | tail -3 ;;
     model) python3 scripts/gpu_model.py --out "$OUT" 2>&1 | tee "$OUT/model.log" ;;
     ladder)
       rm -rf results logs .snakemake

@@ -309,9 +309,9 @@ __global__ void finalize_scale(const unsigned* __restrict__ partials, long long 
 // the scales of rows [dest_row, dest_row + srows) x 4-padded blocks in the swizzled buffer s (zero
 // past rows_pad / nb). Grid: x over 128-thread column-block groups, y over 4-row groups (strided).
 // Index math is 32-bit (the launcher checks rows, columns and scale bytes stay below 2^31).
-constexpr unsigned QROWS = 4;
-template <typename T>
-__global__ void __launch_bounds__(128, 6) quantize_into(const T* __restrict__ x, long long ld, long long rows_, long long cols_, long long rows_pad_,
+// QR rows per thread are loaded before any is encoded (memory-level parallelism against registers).
+template <typename T, unsigned QR>
+__global__ void __launch_bounds__(128, QR == 2 ? 8 : 6) quantize_into(const T* __restrict__ x, long long ld, long long rows_, long long cols_, long long rows_pad_,
                                                         long long nb_, const float* __restrict__ g, unsigned char* __restrict__ q,
                                                         unsigned char* __restrict__ s, long long dest_row, long long srows_, int vec) {
   const unsigned rows = rows_, cols = cols_, rows_pad = rows_pad_, nb = nb_, srows = srows_, dest = dest_row;
@@ -321,13 +321,13 @@ __global__ void __launch_bounds__(128, 6) quantize_into(const T* __restrict__ x,
   const bool fast = vec && (c + 1) * 16 <= cols;
   const T* xc = x + c * 16;
   unsigned char* qc = q + (size_t)dest * nb * 8 + c * 8;
-  for (unsigned r0 = blockIdx.y * QROWS; r0 < srows; r0 += gridDim.y * QROWS) {
-    uint4 raw[QROWS][2];
+  for (unsigned r0 = blockIdx.y * QR; r0 < srows; r0 += gridDim.y * QR) {
+    uint4 raw[QR][2];
 #pragma unroll
-    for (unsigned k = 0; k < QROWS; ++k)
+    for (unsigned k = 0; k < QR; ++k)
       if (fast && r0 + k < rows) h3::load32(xc + (size_t)(r0 + k) * ld, raw[k]);
 #pragma unroll
-    for (unsigned k = 0; k < QROWS; ++k) {
+    for (unsigned k = 0; k < QR; ++k) {
       const unsigned r = r0 + k;
       if (r >= srows) break;
       unsigned char* sp = s + h3::sf_offset(dest + r, c, groups);
@@ -425,8 +425,8 @@ __global__ void __launch_bounds__(128) modulate_amax(const T* __restrict__ h, lo
 
 // g: the global scale (static, or finalize_scale's from pass 1). Scales of rows [rows_pad, srows) and
 // blocks [nb, 4-padded) are written as zero.
-template <typename T>
-__global__ void __launch_bounds__(128, 5) modulate_quantize(const T* __restrict__ h, long long rows_, long long cols_, long long rows_pad_,
+template <typename T, unsigned QR>
+__global__ void __launch_bounds__(128, QR == 2 ? 7 : 5) modulate_quantize(const T* __restrict__ h, long long rows_, long long cols_, long long rows_pad_,
                                                             const T* __restrict__ scale, const T* __restrict__ shift, long long b1, long long b2,
                                                             const float* __restrict__ g, unsigned char* __restrict__ q, unsigned char* __restrict__ s,
                                                             long long nb_, long long srows_, int vec) {
@@ -440,15 +440,17 @@ __global__ void __launch_bounds__(128, 5) modulate_quantize(const T* __restrict_
   int cur = -1;
   bool exact = false;
   unsigned s1w[8], shw[8];
-  for (unsigned r0 = blockIdx.y * MROWS; r0 < srows; r0 += gridDim.y * MROWS) {
+  const unsigned groups_r = (srows + MROWS - 1) / MROWS;
+  for (unsigned k = blockIdx.y; k < groups_r; k += gridDim.y) {
+    const unsigned r0 = (groups_r - 1 - k) * MROWS;  // last rows first: pass 1 just left them in L2
 #pragma unroll 1
-    for (unsigned rq = r0; rq < r0 + MROWS && rq < srows; rq += QROWS) {
-      uint4 raw[QROWS][2];
+    for (unsigned rq = r0; rq < r0 + MROWS && rq < srows; rq += QR) {
+      uint4 raw[QR][2];
 #pragma unroll
-      for (unsigned k = 0; k < QROWS; ++k)
+      for (unsigned k = 0; k < QR; ++k)
         if (fast && rq + k < rows) h3::load32(hc + (size_t)(rq + k) * cols, raw[k]);
 #pragma unroll
-      for (unsigned k = 0; k < QROWS; ++k) {
+      for (unsigned k = 0; k < QR; ++k) {
         const unsigned r = rq + k;
         if (r >= srows) break;
         unsigned char* sp = s + h3::sf_offset(r, c, groups);
@@ -548,7 +550,7 @@ __global__ void __launch_bounds__(1024, 1) swiglu_quantize(const T* __restrict__
   const float gs = *g, rg = h3::rcp_approx(gs);
   const unsigned rows = rows_, f = f_, rows_pad = rows_pad_, nb = nb_, srows = srows_, groups = (nb + 3) >> 2;
   for (h3::Walk w(groups * 4); w.r < srows; w.next()) {
-    const unsigned r = w.r, c = w.c;
+    const unsigned r = srows - 1 - w.r, c = w.c;  // last rows first: pass 1 just left them in L2
     unsigned char* sp = s + h3::sf_offset(r, c, groups);
     if (c >= nb || r >= rows_pad) {
       *sp = 0;
@@ -603,11 +605,15 @@ __global__ void rcp_approx_kernel(const float* __restrict__ x, float* __restrict
 #define H3_INSTANTIATE(T)                                                                                                        \
   template __global__ void amax_reduce<T>(const T*, long long, unsigned*);                                                       \
   template __global__ void finalize_scale<T>(const unsigned*, long long, float*);                                                \
-  template __global__ void quantize_into<T>(const T*, long long, long long, long long, long long, long long, const float*,       \
-                                            unsigned char*, unsigned char*, long long, long long, int);                          \
+  template __global__ void quantize_into<T, 2>(const T*, long long, long long, long long, long long, long long, const float*,    \
+                                               unsigned char*, unsigned char*, long long, long long, int);                       \
+  template __global__ void quantize_into<T, 4>(const T*, long long, long long, long long, long long, long long, const float*,    \
+                                               unsigned char*, unsigned char*, long long, long long, int);                       \
   template __global__ void modulate_amax<T>(const T*, long long, long long, const T*, const T*, long long, long long, unsigned*, int); \
-  template __global__ void modulate_quantize<T>(const T*, long long, long long, long long, const T*, const T*, long long, long long, \
-                                                const float*, unsigned char*, unsigned char*, long long, long long, int);        \
+  template __global__ void modulate_quantize<T, 2>(const T*, long long, long long, long long, const T*, const T*, long long, long long, \
+                                                   const float*, unsigned char*, unsigned char*, long long, long long, int);     \
+  template __global__ void modulate_quantize<T, 4>(const T*, long long, long long, long long, const T*, const T*, long long, long long, \
+                                                   const float*, unsigned char*, unsigned char*, long long, long long, int);     \
   template __global__ void silu_table<T>(unsigned short*);                                                                       \
   template __global__ void swiglu_amax<T>(const T*, long long, long long, const unsigned short*, unsigned*, int);                \
   template __global__ void swiglu_quantize<T>(const T*, long long, long long, long long, const unsigned short*, const float*,     \
