@@ -52,7 +52,7 @@ def _include_paths() -> list[str]:
     return paths
 
 
-QROWS = {"quantize_into": 4, "modulate_quantize": 4}  # rows each thread loads before encoding (compiled: 2, 4)
+QROWS = {"quantize_into": 4, "modulate_quantize": 2}  # rows each thread loads before encoding (compiled: 2, 4; scripts/tune_producers.py)
 NAMES = [f"{k}<{t}>" for t in TYPES.values() for k in ("amax_reduce", "finalize_scale", "modulate_amax", "silu_table", "swiglu_amax", "swiglu_quantize",
                                                  "swiglu_probe")] + [f"{k}<{t}, {r}>" for t in TYPES.values() for k in QROWS for r in (2, 4)]
 SILU_SMEM = 65536 * 2  # the swiglu kernels' shared-memory silu table (bytes)

@@ -11,7 +11,7 @@ for step in "$@"; do
     tests) python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_kernels_compile.py 2>&1 | tee "$OUT/gpu_tests.log" | tail -15 ;;
     evidence) python3 scripts/gpu_evidence.py --out "$OUT" --sections ${SECTIONS:-numerics kernels bench} 2>&1 | tee "$OUT/evidence.log" ;;
     ncu) ncu --clock-control none --csv --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,smsp__inst_executed.sum,launch__registers_per_thread,dram__throughput.avg.pct_of_peak_sustained_elapsed \
-           python3 scripts/ncu_kernels.py > "$OUT/ncu.csv" 2> "$OUT/ncu.err"; grep -E "quantize|amax|modulate|swiglu|finalize" "$OUT/ncu.csv" | cut -c1-400 | tail -40 ;;
+           python3 scripts/ncu_kernels.py > "$OUT/ncu.csv" 2> "$OUT/ncu.err"; grep -E "quantize|amax|modulate|swiglu|finalize|silu" "$OUT/ncu.csv" | cut -c1-400 | tail -40 ;;
     profile)  # full Nsight Compute sections of the producers + SASS of the cubin + launch overheads
       python3 scripts/launch_overhead.py 2>&1 | tee "$OUT/launch_overhead.log"
       nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a -cubin -o /tmp/p.cubin kernels/cuda/nvfp4_producers.cu && cuobjdump -sass /tmp/p.cubin > "$OUT/sass.txt"
