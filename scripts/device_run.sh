@@ -18,6 +18,17 @@ for step in "$@"; do
       ncu --clock-control none -k regex:"quantize|amax|modulate|swiglu" --section SpeedOfLight --section Occupancy --section ComputeWorkloadAnalysis \
           --section MemoryWorkloadAnalysis --section WarpStateStats --section LaunchStats --section InstructionStats --csv --page details \
           python3 scripts/ncu_kernels.py > "$OUT/ncu_details.csv" 2> /tmp/ncu_details.err; wc -l "$OUT/ncu_details.csv" ;;
+    canonical4)  # canonical shapes, rungs 1-4 (perf gate enforced) for the two fused producers; reports bundled
+      timeout "${CANON_TIMEOUT:-380}" python3 -m snakemake --cores 1 --keep-going --configfile config/canonical.yaml \
+        results/canonical/modulate_fusion/tokens/r4.pass results/canonical/swiglu_fusion/tokens/r4.pass > "$OUT/canonical.log" 2>&1
+      echo "snakemake rc=$?"; grep -iE "refus|error|pass|Finished|steps" "$OUT/canonical.log" | tail -12
+      python3 - "$OUT/canonical_reports.json" <<'PY'
+import json, pathlib, sys
+out = {str(p): json.loads(p.read_text()) for p in sorted(pathlib.Path("results/canonical").rglob("r[1-4]_*/**/*.json")) + sorted(pathlib.Path("results/canonical").glob("*/r[1-4]_*.json"))}
+pathlib.Path(sys.argv[1]).write_text(json.dumps(out, indent=1))
+print(len(out), "reports bundled")
+PY
+      ;;
     tune) python3 scripts/tune_producers.py --out "$OUT" 2>&1 | tail -3 ;;
     model) python3 scripts/gpu_model.py --out "$OUT" 2>&1 | tee "$OUT/model.log" ;;
     ladder)
