@@ -20,7 +20,7 @@ for step in "$@"; do
           python3 scripts/ncu_kernels.py > "$OUT/ncu_details.csv" 2> /tmp/ncu_details.err; wc -l "$OUT/ncu_details.csv" ;;
     canonical4)  # canonical shapes, rungs 1-4 (perf gate enforced) for the two fused producers; reports bundled
       timeout "${CANON_TIMEOUT:-380}" python3 -m snakemake ${CANON_TARGETS:-results/canonical/modulate_fusion/tokens/r4.pass results/canonical/swiglu_fusion/tokens/r4.pass} \
-        --cores 1 --keep-going --configfile config/canonical.yaml > "$OUT/canonical.log" 2>&1
+        --cores 1 --keep-going --configfile ${CANON_CONFIGS:-config/canonical.yaml} > "$OUT/canonical.log" 2>&1
       echo "snakemake rc=$?"; grep -iE "refus|error|pass|Finished|steps" "$OUT/canonical.log" | tail -12
       python3 - "$OUT/canonical_reports.json" <<'PY'
 import json, pathlib, sys
