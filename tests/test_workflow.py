@@ -326,3 +326,15 @@ def test_rerun_of_a_gate_reproduces_its_report_except_timing(ws):
     a, b = json.loads(first.read_text()), json.loads(again.read_text())
     assert a["timing"]["baseline_s"] != b["timing"]["baseline_s"]  # fresh measurements ...
     assert comparable(a) == comparable(b)  # ... and everything else identical
+
+
+@pytest.mark.parametrize("overlays", [["config/canonical.yaml"], ["config/canonical.yaml", "config/timing_long.yaml"]])
+def test_shipped_config_overlays_validate(overlays):
+    """The overlays under config/ merge over config.yaml into a valid config (timing_long changes only
+    the number of rounds)."""
+    from h3gates import ctx as H3
+
+    root = Path(__file__).resolve().parent.parent
+    cfg = H3.load_config([root / "config/config.yaml"] + [root / o for o in overlays])
+    assert cfg["profile"] == "canonical" and cfg["device"] == "cuda"
+    assert cfg["timing"]["rounds"] == (21 if "config/timing_long.yaml" in overlays else 7) and cfg["timing"]["warmup"] == 2
