@@ -162,16 +162,21 @@ def _persistent(items: int, device: int, block: int = 1024, per_sm: int = 1) -> 
     return max(1, min(-(-items // block), _sms(device) * per_sm))
 
 
-@functools.lru_cache(maxsize=None)
-def _silu_table(dtype: torch.dtype, device_index: int, source_sha: str) -> torch.Tensor:
-    """silu of every 16-bit pattern of dtype, rounded to dtype (silu_table kernel), 128 KB."""
-    out = torch.empty(65536, dtype=torch.int16, device=f"cuda:{device_index}")
-    _launch(f"silu_table<{TYPES[dtype]}>", 256, _ptr(out), device=device_index)
-    return out
+_SILU_TABLES: dict = {}
 
 
 def _table(dtype: torch.dtype, device: int) -> int:
-    return _ptr(_silu_table(dtype, device, _source_sha()))
+    """Pointer to the silu of every 16-bit pattern of dtype, rounded to dtype (silu_table kernel,
+    128 KB), built once per device, dtype and kernel source."""
+    key = (dtype, device, _source_sha())
+    tab = _SILU_TABLES.get(key)
+    if tab is None:
+        if torch.cuda.is_current_stream_capturing():
+            raise NVFP4InputError("the SwiGLU producer builds its silu table on first use: call it once before capturing a CUDA graph")
+        tab = torch.empty(65536, dtype=torch.int16, device=f"cuda:{device}")
+        _launch(f"silu_table<{TYPES[dtype]}>", 256, _ptr(tab), device=device)
+        _SILU_TABLES[key] = tab
+    return _ptr(tab)
 
 
 def _ptr(t: torch.Tensor) -> int:
