@@ -22,13 +22,17 @@ class CandidateSpec:
     sources: dict  # implementation -> tuple of kernel files (relative to the workflow root)
 
 
+# What every CUDA implementation runs besides its own module: the kernels and their launcher (grids,
+# rows-per-thread variant, shared-memory table), so editing either reruns the CUDA candidates.
+CUDA_COMMON = ("kernels/cuda/nvfp4_producers.cu", "h3gates/cudakernels.py")
+
 KNOWN = {
     "modulate_fusion": CandidateSpec("modulate_fusion", ("qkv", "fc1"), "H3_NVFP4_MODULATE_FUSION",
-                                     {"cpu": ("kernels/cpu/modulate_fusion.py",), "cuda": ("kernels/cuda/modulate_fusion.py", "kernels/cuda/nvfp4_producers.cu")}),
+                                     {"cpu": ("kernels/cpu/modulate_fusion.py",), "cuda": ("kernels/cuda/modulate_fusion.py", *CUDA_COMMON)}),
     "swiglu_fusion": CandidateSpec("swiglu_fusion", ("fc2",), "H3_NVFP4_SWIGLU_FUSION",
-                                   {"cpu": ("kernels/cpu/swiglu_fusion.py",), "cuda": ("kernels/cuda/swiglu_fusion.py", "kernels/cuda/nvfp4_producers.cu")}),
+                                   {"cpu": ("kernels/cpu/swiglu_fusion.py",), "cuda": ("kernels/cuda/swiglu_fusion.py", *CUDA_COMMON)}),
     "qkv_ring": CandidateSpec("qkv_ring", ("qkv",), "H3_NVFP4_QKV_RING",
-                              {"cpu": ("kernels/cpu/qkv_ring.py",), "cuda": ("kernels/cuda/qkv_ring.py", "kernels/cuda/nvfp4_producers.cu")}),
+                              {"cpu": ("kernels/cpu/qkv_ring.py",), "cuda": ("kernels/cuda/qkv_ring.py", *CUDA_COMMON)}),
 }
 
 
