@@ -212,18 +212,9 @@ def _g_view(buf: torch.Tensor) -> torch.Tensor:
     return buf[-1:].view(torch.float32)
 
 
-def amax(x: torch.Tensor) -> torch.Tensor:
-    """|x| max partials (uint32 bits, one per block; NaN propagates, as torch.amax)."""
-    t = _check(x, "x")
-    dev = x.device.index
-    blocks = _grid_stride_blocks(max(1, x.numel() // 8), dev)
-    partials = torch.empty(blocks, dtype=torch.int32, device=x.device)
-    _launch(f"amax_reduce<{t}>", blocks, _ptr(x), _i64(x.numel()), _ptr(partials), device=dev)
-    return partials
-
-
 def finalize(partials: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Comfy's global scale from abs-max partials: fp32 [1]."""
+    """Comfy's global scale from abs-max partials (uint32 bits of non-negative floats, NaN wins):
+    fp32 [1]. global_scale and the fused producers launch the same kernel on their pass 1's partials."""
     g = torch.empty(1, dtype=torch.float32, device=partials.device)
     _launch(f"finalize_scale<{TYPES[dtype]}>", 1, _ptr(partials), _i64(partials.numel()), _ptr(g), block=256, device=partials.device.index)
     return g
