@@ -12,6 +12,30 @@ from h3gates.nvfp4 import rcp as R
 pytestmark = [pytest.mark.gpu, requires_cuda]
 
 
+def _assert_fused_exact(produced, materialized):
+    """A fused producer's (g, qdata, scales) equal the global scale and comfy-kitchen's CUDA quantize
+    of the materialized bf16 activation, bit for bit."""
+    g, q, s = produced
+    gr = nvfp4.global_scale(materialized)
+    ref = oracle.comfy_quantize(materialized, gr, backend="cuda")
+    assert torch.equal(g.view(torch.int32), gr.reshape(1).view(torch.int32))
+    assert torch.equal(q, ref[0]) and torch.equal(s, ref[1])
+
+
+def _assert_modulate_exact(h, shift, scale, bounds):
+    from h3gates import cudakernels as K
+    from h3gates.model.projection import modulate
+
+    _assert_fused_exact(K.modulate_produce(h, shift, scale, bounds), modulate(h, shift, scale, bounds))
+
+
+def _assert_swiglu_exact(u):
+    from h3gates import cudakernels as K
+    from h3gates.model.projection import swiglu
+
+    _assert_fused_exact(K.swiglu_produce(u), swiglu(u))
+
+
 @pytest.mark.parametrize("case", [c for c in C.CASES if c.pad_16x and not c.refused_by], ids=lambda c: c.id)
 def test_cuda_model_equals_comfy_cuda(case):
     x = case.tensor().cuda()
@@ -43,22 +67,10 @@ def test_cuda_quantize_into_equals_comfy_cuda(case):
 
 @pytest.mark.parametrize("kind", C.GENERATORS)
 def test_cuda_fused_producers_equal_materialize_then_comfy(kind):
-    from h3gates import cudakernels as K
-    from h3gates.model.projection import modulate, swiglu
-
     h = C.random_tensor(kind, (1000, 512), seed=1, device="cuda")
     sc, sh = C.random_tensor("normal", (3, 512), seed=2, device="cuda") * 0.3, C.random_tensor("normal", (3, 512), seed=3, device="cuda") * 0.3
-    b = ((0, 10), (10, 120), (120, 1000))
-    m = modulate(h, sh, sc, b)
-    ref = oracle.comfy_quantize(m, nvfp4.global_scale(m), backend="cuda")
-    g, q, s = K.modulate_produce(h, sh, sc, b)
-    assert torch.equal(g.view(torch.int32), nvfp4.global_scale(m).reshape(1).view(torch.int32))
-    assert torch.equal(q, ref[0]) and torch.equal(s, ref[1])
-    u = C.random_tensor(kind, (1000, 1024), seed=4, device="cuda")
-    m = swiglu(u)
-    ref = oracle.comfy_quantize(m, nvfp4.global_scale(m), backend="cuda")
-    g, q, s = K.swiglu_produce(u)
-    assert torch.equal(q, ref[0]) and torch.equal(s, ref[1])
+    _assert_modulate_exact(h, sh, sc, ((0, 10), (10, 120), (120, 1000)))
+    _assert_swiglu_exact(C.random_tensor(kind, (1000, 1024), seed=4, device="cuda"))
 
 
 def test_nan_reaches_the_global_scale_in_every_producer():
@@ -86,8 +98,9 @@ def test_emulated_gemm_cuda_matches_fp32_formulation():
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 def test_swiglu_element_function_equals_torch_on_every_gate(dtype):
-    """The SwiGLU producer's RN(silu(gate) * value) (bf16: the shared-memory silu table plus the
-    formula outside it) equals torch's silu then mul for all 65,536 gate bit patterns."""
+    """The SwiGLU producer's RN(silu(gate) * value) (a lookup in the shared-memory table of silu for
+    every 16-bit pattern, then one fp32 multiply) equals torch's silu then mul for all 65,536 gates,
+    in the paired (vector) and single (scalar) forms."""
     from h3gates import cudakernels as K
 
     gate = torch.arange(-(2**15), 2**15, dtype=torch.int32, device="cuda").to(torch.int16).view(dtype)
@@ -131,23 +144,10 @@ def test_cuda_producers_write_every_scale_byte():
 @pytest.mark.parametrize("cols", [36, 520, 1000])
 def test_cuda_fused_producers_scalar_and_partial_block_paths(cols):
     """Columns not a multiple of 16 (a partial last block) or of 8 (no vector loads at all)."""
-    from h3gates import cudakernels as K
-    from h3gates.model.projection import modulate, swiglu
-
     h = C.random_tensor("wide", (300, cols), seed=11, device="cuda")
     sc, sh = C.random_tensor("normal", (3, cols), seed=12, device="cuda") * 0.3, C.random_tensor("normal", (3, cols), seed=13, device="cuda") * 0.3
-    b = ((0, 5), (5, 150), (150, 300))
-    m = modulate(h, sh, sc, b)
-    ref = oracle.comfy_quantize(m, nvfp4.global_scale(m), backend="cuda")
-    g, q, s = K.modulate_produce(h, sh, sc, b)
-    assert torch.equal(g.view(torch.int32), nvfp4.global_scale(m).reshape(1).view(torch.int32))
-    assert torch.equal(q, ref[0]) and torch.equal(s, ref[1])
-    u = C.random_tensor("wide", (300, 2 * cols), seed=14, device="cuda")
-    m = swiglu(u)
-    ref = oracle.comfy_quantize(m, nvfp4.global_scale(m), backend="cuda")
-    g, q, s = K.swiglu_produce(u)
-    assert torch.equal(g.view(torch.int32), nvfp4.global_scale(m).reshape(1).view(torch.int32))
-    assert torch.equal(q, ref[0]) and torch.equal(s, ref[1])
+    _assert_modulate_exact(h, sh, sc, ((0, 5), (5, 150), (150, 300)))
+    _assert_swiglu_exact(C.random_tensor("wide", (300, 2 * cols), seed=14, device="cuda"))
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
@@ -155,9 +155,6 @@ def test_cuda_modulate_packed_multiply_paths(dtype):
     """The modulate producer multiplies packed pairs in one rounding only where the fp32 product is
     exact (every s1 = RN(scale + 1) zero or >= 2^-8); columns with s1 = 2^-9 take the fp32 path.
     Subnormal, tiny and huge h in both."""
-    from h3gates import cudakernels as K
-    from h3gates.model.projection import modulate
-
     cols = 256
     h = C.random_tensor("wide", (64, cols), dtype, seed=21, device="cuda")
     tiny = torch.finfo(dtype).tiny
@@ -167,9 +164,4 @@ def test_cuda_modulate_packed_multiply_paths(dtype):
     sc[1, :32] = -1.0  # s1 = 0: packed path
     sc[2, 16:48] = -(1 - 2.0**-9)  # s1 = 2^-9: fp32 path for these blocks
     sh = C.random_tensor("normal", (3, cols), dtype, seed=24, device="cuda") * 0.01
-    b = ((0, 20), (20, 40), (40, 64))
-    m = modulate(h, sh, sc, b)
-    ref = oracle.comfy_quantize(m, nvfp4.global_scale(m), backend="cuda")
-    g, q, s = K.modulate_produce(h, sh, sc, b)
-    assert torch.equal(g.view(torch.int32), nvfp4.global_scale(m).reshape(1).view(torch.int32))
-    assert torch.equal(q, ref[0]) and torch.equal(s, ref[1])
+    _assert_modulate_exact(h, sh, sc, ((0, 20), (20, 40), (40, 64)))
