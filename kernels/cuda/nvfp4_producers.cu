@@ -3,8 +3,8 @@
 //
 // Run:       compiled at run time by h3gates/cudakernels.py (cuda.core / NVRTC, arch sm_90a);
 //            compile-only check: nvcc -std=c++17 -arch=sm_90a -cubin kernels/cuda/nvfp4_producers.cu
-// Kernels:   amax_reduce        one pass, |x| max (NaN propagates, as torch.amax) into a uint32
-//            finalize_scale     g = T(amax * RN(1/2688)) as fp32, the value torch/comfy computes on CUDA
+// Kernels:   amax_reduce        one pass, |x| max (NaN propagates, as torch.amax), one partial per block
+//            finalize_scale     g = T(amax * RN(1/2688)) as fp32 from a pass 1's partials, as torch/comfy
 //            quantize_into      exact QDATA + swizzled SFA for a row range into caller-owned buffers
 //            modulate_amax / modulate_quantize   two-pass modulate-fused producer (seed 000)
 //            silu_table         silu of all 65,536 bit patterns of T (torch's formula), built once
@@ -15,7 +15,7 @@
 //            every scale byte of their tiles, padding included (zero), so buffers need no memset.
 // Cost model (why the code looks like this): sm_90 has no E2M1 conversion, and the first version's
 //            integer E2M1 (~20 ALU-pipe ops per element) made every producer ALU-bound at about
-//            twice the memory floor (evidence/h200/ncu.csv). Here the E2M1 rounding runs on the FMA
+//            twice the memory floor (git show a2bdff9:evidence/h200/ncu.csv). Here the E2M1 rounding runs on the FMA
 //            pipe (three magic-number roundings, e2m1_nibble), the modulation and abs-max work on
 //            packed bf16x2/f16x2 pairs, silu is a branch-free lookup in a 128 KB shared-memory table
 //            of the exact formula, and index math is 32-bit.
@@ -118,7 +118,8 @@ __device__ __forceinline__ float pair_max(unsigned acc) { return max_nan(Pair<T>
 // envelope of three uniform grids (spacing 1/2, 1, 2) and RNE commutes with min. Each RNE is one
 // FMA against 2^23 (+ an even offset, so ties still go to even codes), which rounds at unit spacing.
 // NaN: fminf returns 6 (code 7) and the multiply that produced v made it the positive canonical NaN.
-// Checked against the integer formulation on all 2^32 fp32 patterns (tests/test_kernels_compile.py).
+// Equal to formats.e2m1_encode on all 2^32 fp32 patterns: tests/test_kernels_compile.py (a sample in CI,
+// H3_E2M1_EXHAUSTIVE=1 for all; run: evidence/cpu/e2m1_exhaustive.log).
 __device__ __forceinline__ float e2m1_nibble(float v) {
   float a = fminf(fabsf(v), 6.0f);
   float t1 = __fmaf_rn(a, 2.0f, 8388612.0f);  // 2^23 + 4 + RNE(2a)
