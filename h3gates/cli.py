@@ -1,4 +1,7 @@
-"""`python -m h3gates ...`: the commands the Snakemake rules run, and the user's status/verify."""
+"""`python -m h3gates`: the user's commands (status, verify, replay, candidates, fc2) and the ones the
+workflow's rules run (rung, token, promote, plot, profile-target). Each command imports only what it
+needs, so a pass token or a record check costs a Python start, and a rung's code fingerprint is what
+its own module imports (h3gates.provenance)."""
 
 from __future__ import annotations
 
@@ -6,89 +9,165 @@ import argparse
 import json
 import sys
 
+EXIT_CODES = """exit codes:
+  0  done: the check passed, the record verified, the report was written (a failing gate still writes its report and exits 0)
+  1  refused: a gate, a pass token, a promotion or a verification said no; the reasons and the fix are printed
+  2  usage or configuration error, or a command that needs a GPU run without one; nothing was checked
+  other: h3gates itself failed (a traceback says where)"""
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="h3gates", description="NVFP4 kernel validation ladder")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    r = sub.add_parser("rung", help="run one rung and write its report (exit 0 on a numeric failure)")
-    r.add_argument("rung", type=int, choices=range(1, 9))
-    r.add_argument("--context", required=True, help="JSON rung context (from the workflow)")
-    r.add_argument("--out", required=True)
-    r.add_argument("--block", type=int)
-    r.add_argument("--upstream", nargs="*", default=[])
-    t = sub.add_parser("token", help="turn passing reports into a pass token, or refuse with the reason")
-    t.add_argument("--out", required=True)
-    t.add_argument("--revoke", nargs="*", default=[], help="the candidate's promotion record and flag, deleted on refusal")
-    t.add_argument("reports", nargs="+")
-    p = sub.add_parser("promote", help="write the promotion record and flag, or refuse with every reason")
-    p.add_argument("candidate")
-    p.add_argument("--configfile", nargs="+", default=["config/config.yaml"])
-    p.add_argument("--config-json", help="the resolved workflow config (overrides --configfile)")
-    p.add_argument("--record", required=True)
-    p.add_argument("--flag", required=True)
-    v = sub.add_parser("verify", help="re-check a promotion record against the current sources, config and reports")
-    v.add_argument("record")
-    v.add_argument("--revoke", help="delete this flag file when verification fails")
-    v.add_argument("--configfile", nargs="+")
-    v.add_argument("--config-json", help="the resolved workflow config")
-    s = sub.add_parser("status", help="candidate x rung table: pass / fail / missing / stale")
-    s.add_argument("--configfile", nargs="+", default=["config/config.yaml"])
-    s.add_argument("--json", action="store_true")
-    pl = sub.add_parser("plot", help="timing plot (per-round baseline vs candidate) of block-gate reports")
-    pl.add_argument("--out", required=True)
-    pl.add_argument("reports", nargs="+")
-    a = ap.parse_args(argv)
+USER = ("status", "verify", "replay", "candidates", "fc2")
 
-    from . import ctx as C
-    from . import ladder
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
 
     try:
-        if a.cmd == "rung":
-            from .rungs import RUNG_FUNCS
+        return version("h3gates")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
 
-            context = json.loads(a.context)
-            ladder.revoke(*C.promotion_paths(context["profile"], context["candidate"]))  # a gate reruns: the old promotion is void
-            fn = RUNG_FUNCS[a.rung]
-            if a.rung in C.PER_BLOCK:
-                fn(context, a.out, a.block, upstream=a.upstream)
-            else:
-                fn(context, a.out, upstream=a.upstream)
-            return 0
-        if a.cmd == "token":
-            try:
-                ladder.token(a.reports, a.out)
-            except ladder.Refusal:
-                ladder.revoke(*a.revoke)
-                raise
-            return 0
-        if a.cmd == "promote":
-            config = C.validate_config(json.loads(a.config_json)) if a.config_json else C.load_config(a.configfile)
-            ladder.promote(config, a.candidate, a.record, a.flag, a.configfile)
-            print(f"promoted {a.candidate}: {a.record}")
-            return 0
-        if a.cmd == "verify":
-            config = C.validate_config(json.loads(a.config_json)) if a.config_json else None
-            rec = ladder.verify(a.record, a.revoke, a.configfile, config)
-            print(f"OK {rec['candidate']} ({rec['verdict']}): {len(rec['reports'])} reports verified" + ("" if rec["deployable"] else "; NOT deployable (rehearsal profile)"))
-            return 0
-        if a.cmd == "status":
-            rows = ladder.status(C.load_config(a.configfile))
-            print(json.dumps(rows, indent=1) if a.json else ladder.format_status(rows))
-            return 0
-        if a.cmd == "plot":
-            from .plot import timing_plot
 
-            timing_plot(a.reports, a.out)
-            return 0
-    except ladder.Refusal as e:
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="h3gates", description="NVFP4 kernel validation ladder: status, verify and replay its gates.",
+                                 epilog=EXIT_CODES + "\n\nThe workflow itself runs through snakemake (see README.md); the commands "
+                                 "rung, token, promote, plot and profile-target are what its rules call.",
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--version", action="version", version=f"h3gates {_version()}")
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="{status,verify,replay,candidates,fc2}")
+    s = sub.add_parser("status", help="candidate x rung table: pass / fail / stale / missing / invalid, with reasons")
+    s.add_argument("--configfile", nargs="+", default=["config/config.yaml"], help="config files merged in order (default: config/config.yaml)")
+    s.add_argument("--json", action="store_true")
+    v = sub.add_parser("verify", help="re-check a promotion record, its flag and every report it rests on (what deployment runs)")
+    v.add_argument("record")
+    v.add_argument("--flag", help="the flag file to check (default: the one the record wrote)")
+    v.add_argument("--revoke", action="store_true", help="delete the flag when verification fails")
+    v.add_argument("--heal", action="store_true", help="move reports that no longer stand aside, so the next snakemake run recomputes them")
+    v.add_argument("--configfile", nargs="+", help="compare with this configuration and name what changed (default: the record's own)")
+    v.add_argument("--config-json", help=argparse.SUPPRESS)
+    r = sub.add_parser("replay", help="rerun one failing case from its *.replay.*.pt dump against the reference; print the first mismatch")
+    r.add_argument("dump")
+    c = sub.add_parser("candidates", help="the registered candidates (kernels/<name>/candidate.py)")
+    c.add_argument("--markdown", action="store_true", help="the README's table")
+    f = sub.add_parser("fc2", help="the FC2 cuBLASLt scheduling study (seed 003): characterize, sweep, selected, profile (needs a GPU)", add_help=False)
+    f.add_argument("args", nargs=argparse.REMAINDER)
+    # what the workflow's rules run (not listed in --help)
+    g = sub.add_parser("rung")
+    g.add_argument("rung", type=int, choices=range(1, 9))
+    g.add_argument("--context", required=True)
+    g.add_argument("--out", required=True)
+    g.add_argument("--block", type=int)
+    g.add_argument("--upstream", nargs="*", default=[])
+    t = sub.add_parser("token")
+    t.add_argument("--out", required=True)
+    t.add_argument("--revoke", nargs="*", default=[])
+    t.add_argument("reports", nargs="+")
+    p = sub.add_parser("promote")
+    p.add_argument("candidate")
+    p.add_argument("--configfile", nargs="*", default=[])
+    p.add_argument("--config-json", required=True)
+    p.add_argument("--record", required=True)
+    p.add_argument("--flag", required=True)
+    pl = sub.add_parser("plot")
+    pl.add_argument("--out", required=True)
+    pl.add_argument("reports", nargs="+")
+    pt = sub.add_parser("profile-target")
+    pt.add_argument("--context", required=True)
+    pt.add_argument("--side", choices=("baseline", "candidate"), required=True)
+    return ap
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["fc2"]:
+        from .fc2.cli import main as fc2_main
+
+        return fc2_main(argv[1:])
+    a = parser().parse_args(argv)
+    from .config import ConfigError
+    from .tokens import Refusal
+
+    try:
+        return _run(a)
+    except Refusal as e:
         print(f"h3gates {a.cmd}: REFUSED", file=sys.stderr)
         for reason in e.reasons:
             print(f"  - {reason}", file=sys.stderr)
+        if e.fix:
+            print(f"  fix: {e.fix}", file=sys.stderr)
         return 1
-    except C.ConfigError as e:
+    except ConfigError as e:
         print(f"h3gates {a.cmd}: {e}", file=sys.stderr)
         return 2
-    return 1
+
+
+def _run(a) -> int:
+    if a.cmd == "rung":
+        from . import rungs
+        from .paths import promotion_paths
+        from .tokens import revoke
+
+        context = json.loads(a.context)
+        revoke(*promotion_paths(context["profile"], context["candidate"]))  # a gate reruns: the old promotion is void
+        rungs.run(a.rung, context, a.out, a.block, a.upstream)
+        return 0
+    if a.cmd == "token":
+        from .tokens import Refusal, revoke, token
+
+        try:
+            token(a.reports, a.out)
+        except Refusal:
+            revoke(*a.revoke)
+            raise
+        return 0
+    if a.cmd == "promote":
+        from .config import validate_config
+        from .promotion import promote
+
+        promote(validate_config(json.loads(a.config_json)), a.candidate, a.record, a.flag, a.configfile)
+        print(f"promoted {a.candidate}: {a.record}")
+        return 0
+    if a.cmd == "verify":
+        from .config import load_config, validate_config
+        from .promotion import verify
+
+        config = validate_config(json.loads(a.config_json)) if a.config_json else load_config(a.configfile) if a.configfile else None
+        rec = verify(a.record, revoke_flag=a.revoke, flag=a.flag, config=config, configfiles=a.configfile, heal=a.heal)
+        print(f"OK {rec['candidate']} ({rec['verdict']}): {len(rec['reports'])} reports and the flag {rec['flag_file']['line']} verified"
+              + ("" if rec["deployable"] else "; NOT deployable (rehearsal profile)"))
+        return 0
+    if a.cmd == "status":
+        from .config import load_config
+        from .promotion import format_status, status
+
+        rows = status(load_config(a.configfile))
+        print(json.dumps(rows, indent=1) if a.json else format_status(rows))
+        return 0
+    if a.cmd == "candidates":
+        from . import registry
+
+        if a.markdown:
+            print(registry.markdown_table())
+        else:
+            for c in registry.discover().values():
+                print(f"{c.name:18s} {c.flag:28s} roles {','.join(c.roles):12s} overrides {','.join(c.overrides):13s} {c.folder}")
+        return 0
+    if a.cmd == "replay":
+        from .replay import replay
+
+        return replay(a.dump)
+    if a.cmd == "plot":
+        from .perfplot import ratio_plot
+        from .report import read
+
+        docs = [read(p) for p in a.reports]
+        ratio_plot([(f"{d['candidate']} block {d['block']}", d["timing"]) for d in docs], a.out)
+        return 0
+    if a.cmd == "profile-target":
+        from .rungs.r8_profile import target
+
+        target(json.loads(a.context), a.side)
+        return 0
+    return 2
 
 
 if __name__ == "__main__":

@@ -1,7 +1,13 @@
-"""Gate reports: common header, self-digest, schema validation on write and on read, atomic writes."""
+"""Gate reports: common header, self-digest, schema validation on write and on read, atomic writes.
+
+Files are written 0644: reports, tokens, records and flags carry no secrets, and deployment tooling
+often runs as another user; their integrity is the digests' job (content_sha256, the digest chain,
+the record's flag digest), not the file mode. No torch import at module level: the token and
+promotion jobs read reports without it."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -10,11 +16,8 @@ import time
 from pathlib import Path
 
 import jsonschema
-import torch
 
-from .ctx import digest, file_sha256  # noqa: F401  (re-exported: reports' digests are ctx's)
-from .nvfp4 import oracle
-from .nvfp4.gemm import backend_info
+from .provenance import digest, file_sha256  # noqa: F401  (re-exported: reports' digests are provenance's)
 
 SCHEMA_VERSION = 1
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
@@ -25,6 +28,7 @@ class ReportError(ValueError):
     pass
 
 
+@functools.lru_cache(maxsize=None)
 def _schema(name: str) -> dict:
     return json.loads((SCHEMAS / f"{name}.schema.json").read_text())
 
@@ -34,6 +38,11 @@ def content_sha256(doc: dict) -> str:
 
 
 def environment(device) -> dict:
+    import torch
+
+    from .nvfp4 import oracle
+    from .nvfp4.gemm import backend_info
+
     dev = torch.device(device)
     env = {"python": platform.python_version(), "torch": torch.__version__, "comfy_kitchen": oracle.comfy_version(),
            "host": platform.machine(), "device_type": dev.type}
@@ -74,9 +83,21 @@ def write(path, doc: dict, schema: str = "report") -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix="." + path.name, suffix=".tmp")
+    os.fchmod(fd, 0o644)
     with os.fdopen(fd, "w") as f:
         json.dump(doc, f, indent=1, sort_keys=True, allow_nan=False)
         f.write("\n")
+    os.replace(tmp, path)
+
+
+def write_text(path, text: str) -> None:
+    """A small text file (the deployment flag), written atomically with the same mode as reports."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix="." + path.name, suffix=".tmp")
+    os.fchmod(fd, 0o644)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
     os.replace(tmp, path)
 
 

@@ -2,23 +2,25 @@ import json
 
 from snakemake.exceptions import WorkflowError
 
-from h3gates import ctx as H3
+from h3gates import config as H3config
+from h3gates import paths as H3paths
+from h3gates import provenance as H3
 
 # Refuse a bad config before any job runs, naming the key and the reason; fill the defaults
-# (schemas/config.schema.yaml, the same validation `h3gates verify` and `status` apply).
+# (schemas/config.schema.yaml with the candidates of the registry, plus the profile, the blocks and
+# every kernel source checked: the same validation `h3gates verify` and `status` apply).
 try:
-    config.update(H3.validate_config(config))
-except H3.ConfigError as e:
+    config.update(H3config.validate_config(config))
+except H3config.ConfigError as e:
     raise WorkflowError(str(e))
 
 PROFILE = config["profile"]
 BLOCKS = config["blocks"]
-CANDIDATES = H3.enabled(config)
+CANDIDATES = H3config.enabled(config)
 RES = f"results/{PROFILE}"
 LOGS = f"logs/{PROFILE}"
-DEVICE = H3.resolve_device(config)
-GPU = 1 if DEVICE == "cuda" else 0
-CODE = H3.rung_inputs_code(1)
+GPU = 1 if H3config.resolve_device(config) == "cuda" else 0
+CONFIGFILES = [str(f) for f in workflow.configfiles]
 
 
 wildcard_constraints:
@@ -27,33 +29,43 @@ wildcard_constraints:
     rung="[1-8]",
 
 
+def ctx_of(wc, rung):
+    return H3.rung_context(config, wc.candidate, rung)
+
+
 def context(rung):
-    return lambda wc: json.dumps(
-        H3.rung_context(config, wc.candidate, rung), sort_keys=True
+    return lambda wc: json.dumps(ctx_of(wc, rung), sort_keys=True)
+
+
+def kernels(rung):
+    """The kernel files of the candidate and of the accepted candidates under it."""
+    return lambda wc: H3.kernel_files(ctx_of(wc, rung))
+
+
+def code(rung):
+    """The h3gates modules the rung imports (derived from the source: Snakemake does not track imports)."""
+    return lambda wc: H3.code_files(ctx_of(wc, rung))
+
+
+def fingerprint(rung):
+    """Kernel and module contents as a param: a gate reruns on an edit, never on a touch."""
+    return lambda wc: H3.files_digest(
+        H3.kernel_files(ctx_of(wc, rung)) + H3.code_files(ctx_of(wc, rung))
     )
 
 
-def kernels(wc):
-    return H3.kernel_sources(config, wc.candidate)
-
-
-def fingerprint(wc):
-    """Content of the kernels and h3gates modules: as a param it reruns a gate on an edit, never on a touch."""
-    return H3.files_digest(kernels(wc) + CODE)
-
-
 def report_of(rung, block=None):
-    return H3.report_path(PROFILE, "{candidate}", rung, block)
+    return H3paths.report_path(PROFILE, "{candidate}", rung, block)
 
 
 def reports_of(rung):
-    if rung in (3, 4):
+    if rung in H3paths.PER_BLOCK:
         return [report_of(rung, b) for b in BLOCKS]
     return [report_of(rung)]
 
 
 def token(rung):
-    return H3.token_path(PROFILE, "{candidate}", rung)
+    return H3paths.token_path(PROFILE, "{candidate}", rung)
 
 
 def timing_plot_of(candidate="{candidate}"):
@@ -61,5 +73,5 @@ def timing_plot_of(candidate="{candidate}"):
 
 
 def promotion(candidate="{candidate}"):
-    record, flag = H3.promotion_paths(PROFILE, candidate)
+    record, flag = H3paths.promotion_paths(PROFILE, candidate)
     return {"record": record, "flag": flag}

@@ -1,14 +1,14 @@
 # Promotion: the record and flag are written only when every rung's report exists, validates,
 # passes and still matches the current kernels, h3gates modules and config. `promote_<candidate>`
-# re-verifies the record on every invocation, so `--touch` or an mtime-preserving edit cannot pass.
+# re-verifies the record and its flag on every invocation, so `--touch`, an mtime-preserving edit
+# or a hand-edited flag cannot pass; a refusal moves what no longer stands aside and prints the fix.
 
 
 rule promotion_record:
     input:
         tokens=[token(r) for r in range(1, 9)],
         reports=[r for rung in range(1, 9) for r in reports_of(rung)],
-        kernels=kernels,
-        code=CODE,
+        kernels=kernels(8),
     output:
         **promotion(),
     log:
@@ -20,9 +20,10 @@ rule promotion_record:
         config=lambda wc: json.dumps(
             H3.candidate_config(config, wc.candidate), sort_keys=True
         ),
-        fingerprint=fingerprint,
+        configfiles=CONFIGFILES,
+        fingerprint=fingerprint(8),
     shell:
-        "python -m h3gates promote {wildcards.candidate} --config-json {params.config:q} "
+        "python -m h3gates promote {wildcards.candidate} --config-json {params.config:q} --configfile {params.configfiles:q} "
         "--record {output.record} --flag {output.flag} > {log} 2>&1 || {{ cat {log} >&2; exit 1; }}"
 
 
@@ -41,5 +42,5 @@ for _cand in CANDIDATES:
         params:
             config=json.dumps(H3.candidate_config(config, _cand), sort_keys=True),
         shell:
-            "python -m h3gates verify {input.record} --revoke {input.flag} --config-json {params.config:q} > {log} 2>&1 "
+            "python -m h3gates verify {input.record} --flag {input.flag} --revoke --heal --config-json {params.config:q} > {log} 2>&1 "
             "&& status=0 || status=$?; cat {log} >&2; exit $status"

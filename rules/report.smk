@@ -1,5 +1,5 @@
-# What a user looks at: timing plots of the block gate, grouped with the gate reports in
-# `snakemake --report report.html`.
+# What a user looks at: the block gate's paired ratios with the confidence bound at each look,
+# grouped with the gate reports in `snakemake --report report.html`.
 
 
 rule timing_plot:

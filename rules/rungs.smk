@@ -1,12 +1,13 @@
-# Rungs 1-8: each a `python -m h3gates rung N` over the kernel sources and the h3gates modules it
-# imports. A gate writes its report atomically (pass or fail) and exits 0 on a numeric failure;
-# the next rung waits for the previous rung's pass token.
+# Rungs 1-8: each a `python -m h3gates rung N` over the kernel files of the candidate (and of the
+# accepted candidates under it) and the h3gates modules its rung module imports. A gate writes its
+# report atomically (pass or fail) and exits 0 on a numeric failure; the next rung waits for the
+# previous rung's pass token.
 
 
 rule r1_adversarial:
     input:
-        kernels=kernels,
-        code=CODE,
+        kernels=kernels(1),
+        code=code(1),
     output:
         report(
             report_of(1),
@@ -21,15 +22,15 @@ rule r1_adversarial:
         gpu=GPU,
     params:
         context=context(1),
-        fingerprint=fingerprint,
+        fingerprint=fingerprint(1),
     shell:
         "python -m h3gates rung 1 --context {params.context:q} --out {output} > {log} 2>&1"
 
 
 rule r2_tiles:
     input:
-        kernels=kernels,
-        code=CODE,
+        kernels=kernels(2),
+        code=code(2),
         token=token(1),
         upstream=reports_of(1),
     output:
@@ -46,15 +47,15 @@ rule r2_tiles:
         gpu=GPU,
     params:
         context=context(2),
-        fingerprint=fingerprint,
+        fingerprint=fingerprint(2),
     shell:
         "python -m h3gates rung 2 --context {params.context:q} --out {output} --upstream {input.upstream} > {log} 2>&1"
 
 
 rule r3_projection:
     input:
-        kernels=kernels,
-        code=CODE,
+        kernels=kernels(3),
+        code=code(3),
         token=token(2),
         upstream=reports_of(2),
     output:
@@ -71,15 +72,15 @@ rule r3_projection:
         gpu=GPU,
     params:
         context=context(3),
-        fingerprint=fingerprint,
+        fingerprint=fingerprint(3),
     shell:
-        "python -m h3gates rung 3 --context {params.context:q} --block {wildcards.block} --out {output} --upstream {input.upstream} > {log} 2>&1"
+        "python -m h3gates rung 3 --context {params.context:q} --out {output} --block {wildcards.block} --upstream {input.upstream} > {log} 2>&1"
 
 
 rule r4_block:
     input:
-        kernels=kernels,
-        code=CODE,
+        kernels=kernels(4),
+        code=code(4),
         token=token(3),
         upstream=report_of(3, "{block}"),
     output:
@@ -96,15 +97,15 @@ rule r4_block:
         gpu=GPU,
     params:
         context=context(4),
-        fingerprint=fingerprint,
+        fingerprint=fingerprint(4),
     shell:
-        "python -m h3gates rung 4 --context {params.context:q} --block {wildcards.block} --out {output} --upstream {input.upstream} > {log} 2>&1"
+        "python -m h3gates rung 4 --context {params.context:q} --out {output} --block {wildcards.block} --upstream {input.upstream} > {log} 2>&1"
 
 
 rule r5_step:
     input:
-        kernels=kernels,
-        code=CODE,
+        kernels=kernels(5),
+        code=code(5),
         token=token(4),
         upstream=reports_of(4),
     output:
@@ -121,15 +122,15 @@ rule r5_step:
         gpu=GPU,
     params:
         context=context(5),
-        fingerprint=fingerprint,
+        fingerprint=fingerprint(5),
     shell:
         "python -m h3gates rung 5 --context {params.context:q} --out {output} --upstream {input.upstream} > {log} 2>&1"
 
 
 rule r6_two_step:
     input:
-        kernels=kernels,
-        code=CODE,
+        kernels=kernels(6),
+        code=code(6),
         token=token(5),
         upstream=reports_of(5),
     output:
@@ -146,15 +147,15 @@ rule r6_two_step:
         gpu=GPU,
     params:
         context=context(6),
-        fingerprint=fingerprint,
+        fingerprint=fingerprint(6),
     shell:
         "python -m h3gates rung 6 --context {params.context:q} --out {output} --upstream {input.upstream} > {log} 2>&1"
 
 
 rule r7_trajectory:
     input:
-        kernels=kernels,
-        code=CODE,
+        kernels=kernels(7),
+        code=code(7),
         token=token(6),
         upstream=reports_of(6),
     output:
@@ -171,15 +172,15 @@ rule r7_trajectory:
         gpu=GPU,
     params:
         context=context(7),
-        fingerprint=fingerprint,
+        fingerprint=fingerprint(7),
     shell:
         "python -m h3gates rung 7 --context {params.context:q} --out {output} --upstream {input.upstream} > {log} 2>&1"
 
 
 rule r8_profile:
     input:
-        kernels=kernels,
-        code=CODE,
+        kernels=kernels(8),
+        code=code(8),
         token=token(7),
         upstream=reports_of(7),
     output:
@@ -196,6 +197,6 @@ rule r8_profile:
         gpu=GPU,
     params:
         context=context(8),
-        fingerprint=fingerprint,
+        fingerprint=fingerprint(8),
     shell:
         "python -m h3gates rung 8 --context {params.context:q} --out {output} --upstream {input.upstream} > {log} 2>&1"

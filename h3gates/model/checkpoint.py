@@ -19,9 +19,9 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from ..nvfp4 import formats as F
-from .config import H3Config
+from ..profiles import H3Config
 from .h3 import Block, H3Model, build
-from .projection import Weight
+from ..roles import Weight
 
 PREFIX = "model.diffusion_model."
 LAYERS = {"qkv": "attn.qkv_proj", "out": "attn.out_proj", "fc1": "ff.fc1", "fc2": "ff.fc2"}

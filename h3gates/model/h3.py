@@ -11,8 +11,8 @@ import torch
 
 from .. import nvfp4
 from ..reference import Reference
-from .config import H3Config
-from .projection import Modulated, Plain, ReferenceProducer, SwiGLU, Weight, project
+from ..profiles import H3Config
+from ..roles import Modulated, Plain, SwiGLU, Weight, reference_roles
 
 ROLES = ("qkv", "out", "fc1", "fc2")
 ADALN = ("shift_msa", "scale_msa", "gate_msa", "shift_mlp", "scale_mlp", "gate_mlp")
@@ -54,7 +54,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 class H3Model:
     def __init__(self, config: H3Config, blocks: list[Block], io: dict, device, reference: Reference):
         self.config, self.blocks, self.io, self.device, self.reference = config, blocks, io, torch.device(device), reference
-        self.baseline = {role: ReferenceProducer(reference) for role in ROLES}
+        self.baseline = reference_roles(reference)
         self._rope = self._rope_tables()
 
     # ------------------------------------------------------------------ pieces of a block
@@ -107,27 +107,28 @@ class H3Model:
         return o.squeeze(0).transpose(0, 1).reshape(S, c.attn).contiguous()
 
     # ------------------------------------------------------------------ the block
-    def block_forward(self, i: int, x: torch.Tensor, step: int = 0, producers: dict | None = None, capture: Capture | None = None) -> torch.Tensor:
+    def block_forward(self, i: int, x: torch.Tensor, step: int = 0, roles: dict | None = None, capture: Capture | None = None) -> torch.Tensor:
+        """One block with `roles` ({role: Role}, the library path for any role left out)."""
         c, b = self.config, self.blocks[i]
-        prod = {**self.baseline, **(producers or {})}
+        r = {**self.baseline, **(roles or {})}
         bounds = tuple((r0, r1) for _, r0, r1 in c.segment_bounds())
         inputs = {}
         shift, scale = self._mod(b, step, ("shift_msa", "scale_msa"))
         inputs["qkv"] = Modulated(rms_norm(x, b.norm1, c.eps), shift, scale, bounds)
-        qkv = project(prod["qkv"], inputs["qkv"], b.weights["qkv"])
+        qkv = r["qkv"].project(inputs["qkv"], b.weights["qkv"])
         inputs["out"] = Plain(self.attention(b, qkv))
-        x = x + self._gate(b, step, "gate_msa", project(prod["out"], inputs["out"], b.weights["out"]))
+        x = x + self._gate(b, step, "gate_msa", r["out"].project(inputs["out"], b.weights["out"]))
         shift, scale = self._mod(b, step, ("shift_mlp", "scale_mlp"))
         inputs["fc1"] = Modulated(rms_norm(x, b.norm2, c.eps), shift, scale, bounds)
-        inputs["fc2"] = SwiGLU(project(prod["fc1"], inputs["fc1"], b.weights["fc1"]))
-        x = x + self._gate(b, step, "gate_mlp", project(prod["fc2"], inputs["fc2"], b.weights["fc2"]))
+        inputs["fc2"] = SwiGLU(r["fc1"].project(inputs["fc1"], b.weights["fc1"]))
+        x = x + self._gate(b, step, "gate_mlp", r["fc2"].project(inputs["fc2"], b.weights["fc2"]))
         if capture is not None:
             capture.inputs = inputs
         return x
 
-    def step_forward(self, x: torch.Tensor, step: int = 0, producers: dict | None = None, progress=None) -> torch.Tensor:
+    def step_forward(self, x: torch.Tensor, step: int = 0, roles: dict | None = None, progress=None) -> torch.Tensor:
         for i in range(self.config.blocks):
-            x = self.block_forward(i, x, step, producers)
+            x = self.block_forward(i, x, step, roles)
             if progress:
                 progress(i)
         return x
@@ -149,14 +150,14 @@ class H3Model:
         x = torch.cat(parts, 0)
         return x + self.io["t_embed"][step % self.config.timesteps]
 
-    def trajectory(self, steps: int, producers: dict | None = None, progress=None):
+    def trajectory(self, steps: int, roles: dict | None = None, progress=None):
         """Flow matching from the seeded noise latents over `steps` Euler steps -> (video, audio) bf16."""
         c = self.config
         video, audio = self.io["video_latent"], self.io["audio_latent"]
         sigmas = torch.linspace(1.0, 0.0, steps + 1).tolist()
         n_t, n_a = c.segments[0].rows, c.segments[1].rows
         for s in range(steps):
-            x = self.step_forward(self.initial_hidden(s, video, audio), s, producers)
+            x = self.step_forward(self.initial_hidden(s, video, audio), s, roles)
             h = rms_norm(x, self.io["final_norm"], c.eps)
             v_audio = h[n_t : n_t + n_a] @ self.io["head_audio"].t()
             v_video = h[n_t + n_a :] @ self.io["head_video"].t()

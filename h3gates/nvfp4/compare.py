@@ -101,11 +101,21 @@ def compare_outputs(cand: torch.Tensor, ref: torch.Tensor) -> dict:
     return out
 
 
+def _to_cpu(v):
+    if isinstance(v, torch.Tensor):
+        return v.detach().cpu()
+    if isinstance(v, dict):
+        return {k: _to_cpu(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return type(v)(_to_cpu(x) for x in v)
+    return v
+
+
 def dump_replay(path: Path, **tensors) -> str:
     """Save failing inputs so a mismatch can be replayed; returns the file name."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    torch.save({k: (v.detach().cpu() if isinstance(v, torch.Tensor) else v) for k, v in tensors.items()}, tmp)
+    torch.save(_to_cpu(tensors), tmp)
     tmp.replace(path)
     return path.name

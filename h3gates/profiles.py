@@ -1,10 +1,9 @@
-"""H3Config: every shape of the MiniMax-H3 stand-in (h3-model.md), and the named profiles."""
+"""H3Config: every shape of the MiniMax-H3 stand-in (h3-model.md), and the named profiles. No torch
+import at module level: config validation reads the profiles before any job runs."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-
-import torch
 
 TAGS = {"video": 0, "text": 1, "audio": 2}
 
@@ -58,7 +57,9 @@ class H3Config:
         return sum(s.rows for s in self.segments)
 
     @property
-    def torch_dtype(self) -> torch.dtype:
+    def torch_dtype(self):
+        import torch
+
         return getattr(torch, self.dtype)
 
     def segment_bounds(self) -> list[tuple[Segment, int, int]]:

@@ -1,0 +1,170 @@
+"""The workflow's configuration: validated once, before any job runs, against schemas/config.schema.yaml
+with its candidate section derived from the registry; defaults filled; everything a rung cannot
+run with refused with one line per problem, naming the key. No torch import (the Snakefile uses it).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+from . import registry
+from .profiles import PROFILES
+
+ROOT = registry.ROOT
+CONFIG_SCHEMA = ROOT / "schemas" / "config.schema.yaml"
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _with_defaults(validator_class):
+    def set_defaults(validator, properties, instance, schema):
+        for prop, sub in properties.items():
+            if isinstance(instance, dict) and "default" in sub:
+                instance.setdefault(prop, copy.deepcopy(sub["default"]))
+        yield from validator_class.VALIDATORS["properties"](validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
+
+
+def schema(root=None) -> dict:
+    """The config schema with `candidates` and `baseline.accepted` generated from the registry: each
+    candidate's own parameters (and their defaults) are declared in its kernels/<name>/candidate.py."""
+    s = yaml.safe_load(CONFIG_SCHEMA.read_text())
+    cands = registry.discover(root)
+    s["properties"]["baseline"]["properties"]["accepted"]["items"] = {"enum": sorted(cands)}
+    s["properties"]["candidates"]["properties"] = {
+        name: {  # no default: a registered candidate is climbed once config names it
+            "type": "object",
+            "additionalProperties": False,
+            "description": c.summary,
+            "properties": {
+                "enabled": {"type": "boolean", "default": True},
+                "implementation": {"enum": ["auto", *sorted(c.implementations)], "default": "auto"},
+                "source": {"type": "string", "description": "replace the candidate's kernel module (a variant under review)"},
+                "params": {"type": "object", "default": {}, "additionalProperties": False, "properties": c.params},
+            },
+        }
+        for name, c in cands.items()
+    }
+    return s
+
+
+def _errors(config, sch) -> list[str]:
+    errs = sorted(_with_defaults(jsonschema.Draft202012Validator)(sch).iter_errors(config), key=lambda e: list(e.absolute_path))
+    return [f"config key {'.'.join(map(str, e.absolute_path)) or '(top level)'}: {e.message}" for e in errs]
+
+
+def validate_config(config: dict, root=None) -> dict:
+    """Validate and fill defaults; a bad config is refused naming the key and the reason."""
+    sch = schema(root)
+    config = copy.deepcopy(config)
+    errors = _errors(config, sch)
+    if not errors:
+        errors = _semantic_errors(config, root)
+    if errors:
+        raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
+    return config
+
+
+def _semantic_errors(config: dict, root=None) -> list[str]:
+    """What the schema cannot say: the profile exists, blocks lie inside it, kernel sources exist."""
+    errs = []
+    name = config["profile"]
+    prof = config["profiles"].get(name) or PROFILES.get(name)
+    if prof is None:
+        errs.append(f"config key profile: {name!r} is not a profile (known: {', '.join(sorted(PROFILES) + sorted(config['profiles']))})")
+    else:
+        depth = prof.get("blocks")
+        for key, blocks in (("blocks", config["blocks"]), ("profile_rung.block", [config["profile_rung"]["block"]])):
+            bad = [b for b in blocks if depth is not None and b >= depth]
+            if bad:
+                errs.append(f"config key {key}: block {bad[0]} is outside profile {name} ({depth} blocks: 0..{depth - 1})")
+    device = resolve_device(config)
+    base = Path(root or ROOT)
+    for cand in sorted(set(enabled(config)) | set(config["baseline"]["accepted"])):
+        cfg = cand_config(config, cand)
+        try:
+            files = registry.sources(cand, cfg, device, root)
+        except registry.RegistryError as e:
+            errs.append(f"config key candidates.{cand}: {e}")
+            continue
+        for f in files:
+            if not (base / f).is_file():
+                key = f"candidates.{cand}.source" if cfg.get("source") == f else f"candidates.{cand}"
+                errs.append(f"config key {key}: kernel source {f} does not exist")
+    return errs
+
+
+def load_config(files, root=None) -> dict:
+    merged: dict = {}
+    for f in files:
+        try:
+            merged = merge(merged, yaml.safe_load(Path(f).read_text()) or {})
+        except FileNotFoundError:
+            raise ConfigError(f"config file {f} not found (run from the workflow's root folder, {ROOT}, or pass --configfile)") from None
+    return validate_config(merged, root)
+
+
+def merge(a: dict, b: dict) -> dict:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def enabled(config) -> list[str]:
+    """Candidates the workflow climbs: enabled in config and not already part of the baseline."""
+    return [n for n, c in config["candidates"].items() if c.get("enabled", True) and n not in config["baseline"]["accepted"]]
+
+
+def enforce_perf(config) -> bool:
+    return config["timing"]["enforce"].get(config["profile"], config["profile"] == "canonical")
+
+
+def cand_config(config, name) -> dict:
+    """A candidate's settings as its rungs see them (no `enabled`; implementation and params filled)."""
+    c = dict(config["candidates"].get(name, {}))
+    c.pop("enabled", None)
+    c.setdefault("implementation", "auto")
+    c["params"] = {**registry.get(name).param_defaults(), **c.get("params", {})}
+    return c
+
+
+def diff(old, new, prefix="") -> list[str]:
+    """'key: old -> new' for every leaf that differs between two configs."""
+    out = []
+    if isinstance(old, dict) and isinstance(new, dict):
+        for k in sorted(set(old) | set(new), key=str):
+            out += diff(old.get(k, "(unset)"), new.get(k, "(unset)"), f"{prefix}{k}.")
+        return out
+    return [] if old == new else [f"{prefix.rstrip('.')}: {old!r} -> {new!r}"]
+
+
+# ------------------------------------------------------------------ the device, decided once
+@functools.lru_cache(maxsize=1)
+def _gpu_answers() -> bool:
+    import shutil
+    import subprocess
+
+    if not shutil.which("nvidia-smi"):
+        return False
+    try:
+        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def resolve_device(config) -> str:
+    """device: auto -> cuda when a GPU answers nvidia-smi (cheap, no torch import at DAG time). The
+    resolved device goes into every rung context, so the rung runs on the device whose kernel files
+    the workflow fingerprinted."""
+    if config["device"] != "auto":
+        return config["device"]
+    return "cuda" if _gpu_answers() else "cpu"

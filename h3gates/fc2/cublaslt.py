@@ -1,0 +1,452 @@
+"""The FC2 GEMM through cuBLASLt (nvmath-python bindings), with one named algorithm.
+
+The operation is exactly the emulated NVFP4 GEMM's (`h3gates.nvfp4.gemm.mm_alpha`): bf16 block values
+a [M, K] (activation) and b [N, K] (weight), both row-major; FP32 compute and scale type; alpha =
+g_a * g_b as a host FP32 scalar applied in the epilogue, beta 0; bf16 output [M, N] row-major; default
+epilogue, no bias. Heuristics may not pick a reduction in the output type (bf16 partial sums), the
+equivalent of torch's `allow_bf16_reduced_precision_reduction = False`.
+
+Layout (the one torch uses for `addmm(out, a, b.t())` and Comfy Kitchen for its NVFP4 GEMM): cuBLASLt
+is column-major, so it computes out^T [N, M] = b [N, K] @ a^T [K, M]:
+  Lt A = b, stored column-major K x N (ld K), TRANSA = T   -> Lt m = N
+  Lt B = a, stored column-major K x M (ld K), TRANSB = N   -> Lt n = M, k = K
+  Lt C = D = out, column-major N x M (ld N)                -> the row-major [M, N] tensor
+The GPU self-test (scripts/fc2_study.py, tests/test_fc2.py) checks this against torch.addmm's bytes.
+
+Algorithms are plain 64-byte cublasLtMatmulAlgo_t structs in NumPy arrays; their configuration is read
+and written only through the documented CUBLASLT_ALGO_CONFIG_* attributes, AlgoInit and AlgoCheck.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import platform
+import weakref
+from functools import cache
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+from . import spec as S
+
+MIB = 1 << 20
+HEURISTIC_LIMIT = 32  # results requested per heuristic query (enumerate:<budget>:<index> indexes these)
+SPLITK_FACTORS = (2, 4, 8)  # the explicit split-K configurations characterize checks, besides 1
+LAYOUT = {"lt_a": "weight b [N,K] row-major = col-major K x N, ld K, TRANSA=T",
+          "lt_b": "activation a [M,K] row-major = col-major K x M, ld K, TRANSB=N",
+          "lt_d": "out [M,N] row-major = col-major N x M, ld N", "lt_mnk": "m=N, n=M, k=K",
+          "compute_type": "COMPUTE_32F", "scale_type": "CUDA_R_32F", "ab_cd_type": "CUDA_R_16BF",
+          "pointer_mode": "HOST (alpha FP32 scalar, beta 0)", "epilogue": "DEFAULT (no bias)"}
+STREAM_K_NOTE = ("cuBLASLt exposes no documented CUBLASLT_ALGO_CONFIG attribute that selects Stream-K; negative "
+                 "SPLITK_NUM values returned by the heuristic are kept raw as library sentinels and are not "
+                 "interpreted or labelled")
+EXCLUDED_REDUCTIONS = {"OUTPUT_TYPE": "reduces split-K partial sums in bf16: breaks FP32 accumulation with one "
+                       "bf16 rounding (allow_bf16_reduced_precision_reduction=False); never requested"}
+
+
+class NvmathMissing(RuntimeError):
+    pass
+
+
+class AlgoError(RuntimeError):
+    """The named algorithm cannot run this problem (AlgoInit, a config attribute, or AlgoCheck refused it)."""
+
+
+@cache
+def lib() -> SimpleNamespace:
+    """nvmath's bindings, imported on first use (a CPU install never needs them)."""
+    try:
+        import nvmath
+        import nvmath.bindings.cublasLt as lt
+        from nvmath.bindings import cublas
+    except ImportError as e:
+        raise NvmathMissing(f"needs nvmath-python (pip install -e '.[cuda]'): {e}") from None
+    return SimpleNamespace(lt=lt, cublas=cublas, nvmath=nvmath, version=getattr(nvmath, "__version__", None),
+                           compute=cublas.ComputeType.COMPUTE_32F, scale=nvmath.CudaDataType.CUDA_R_32F,
+                           bf16=nvmath.CudaDataType.CUDA_R_16BF, cfg=lt.MatmulAlgoConfigAttribute,
+                           cap=lt.MatmulAlgoCapAttribute, red=lt.ReductionScheme)
+
+
+@cache
+def handle() -> int:
+    return lib().lt.create()
+
+
+def _lt_error(e: Exception) -> str:
+    status = getattr(e, "status", None)
+    return f"{e}" if status is None else f"{e} [status {int(status)}]"
+
+
+def _set(setter, obj: int, attr, dtype, value) -> None:
+    buf = np.array([value], dtype=dtype)
+    setter(obj, attr, buf.ctypes.data, buf.itemsize)
+
+
+def fp32_reduction_mask() -> int:
+    """Every reduction scheme except OUTPUT_TYPE (the heuristics' REDUCTION_SCHEME_MASK preference)."""
+    red = lib().red
+    return int(red.MASK) & ~int(red.OUTPUT_TYPE)
+
+
+def environment(device="cuda") -> dict:
+    """What byte-exactness of a cuBLASLt algorithm depends on, plus the versions around it."""
+    p = torch.cuda.get_device_properties(device)
+    libs = loaded_cublaslt()
+    env = {"gpu": p.name, "sm_count": p.multi_processor_count, "capability": f"{p.major}.{p.minor}",
+           "cublaslt_version": int(lib().lt.get_version()), "cublaslt_libraries": libs,
+           "nvmath": lib().version, "torch": torch.__version__, "cuda": torch.version.cuda,
+           "python": platform.python_version(),
+           "allow_bf16_reduced_precision_reduction": torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction}
+    if len(libs) > 1:
+        env["warning"] = "more than one libcublasLt is mapped: torch's and nvmath's cuBLASLt may differ"
+    return env
+
+
+def loaded_cublaslt() -> list[str]:
+    """Paths of the libcublasLt copies mapped into this process (torch's and nvmath's should be one)."""
+    try:
+        with open("/proc/self/maps") as f:
+            return sorted({line.split()[-1] for line in f if "libcublasLt" in line})
+    except OSError:
+        return []
+
+
+class Problem:
+    """Matmul descriptor and layouts of a [m, k] @ b [n, k]^T -> out [m, n] (see the module docstring)."""
+
+    def __init__(self, m: int, n: int, k: int):
+        L = lib()
+        lt = L.lt
+        self.m, self.n, self.k = m, n, k
+        self.desc = lt.matmul_desc_create(L.compute, L.scale)
+        dtype = lt.get_matmul_desc_attribute_dtype
+        for attr, op in ((lt.MatmulDescAttribute.TRANSA, L.cublas.Operation.T), (lt.MatmulDescAttribute.TRANSB, L.cublas.Operation.N)):
+            _set(lt.matmul_desc_set_attribute, self.desc, attr, dtype(attr), int(op))
+        self.lt_a = lt.matrix_layout_create(L.bf16, k, n, k)
+        self.lt_b = lt.matrix_layout_create(L.bf16, k, m, k)
+        self.lt_d = lt.matrix_layout_create(L.bf16, n, m, n)
+        weakref.finalize(self, _destroy, self.desc, (self.lt_a, self.lt_b, self.lt_d))
+
+    @property
+    def layouts(self) -> tuple[int, int, int, int]:
+        return self.lt_a, self.lt_b, self.lt_d, self.lt_d  # C is D: beta is 0
+
+    def heuristics(self, workspace_bytes: int, limit: int = HEURISTIC_LIMIT) -> list[Found]:
+        """cublasLtMatmulAlgoGetHeuristic within a workspace budget, in the library's order."""
+        lt = lib().lt
+        pref = lt.matmul_preference_create()
+        try:
+            P = lt.MatmulPreferenceAttribute
+            _set(lt.matmul_preference_set_attribute, pref, P.MAX_WORKSPACE_BYTES, lt.get_matmul_preference_attribute_dtype(P.MAX_WORKSPACE_BYTES), workspace_bytes)
+            _set(lt.matmul_preference_set_attribute, pref, P.REDUCTION_SCHEME_MASK, lt.get_matmul_preference_attribute_dtype(P.REDUCTION_SCHEME_MASK), fp32_reduction_mask())
+            res = np.zeros(limit, dtype=lt.matmul_heuristic_result_dtype)
+            count = np.zeros(1, dtype=np.int32)
+            lt.matmul_algo_get_heuristic(handle(), self.desc, *self.layouts, pref, limit, res.ctypes.data, count.ctypes.data)
+        finally:
+            lt.matmul_preference_destroy(pref)
+        return [Found(index=i, algo=np.ascontiguousarray(res["algo"][i:i + 1]), workspace_bytes=int(res["workspace_size"][i]),
+                      waves_count=float(res["waves_count"][i]), state=int(res["state"][i]), budget_bytes=workspace_bytes)
+                for i in range(int(count[0]))]
+
+    def check(self, algo: np.ndarray, workspace_bytes: int) -> dict:
+        """cublasLtMatmulAlgoCheck, and whether the algorithm fits the caller's workspace."""
+        lt = lib().lt
+        res = np.zeros(1, dtype=lt.matmul_heuristic_result_dtype)
+        try:
+            lt.matmul_algo_check(handle(), self.desc, *self.layouts, algo.ctypes.data, res.ctypes.data)
+        except lt.cuBLASLtError as e:
+            return {"status": "failed", "error": _lt_error(e), "workspace_bytes": None, "waves_count": None, "within_workspace": None}
+        need = int(res["workspace_size"][0])
+        return {"status": "ok" if need <= workspace_bytes else "exceeds_workspace", "error": None, "workspace_bytes": need,
+                "waves_count": float(res["waves_count"][0]), "within_workspace": need <= workspace_bytes}
+
+    def algo_init(self, algo_id: int) -> np.ndarray:
+        L = lib()
+        algo = np.zeros(1, dtype=L.lt.matmul_algo_dtype)
+        L.lt.matmul_algo_init(handle(), L.compute, L.scale, L.bf16, L.bf16, L.bf16, L.bf16, algo_id, algo.ctypes.data)
+        return algo
+
+    def flop(self) -> int:
+        return 2 * self.m * self.n * self.k
+
+
+def _destroy(desc, layouts) -> None:
+    lt = lib().lt
+    for lay in layouts:
+        lt.matrix_layout_destroy(lay)
+    lt.matmul_desc_destroy(desc)
+
+
+@dataclasses.dataclass
+class Found:
+    """One heuristic result: the algorithm struct and what the heuristic said about it."""
+
+    index: int
+    algo: np.ndarray
+    workspace_bytes: int
+    waves_count: float
+    state: int
+    budget_bytes: int
+
+
+def read_config(algo: np.ndarray) -> dict:
+    """The algorithm's CUBLASLT_ALGO_CONFIG_* attributes, raw, keyed like a spec; None where this
+    library does not report one."""
+    L = lib()
+    lt, cfg = L.lt, L.cfg
+    out = {}
+    for field, attr in (("algo_id", cfg.ID), ("tile", cfg.TILE_ID), ("stages", cfg.STAGES_ID), ("splitk", cfg.SPLITK_NUM),
+                        ("reduction_scheme", cfg.REDUCTION_SCHEME), ("cta_swizzling", cfg.CTA_SWIZZLING),
+                        ("custom_option", cfg.CUSTOM_OPTION), ("cluster_shape", cfg.CLUSTER_SHAPE_ID),
+                        ("inner_shape", cfg.INNER_SHAPE_ID)):
+        buf = np.zeros(1, dtype=lt.get_matmul_algo_config_attribute_dtype(attr))
+        written = np.zeros(1, dtype=np.uint64)
+        try:
+            lt.matmul_algo_config_get_attribute(algo.ctypes.data, attr, buf.ctypes.data, buf.itemsize, written.ctypes.data)
+            out[field] = int(buf[0])
+        except lt.cuBLASLtError:
+            out[field] = None
+    return out
+
+
+def _enums() -> dict:
+    lt = lib().lt
+    return {"tile": lt.MatmulTile, "stages": lt.MatmulStages, "cluster_shape": lt.ClusterShape,
+            "inner_shape": lt.MatmulInnerShape, "reduction_scheme": lt.ReductionScheme}
+
+
+def config_names(config: dict) -> dict:
+    """Enum member names of the raw values, where nvmath knows them."""
+    names = {}
+    for field, enum in _enums().items():
+        try:
+            names[field] = enum(config[field]).name
+        except ValueError:  # a value this nvmath does not name (or None)
+            names[field] = None
+    return names
+
+
+def _enum_raw(field: str, value) -> int:
+    if not isinstance(value, str):
+        return value
+    enum = _enums()[field]
+    try:
+        return int(enum[value])
+    except KeyError:
+        raise S.SpecError(f"{field} {value!r} is not a member of nvmath's {enum.__name__} (cuBLASLt {lib().lt.get_version()})") from None
+
+
+def capabilities(algo: np.ndarray) -> dict:
+    """CUBLASLT_ALGO_CAP_* attributes that bound the explicit configurations."""
+    L = lib()
+    lt, cap = L.lt, L.cap
+    out = {}
+    for field, attr in (("splitk_support", cap.SPLITK_SUPPORT), ("reduction_scheme_mask", cap.REDUCTION_SCHEME_MASK),
+                        ("cta_swizzling_support", cap.CTA_SWIZZLING_SUPPORT), ("custom_option_max", cap.CUSTOM_OPTION_MAX),
+                        ("tile_ids", cap.TILE_IDS), ("stages_ids", cap.STAGES_IDS)):
+        dtype = lt.get_matmul_algo_cap_attribute_dtype(attr)
+        written = np.zeros(1, dtype=np.uint64)
+        try:
+            if field.endswith("_ids"):  # variable length: ask the size first
+                lt.matmul_algo_cap_get_attribute(algo.ctypes.data, attr, 0, 0, written.ctypes.data)
+                buf = np.zeros(max(1, int(written[0]) // np.dtype(dtype).itemsize), dtype=dtype)
+                lt.matmul_algo_cap_get_attribute(algo.ctypes.data, attr, buf.ctypes.data, buf.nbytes, written.ctypes.data)
+                out[field] = [int(v) for v in buf[: int(written[0]) // np.dtype(dtype).itemsize]]
+            else:
+                buf = np.zeros(1, dtype=dtype)
+                lt.matmul_algo_cap_get_attribute(algo.ctypes.data, attr, buf.ctypes.data, buf.itemsize, written.ctypes.data)
+                out[field] = int(buf[0])
+        except lt.cuBLASLtError as e:
+            out[field] = None
+            out.setdefault("errors", {})[field] = _lt_error(e)
+    return out
+
+
+def configure(algo: np.ndarray, spec: dict) -> None:
+    """Write the spec's given configuration fields into the struct (documented attributes only)."""
+    L = lib()
+    lt, cfg = L.lt, L.cfg
+    for field, attr in (("tile", cfg.TILE_ID), ("stages", cfg.STAGES_ID), ("splitk", cfg.SPLITK_NUM),
+                        ("reduction_scheme", cfg.REDUCTION_SCHEME), ("cta_swizzling", cfg.CTA_SWIZZLING),
+                        ("custom_option", cfg.CUSTOM_OPTION), ("cluster_shape", cfg.CLUSTER_SHAPE_ID),
+                        ("inner_shape", cfg.INNER_SHAPE_ID)):
+        if spec.get(field) is None:
+            continue
+        value = _enum_raw(field, spec[field]) if field in S.ENUM_PREFIX else spec[field]
+        try:
+            _set(lt.matmul_algo_config_set_attribute, algo.ctypes.data, attr, lt.get_matmul_algo_config_attribute_dtype(attr), value)
+        except (lt.cuBLASLtError, OverflowError) as e:
+            raise AlgoError(f"setting {attr.name}={value} on algo {spec['algo_id']}: {_lt_error(e)}") from None
+
+
+def spec_of(algo: np.ndarray, workspace_mib: int, source: str, heuristic_index: int | None = None) -> dict:
+    """The normalized spec that rebuilds this struct (the raw attributes read back)."""
+    return S.normalize({**read_config(algo), "workspace_mib": workspace_mib, "source": source, "heuristic_index": heuristic_index}, source)
+
+
+def record(problem: Problem, algo: np.ndarray, workspace_bytes: int, spec: dict) -> dict:
+    """Report entry of one algorithm: spec, enum names, capabilities, AlgoCheck, raw struct bytes."""
+    cfg = read_config(algo)
+    return {"spec": spec, "config": cfg, "config_names": config_names(cfg), "splitk_sentinel": cfg["splitk"] is not None and cfg["splitk"] < 0,
+            "capabilities": capabilities(algo), "algo_check": problem.check(algo, workspace_bytes), "struct_hex": algo.tobytes().hex()}
+
+
+def resolve(problem: Problem, spec: dict) -> tuple[np.ndarray, dict, Found | None]:
+    """The struct a spec names for this problem -> (algo, concrete spec, heuristic result if it came
+    from one). JSON specs are rebuilt with AlgoInit plus their config attributes; symbolic ones are
+    the heuristic's own struct."""
+    budget = spec["workspace_mib"] * MIB
+    if spec["source"] == "auto":
+        raise S.SpecError("`auto` is resolved by a sweep report (h3gates.fc2.study.select_auto), not by the GEMM")
+    if not S.is_concrete(spec):
+        lt = lib().lt
+        try:
+            found = problem.heuristics(budget)
+        except lt.cuBLASLtError as e:
+            raise AlgoError(f"no heuristic result for {problem.m}x{problem.n}x{problem.k} within {spec['workspace_mib']} MiB: {_lt_error(e)}") from None
+        i = spec["heuristic_index"]
+        if i >= len(found):
+            raise AlgoError(f"{S.describe(spec)}: the heuristic returned {len(found)} algorithms for {problem.m}x{problem.n}x{problem.k} within {spec['workspace_mib']} MiB")
+        src = f"enumerate:{spec['workspace_mib']}:{i}"
+        return found[i].algo, spec_of(found[i].algo, spec["workspace_mib"], src, i), found[i]
+    lt = lib().lt
+    try:
+        algo = problem.algo_init(spec["algo_id"])
+    except lt.cuBLASLtError as e:
+        raise AlgoError(f"AlgoInit of algo {spec['algo_id']} for bf16 x bf16 -> bf16, FP32 compute: {_lt_error(e)}") from None
+    configure(algo, spec)
+    return algo, spec, None
+
+
+class AlgoGemm:
+    """`mm_alpha` with one named cuBLASLt algorithm: (a bf16 [m,k], b bf16 [n,k], alpha fp32) -> bf16 [m,n].
+
+    The algorithm is resolved and AlgoCheck'ed once per (m, n, k); the workspace (spec's workspace_mib)
+    is owned by this object, or passed in, and reused by every call.
+    """
+
+    def __init__(self, algorithm, *, device="cuda", workspace: torch.Tensor | None = None):
+        self.spec = algorithm if isinstance(algorithm, dict) else S.parse(algorithm)
+        if self.spec["source"] == "auto":
+            raise S.SpecError("`auto` names no algorithm until a sweep picks one (h3gates.fc2.study.select_auto)")
+        self.device = torch.device(device)
+        self.workspace_bytes = self.spec["workspace_mib"] * MIB
+        if workspace is None:
+            workspace = torch.empty(self.workspace_bytes, dtype=torch.uint8, device=self.device) if self.workspace_bytes else None
+        elif workspace.dtype != torch.uint8 or workspace.numel() < self.workspace_bytes or workspace.device != self.device:
+            raise ValueError(f"workspace must be a uint8 tensor of >= {self.workspace_bytes} bytes on {self.device}")
+        self.workspace = workspace
+        self._plans: dict[tuple[int, int, int], tuple[Problem, np.ndarray, dict]] = {}
+
+    def plan(self, m: int, n: int, k: int) -> tuple[Problem, np.ndarray, dict]:
+        key = (m, n, k)
+        if key not in self._plans:
+            problem = Problem(m, n, k)
+            algo, spec, _ = resolve(problem, self.spec)
+            check = problem.check(algo, self.workspace_bytes)
+            if check["status"] != "ok":
+                raise AlgoError(f"AlgoCheck refuses {S.describe(spec)} for {m}x{n}x{k}: {check['status']}"
+                                + (f" ({check['error']})" if check["error"] else f" (needs {check['workspace_bytes']} bytes)"))
+            self._plans[key] = (problem, algo, spec)
+        return self._plans[key]
+
+    def describe(self, m: int, n: int, k: int) -> dict:
+        problem, algo, spec = self.plan(m, n, k)
+        return record(problem, algo, self.workspace_bytes, spec)
+
+    def __call__(self, a: torch.Tensor, b: torch.Tensor, alpha) -> torch.Tensor:
+        if isinstance(alpha, torch.Tensor):
+            if alpha.dtype != torch.float32 or alpha.numel() != 1:
+                raise ValueError(f"alpha must be the FP32 scalar g_a * g_b, got {alpha.dtype} {tuple(alpha.shape)}")
+            alpha = alpha.item()
+        out = torch.empty(a.shape[0], b.shape[0], dtype=torch.bfloat16, device=a.device)
+        self.run(a, b, alpha, out)
+        return out
+
+    def run(self, a: torch.Tensor, b: torch.Tensor, alpha: float, out: torch.Tensor) -> None:
+        """Launch into a caller-owned `out` on the current stream (no allocation, no host sync)."""
+        _check_operands(a, b, out, self.device)
+        problem, algo, _ = self.plan(a.shape[0], b.shape[0], a.shape[1])
+        al = np.array([alpha], dtype=np.float32)
+        beta = np.zeros(1, dtype=np.float32)
+        ws = self.workspace.data_ptr() if self.workspace is not None else 0
+        lib().lt.matmul(handle(), problem.desc, al.ctypes.data, b.data_ptr(), problem.lt_a, a.data_ptr(), problem.lt_b,
+                        beta.ctypes.data, out.data_ptr(), problem.lt_d, out.data_ptr(), problem.lt_d, algo.ctypes.data,
+                        ws, self.workspace_bytes, torch.cuda.current_stream(a.device).cuda_stream)
+
+
+def heuristic0(device="cuda", workspace_mib: int = S.DEFAULT_WORKSPACE_MIB) -> AlgoGemm:
+    """Heuristic result #0 at the workspace budget (the algorithm Comfy Kitchen's GEMM would take)."""
+    return AlgoGemm(S.parse(f"enumerate:{workspace_mib}:0"), device=device)
+
+
+def _check_operands(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, device: torch.device) -> None:
+    for name, t in (("a", a), ("b", b), ("out", out)):
+        if t.dtype != torch.bfloat16 or t.dim() != 2 or not t.is_contiguous() or t.device != device:
+            raise ValueError(f"{name} must be a contiguous 2-D bf16 tensor on {device}, got {t.dtype} {tuple(t.shape)} on {t.device}")
+        if t.data_ptr() % 256:  # the heuristics assume cuBLASLt's default 256-byte operand alignment
+            raise ValueError(f"{name} is not 256-byte aligned (data_ptr % 256 = {t.data_ptr() % 256})")
+    if a.shape[1] != b.shape[1] or tuple(out.shape) != (a.shape[0], b.shape[0]):
+        raise ValueError(f"shapes a {tuple(a.shape)}, b {tuple(b.shape)}, out {tuple(out.shape)}: want a [m,k], b [n,k], out [m,n]")
+
+
+def explicit_configs(problem: Problem, base: np.ndarray, workspace_mib: int, source: str) -> list[dict]:
+    """Split-K 1 and SPLITK_FACTORS x {INPLACE, COMPUTE_TYPE} on a copy of `base`, through the documented
+    SPLITK_NUM / REDUCTION_SCHEME attributes and AlgoCheck. A configuration the capabilities exclude,
+    a refused attribute, or a failed check is recorded as such, never emulated."""
+    L = lib()
+    red = L.red
+    caps = capabilities(base)
+    budget = workspace_mib * MIB
+    rows = []
+    for splitk, scheme in [(1, red.NONE)] + [(f, s) for f in SPLITK_FACTORS for s in (red.INPLACE, red.COMPUTE_TYPE)]:
+        row = {"base": source, "splitk": splitk, "reduction_scheme": int(scheme), "reduction_scheme_name": scheme.name,
+               "status": None, "reason": None, "record": None}
+        if splitk > 1 and not caps.get("splitk_support"):
+            row.update(status="unsupported_capability", reason=f"SPLITK_SUPPORT={caps.get('splitk_support')}")
+        elif scheme != red.NONE and not (caps.get("reduction_scheme_mask") or 0) & int(scheme):
+            row.update(status="unsupported_capability", reason=f"REDUCTION_SCHEME_MASK={caps.get('reduction_scheme_mask')}")
+        else:
+            algo = base.copy()
+            try:
+                configure(algo, {"algo_id": read_config(base)["algo_id"], "splitk": splitk, "reduction_scheme": int(scheme)})
+            except AlgoError as e:
+                row.update(status="set_failed", reason=str(e))
+            else:
+                spec = spec_of(algo, workspace_mib, f"{source}+splitk{splitk}/{scheme.name}")
+                row["record"] = record(problem, algo, budget, spec)
+                check = row["record"]["algo_check"]
+                row.update(status={"ok": "passed", "exceeds_workspace": "exceeds_workspace", "failed": "check_failed"}[check["status"]],
+                           reason=check["error"])
+        rows.append(row)
+    return rows
+
+
+def planner_view(a: torch.Tensor, b: torch.Tensor, alpha: float, workspace_bytes: int, limit: int, low_level: list[Found]) -> dict:
+    """nvmath's own planner (nvmath.linalg.advanced.Matmul.plan) on the same operands: its Algorithm
+    objects' documented properties, and which low-level heuristic result each one is, byte for byte."""
+    L = lib()
+    from nvmath.linalg.advanced import Matmul
+
+    structs = {f.algo.tobytes(): f.index for f in low_level}
+    # MatmulPlanPreferences takes one ReductionScheme member, so INPLACE|COMPUTE_TYPE cannot be asked
+    # for: the planner considers every scheme and OUTPUT_TYPE results show up as such.
+    try:
+        with Matmul(a, b.t(), alpha=alpha, options={"compute_type": L.compute, "scale_type": L.scale, "memory_limit": workspace_bytes}) as mm:
+            algos = mm.plan(preferences={"limit": limit, "reduction_scheme_mask": L.red.MASK})
+            rows = []
+            for i, alg in enumerate(algos):
+                raw = alg.as_numpy()["algo"].tobytes()
+                rows.append({"index": i, "algorithm_id": int(alg.algorithm_id), "tile": _jsonable(alg.tile), "stages": _jsonable(alg.stages),
+                             "split_k": int(alg.split_k), "reduction_scheme": int(alg.reduction_scheme),
+                             "cta_swizzling": int(alg.cta_swizzling), "custom_option": int(alg.custom_option),
+                             "inner_shape": int(alg.inner_shape), "cluster_shape": _jsonable(alg.cluster_shape),
+                             "workspace_bytes": int(alg.as_numpy()["workspace_size"][0]), "low_level_index": structs.get(raw)})
+        return {"reduction_scheme_mask": int(L.red.MASK), "error": None, "algorithms": rows}
+    except Exception as e:  # noqa: BLE001 -- the planner is a cross-check: any failure is recorded, not fatal
+        return {"reduction_scheme_mask": int(L.red.MASK), "error": f"{type(e).__name__}: {e}", "algorithms": []}
+
+
+def _jsonable(v):
+    return list(v) if isinstance(v, tuple) else v

@@ -1,0 +1,447 @@
+"""Nsight Compute over one profiled range: find ncu, ask it what it offers, run it, parse, diff.
+
+Rung 8 on a GPU runs ``ncu`` itself over a target process that opens and closes the profiled range
+around exactly one block forward (``profiled_range()``). A requested counter the installed ncu does not
+offer is recorded unavailable with the reason, never replaced by another one; a missing or failing ncu
+makes ``capture()`` return ``available: False`` with the reason instead of raising.
+
+Stdlib only at module level: the ladder process imports this without needing CUDA; torch is imported
+by ``profiled_range()`` alone, which runs inside the profiled target.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import glob
+import os
+import re
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+# The seeds' counters (spec/ladder.md, "Rung 8 on a GPU").
+SEED_METRICS = (
+    "gpu__time_duration.sum",
+    "dram__bytes_read.sum",
+    "dram__bytes_write.sum",
+    "lts__t_bytes.sum",
+    "lts__t_sector_hit_rate.pct",
+    "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    "smsp__inst_executed.sum",
+    "smsp__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",
+    "launch__registers_per_thread",
+    "launch__shared_mem_per_block_allocated",
+)
+# Grid, occupancy and waves; launch__* cost no replay pass, achieved occupancy shares one with the rest.
+LAUNCH_METRICS = (
+    "launch__grid_size",
+    "launch__block_size",
+    "launch__waves_per_multiprocessor",
+    "sm__warps_active.avg.pct_of_peak_sustained_active",
+)
+DEFAULT_METRICS = SEED_METRICS + LAUNCH_METRICS
+
+# Per-kernel field -> the metric it is read from (base units: ns, byte, %, counts).
+FIELDS = {
+    "duration_ns": "gpu__time_duration.sum",
+    "dram_read_bytes": "dram__bytes_read.sum",
+    "dram_write_bytes": "dram__bytes_write.sum",
+    "l2_bytes": "lts__t_bytes.sum",
+    "l2_hit_pct": "lts__t_sector_hit_rate.pct",
+    "sm_throughput_pct": "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    "tensor_pipe_pct": "smsp__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",
+    "inst_executed": "smsp__inst_executed.sum",
+    "registers": "launch__registers_per_thread",
+    "shared_mem_bytes": "launch__shared_mem_per_block_allocated",
+    "grid_blocks": "launch__grid_size",
+    "block_threads": "launch__block_size",
+    "waves": "launch__waves_per_multiprocessor",
+    "occupancy_pct": "sm__warps_active.avg.pct_of_peak_sustained_active",
+}
+# Fields whose sum over a block's kernels means something (percentages and launch shapes do not add).
+SUMMED = ("duration_ns", "dram_read_bytes", "dram_write_bytes", "l2_bytes", "inst_executed")
+
+QUERY_TIMEOUT_S = 120
+# `--export NAME` writes NAME.ncu-rep (NAME.ncu-repz from ncu 2026.3 on).
+REPORT_SUFFIXES = (".ncu-rep", ".ncu-repz")
+TAIL_LINES = 40
+
+
+class NcuError(RuntimeError):
+    """ncu is present but unusable here: it failed, timed out, or printed something we cannot read."""
+
+
+# --------------------------------------------------------------------------- locate and query
+def _executable(path: str) -> bool:
+    return os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+def _version_key(path: str) -> list:
+    # /opt/nvidia/nsight-compute/2025.10.0 sorts after 2025.3.1: compare the numbers, not the text.
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path)]
+
+
+def find_ncu() -> str | None:
+    """H3GATES_NCU if set (authoritative, so a wrong value is reported rather than silently bypassed),
+    else ncu on PATH, else the CUDA toolkit and Nsight Compute install folders (newest version first)."""
+    override = os.environ.get("H3GATES_NCU")
+    if override:
+        return override if _executable(override) else None
+    on_path = shutil.which("ncu")
+    if on_path:
+        return on_path
+    candidates = ["/usr/local/cuda/bin/ncu"]
+    for pattern in ("/usr/local/cuda*/bin/ncu", "/usr/local/cuda*/nsight-compute*/ncu", "/opt/nvidia/nsight-compute/*/ncu"):
+        candidates += sorted(glob.glob(pattern), key=_version_key, reverse=True)
+    return next((c for c in candidates if _executable(c)), None)
+
+
+def _not_found_reason() -> str:
+    override = os.environ.get("H3GATES_NCU")
+    if override:
+        return f"ncu not found: H3GATES_NCU={override} is not an executable file"
+    return "ncu not found on PATH, in /usr/local/cuda*/bin, /usr/local/cuda*/nsight-compute*/ or /opt/nvidia/nsight-compute/*/"
+
+
+def _tail(text: str, lines: int = TAIL_LINES) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def _run(argv: list[str], timeout: float, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=None) -> tuple[int, str, str]:
+    """Run argv in its own session so a timeout kills ncu *and* the target it launched."""
+    proc = subprocess.Popen(argv, stdout=stdout, stderr=stderr, text=True, start_new_session=True, env=env)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise NcuError(f"`{' '.join(argv[:3])} ...` timed out after {timeout:g} s; killed with its target") from None
+    return proc.returncode, out or "", err or ""
+
+
+def _checked(argv: list[str], timeout: float = QUERY_TIMEOUT_S) -> str:
+    rc, out, err = _run(argv, timeout)
+    if rc != 0:
+        detail = _tail(err + "\n" + out, 8)
+        raise NcuError(f"`{' '.join(argv)}` exited {rc}: {detail}")
+    return out
+
+
+def ncu_version(ncu: str) -> str:
+    """'2025.3.1.0' from the 'Version 2025.3.1.0 (build ...)' line; the last line if that is absent."""
+    out = _checked([ncu, "--version"])
+    m = re.search(r"Version\s+(\S+)", out)
+    return m.group(1) if m else _tail(out, 1)
+
+
+_METRIC = re.compile(r"[a-z][a-z0-9]*__[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*")
+
+
+def _metric_names(listing: str) -> set[str]:
+    # ncu prints a table (name, type, unit, description) under a device line and ruled headers; every
+    # metric name has a '__' and comes first on its line, and no header word looks like one.
+    names = set()
+    for line in listing.splitlines():
+        first = line.split(maxsplit=1)[0] if line.strip() else ""
+        if _METRIC.fullmatch(first):
+            names.add(first)
+    return names
+
+
+def query_metrics(ncu: str, full_names_for=(), timeout: float = QUERY_TIMEOUT_S) -> set[str]:
+    """Metric names the installed ncu offers on this machine's GPU.
+
+    `ncu --query-metrics` lists base names of the default (profiling) collection; launch__* live in
+    the launch collection. For the names of full_names_for whose base is offered and that carry a
+    suffix, `--query-metrics-mode suffix --metrics <bases>` adds the full names (base.suffix...) so
+    that plan() can match them exactly."""
+    offered: set[str] = set()
+    for extra in ([], ["--query-metrics-collection", "launch"]):
+        offered |= _metric_names(_checked([ncu, "--query-metrics", *extra], timeout))
+    bases = sorted({m.split(".")[0] for m in full_names_for if "." in m} & offered)
+    if bases:
+        offered |= _metric_names(_checked([ncu, "--query-metrics", "--query-metrics-mode", "suffix", "--metrics", ",".join(bases)], timeout))
+    return offered
+
+
+def plan(requested, offered: set[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """(to collect {metric: "exact" | "base"}, unavailable {metric: reason}).
+
+    "exact": ncu listed the full name; "base": it listed only the base name (the part before the first
+    '.') and no full names for it. A metric that is not offered is never swapped for a similar one."""
+    collect: dict[str, str] = {}
+    unavailable: dict[str, str] = {}
+    for metric in dict.fromkeys(requested):
+        base = metric.split(".")[0]
+        if metric in offered:
+            collect[metric] = "exact"
+        elif base not in offered:
+            unavailable[metric] = f"not offered by the installed ncu: {base} is not listed by --query-metrics (profiling and launch collections)"
+        elif any(o.startswith(base + ".") for o in offered):
+            unavailable[metric] = f"not offered by the installed ncu: it lists {base} but not the suffix {metric[len(base):]} (--query-metrics-mode suffix)"
+        else:
+            collect[metric] = "base"
+    return collect, unavailable
+
+
+# --------------------------------------------------------------------------- profile
+def command(ncu: str, metrics, target_argv, *, export, log_file, clock_control: str = "none",
+            cache_control: str = "all", replay_mode: str = "kernel") -> list[str]:
+    """The profiling command. Profiling is off at start: the target opens and closes the range itself
+    (cudaProfilerStart/Stop via profiled_range()), so warm-up and model building are not profiled.
+    ncu's own output goes to log_file and the results to the export report, away from the target's
+    stdout; --force-overwrite because a rerun writes to the same report path."""
+    return [ncu, "--profile-from-start", "off", "--target-processes", "all",
+            "--replay-mode", replay_mode, "--cache-control", cache_control, "--clock-control", clock_control,
+            "--metrics", ",".join(metrics), "--export", str(export), "--force-overwrite", "--log-file", str(log_file),
+            *map(str, target_argv)]
+
+
+def import_command(ncu: str, report) -> list[str]:
+    """Print an exported report as CSV, one row per (kernel launch, metric), values in base units."""
+    return [ncu, "--import", str(report), "--csv", "--page", "details", "--print-units", "base"]
+
+
+# --------------------------------------------------------------------------- parse
+_TIME_TO_NS = {"ns": 1, "nsecond": 1, "us": 10**3, "usecond": 10**3, "ms": 10**6, "msecond": 10**6, "s": 10**9, "second": 10**9}
+_BYTE_PREFIX = {"K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}  # ncu scales bytes by powers of 1000
+
+
+def _number(text: str):
+    t = text.strip().replace(",", "")  # ncu prints thousands separators: "785,785,856"
+    for kind in (int, float):
+        try:
+            return kind(t)
+        except ValueError:
+            pass
+    return None  # "n/a", empty, or an instanced "a; b" list
+
+
+def _to_base(value, unit: str):
+    """Value in ns for times and bytes for byte sizes (also "Kbyte/block"); other units unchanged."""
+    if value is None:
+        return None
+    head = unit.partition("/")[0]
+    if head in _TIME_TO_NS:
+        return value * _TIME_TO_NS[head]
+    if head[:1] in _BYTE_PREFIX and head[1:] == "byte":
+        return value * _BYTE_PREFIX[head[0]]
+    return value
+
+
+def _dim3(text: str):
+    nums = re.findall(r"\d+", text)
+    return [int(n) for n in nums] if len(nums) == 3 else None
+
+
+def short_name(demangled: str) -> str:
+    """Kernel name without the return type and the parameter list, templates kept: 'void
+    quantize_into<__nv_bfloat16, 4>(const T1 *, long long, ...)' -> 'quantize_into<__nv_bfloat16, 4>'.
+    Template arguments tell launches of one template apart (e.g. at::vectorized_elementwise_kernel)."""
+    s = demangled.strip()
+    if s.endswith(")"):
+        depth = 0
+        for i in range(len(s) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(s[i], 0)
+            if depth == 0:
+                s = s[:i]
+                break
+    return s.removeprefix("void ").strip()
+
+
+_COLUMNS = ("ID", "Process ID", "Kernel Name", "Block Size", "Grid Size", "Metric Name", "Metric Unit", "Metric Value")
+
+
+def parse_csv(text: str) -> list[dict]:
+    """Kernel launches, in launch order, from ncu's `--csv --page details` output (one row per
+    launch and metric; ==PROF==/==WARNING== lines and anything else that is not a quoted row skipped).
+
+    Each launch: id, process_id, name (short_name), full_name, grid, block ([x, y, z]), stream,
+    device, one key per FIELDS entry (None when its metric was not collected or read "n/a") and
+    metrics {metric name: value in base units}."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith('"ID",')), None)
+    if start is None:
+        return []
+    header = next(csv.reader([lines[start]]))
+    missing = [c for c in _COLUMNS if c not in header]
+    if missing:
+        raise NcuError(f"ncu CSV header lacks {missing}: {lines[start][:300]}")
+    col = {name: i for i, name in enumerate(header)}
+    launches: dict[tuple[str, str], dict] = {}
+    for line in lines[start + 1:]:
+        if not line.startswith('"'):
+            continue
+        row = next(csv.reader([line]))
+        if len(row) != len(header):
+            continue
+        key = (row[col["Process ID"]], row[col["ID"]])
+        k = launches.get(key)
+        if k is None:
+            name = row[col["Kernel Name"]]
+            k = launches[key] = {
+                "id": int(row[col["ID"]]), "process_id": int(row[col["Process ID"]]), "name": short_name(name), "full_name": name,
+                "grid": _dim3(row[col["Grid Size"]]), "block": _dim3(row[col["Block Size"]]),
+                "stream": _number(row[col["Stream"]]) if "Stream" in col else None,
+                "device": _number(row[col["Device"]]) if "Device" in col else None,
+                "metrics": {},
+            }
+        metric = row[col["Metric Name"]]
+        if metric:
+            k["metrics"][metric] = _to_base(_number(row[col["Metric Value"]]), row[col["Metric Unit"]])
+    kernels = sorted(launches.values(), key=lambda k: (k["process_id"], k["id"]))
+    for k in kernels:
+        k.update({field: k["metrics"].get(metric) for field, metric in FIELDS.items()})
+    return kernels
+
+
+# --------------------------------------------------------------------------- summarize and diff
+def summarize(kernels: list[dict]) -> dict:
+    """Totals over a block's launches. A total is None unless every launch has the value (no partial
+    sums passed off as totals); `incomplete` names those fields."""
+    totals: dict = {"kernel_count": len(kernels)}
+    incomplete = []
+    for field in SUMMED:
+        values = [k.get(field) for k in kernels]
+        if any(v is None for v in values):
+            totals[field] = None
+            incomplete.append(field)
+        else:
+            totals[field] = sum(values)
+    r, w = totals["dram_read_bytes"], totals["dram_write_bytes"]
+    totals["dram_bytes"] = None if r is None or w is None else r + w
+    totals["incomplete"] = incomplete
+    return totals
+
+
+def _by_name(kernels: list[dict]) -> dict[str, dict]:
+    groups: dict[str, dict] = {}
+    for k in kernels:
+        g = groups.setdefault(k["name"], {"count": 0, "duration_ns": 0})
+        g["count"] += 1
+        d = k.get("duration_ns")
+        g["duration_ns"] = None if d is None or g["duration_ns"] is None else g["duration_ns"] + d
+    return groups
+
+
+def _ratio(num, den):
+    return None if num is None or not den else num / den
+
+
+def diff(base_kernels: list[dict], cand_kernels: list[dict]) -> dict:
+    """Baseline vs candidate by kernel name: gone (baseline only), new (candidate only), common (time
+    per name on both sides), each side's totals and the candidate/baseline ratios of total kernel time
+    and of DRAM bytes."""
+    b, c = _by_name(base_kernels), _by_name(cand_kernels)
+    common = {}
+    for name in sorted(b.keys() & c.keys()):
+        bt, ct = b[name]["duration_ns"], c[name]["duration_ns"]
+        common[name] = {"baseline_count": b[name]["count"], "candidate_count": c[name]["count"],
+                        "baseline_duration_ns": bt, "candidate_duration_ns": ct,
+                        "delta_ns": None if bt is None or ct is None else ct - bt}
+    tb, tc = summarize(base_kernels), summarize(cand_kernels)
+    return {"gone": {n: b[n] for n in sorted(b.keys() - c.keys())},
+            "new": {n: c[n] for n in sorted(c.keys() - b.keys())},
+            "common": common,
+            "baseline": tb, "candidate": tc,
+            "duration_ratio": _ratio(tc["duration_ns"], tb["duration_ns"]),
+            "dram_bytes_ratio": _ratio(tc["dram_bytes"], tb["dram_bytes"])}
+
+
+# --------------------------------------------------------------------------- capture
+def capture(target_argv, requested_metrics=DEFAULT_METRICS, workdir=".", timeout: float = 1800, *, name: str = "capture",
+            clock_control: str = "none", cache_control: str = "all", replay_mode: str = "kernel", env=None) -> dict:
+    """Query, plan, profile target_argv under ncu, import and parse. Never raises for a missing, failing
+    or timed-out ncu (available False, reason, stderr_tail); programming errors propagate.
+
+    Writes into workdir: <name>.ncu-rep[z] (the report), <name>.ncu.log (ncu's output), <name>.stdout /
+    <name>.stderr (the target's), <name>.csv (the imported CSV). env: the profiled process's environment
+    (default: this one's).
+
+    clock_control defaults to "none", the setting that ran on the H200 (evidence/h200/ncu.csv); the
+    counts do not depend on clocks, durations do, and both sides of a diff run under the same setting."""
+    requested = list(dict.fromkeys(requested_metrics))
+    workdir = Path(workdir)
+    res: dict = {"available": False, "reason": None, "ncu": None, "ncu_version": None,
+                 "settings": {"profile_from_start": "off", "replay_mode": replay_mode, "cache_control": cache_control,
+                              "clock_control": clock_control},
+                 "command": None, "requested": requested, "metrics": {}, "unavailable": {},
+                 "kernels": [], "totals": None, "report_file": None, "stderr_tail": None}
+    ncu = find_ncu()
+    if ncu is None:
+        res["reason"] = _not_found_reason()
+        res["unavailable"] = dict.fromkeys(requested, res["reason"])
+        return res
+    res["ncu"] = ncu
+    try:
+        res["ncu_version"] = ncu_version(ncu)
+        collect, res["unavailable"] = plan(requested, query_metrics(ncu, requested))
+    except (OSError, NcuError) as e:
+        res["reason"] = f"ncu could not be queried: {e}"
+        res["unavailable"] = dict.fromkeys(requested, res["reason"])
+        return res
+    res["metrics"] = collect
+    if not collect:
+        res["reason"] = "none of the requested metrics is offered by the installed ncu"
+        return res
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    stem, log = workdir / name, workdir / f"{name}.ncu.log"
+    reports = [workdir / (name + suffix) for suffix in REPORT_SUFFIXES]
+    for stale in (*reports, log):
+        stale.unlink(missing_ok=True)  # a failed run must not leave the last run's report to be read
+    res["command"] = command(ncu, collect, target_argv, export=stem, log_file=log, clock_control=clock_control,
+                             cache_control=cache_control, replay_mode=replay_mode)
+    try:
+        with open(workdir / f"{name}.stdout", "w") as out, open(workdir / f"{name}.stderr", "w") as err:
+            rc = _run(res["command"], timeout, stdout=out, stderr=err, env=env)[0]
+            failure = None if rc == 0 else f"ncu exited {rc}"
+    except (OSError, NcuError) as e:
+        failure = str(e)
+    tail = _tail("\n".join(p.read_text(errors="replace") for p in (log, workdir / f"{name}.stderr") if p.exists()))
+    if failure:
+        res["reason"] = failure
+        res["stderr_tail"] = tail
+        return res
+    report = next((r for r in reports if r.exists()), None)
+    if report is None:
+        res["reason"] = "ncu profiled no kernels (was the range opened with profiled_range()?)"
+        res["stderr_tail"] = tail
+        return res
+    res["report_file"] = str(report)
+    try:
+        text = _checked(import_command(ncu, report), timeout=QUERY_TIMEOUT_S * 5)
+        (workdir / f"{name}.csv").write_text(text)
+        kernels = parse_csv(text)
+    except (OSError, NcuError) as e:
+        res["reason"] = f"reading the ncu report failed: {e}"
+        res["stderr_tail"] = tail
+        return res
+    if not kernels:
+        res["reason"] = "ncu profiled no kernels (was the range opened with profiled_range()?)"
+        res["stderr_tail"] = tail
+        return res
+    for metric in list(collect):
+        if not any(metric in k["metrics"] for k in kernels):
+            del collect[metric]
+            res["unavailable"][metric] = "requested from ncu but absent from its report"
+    res.update(available=True, kernels=kernels, totals=summarize(kernels))
+    return res
+
+
+# --------------------------------------------------------------------------- target side
+@contextlib.contextmanager
+def profiled_range():
+    """In the profiled process: open ncu's range (cudaProfilerStart) around exactly the body, with the
+    GPU idle on entry (nothing earlier leaks in) and drained before the range closes."""
+    import torch
+
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    try:
+        yield
+    finally:
+        torch.cuda.synchronize()
+        torch.cuda.profiler.stop()

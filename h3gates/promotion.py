@@ -1,0 +1,205 @@
+"""Promotion records, `verify` and `status`: whether a candidate's reports still stand.
+
+Every check compares a report with `provenance.provenance(ctx)` of the current tree and config, the
+same function the rung used to write it. A record stores the resolved configuration it was made with
+(all overlays merged) and the digest of its flag file; `verify <record>` re-checks against that
+configuration, and names what changed when the caller's configuration differs. A refusal moves the
+reports that no longer stand (stale, edited, invalid) aside, so that the next run recomputes exactly
+those rungs, and names the one command that does it. No torch import.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+
+from . import registry, report
+from .config import diff, enforce_perf, validate_config
+from .paths import RESULTS, RUNG_NAMES, report_paths
+from .provenance import ROOT, candidate_config, digest, file_sha256, provenance, rung_context
+from .tokens import Refusal, revoke
+
+RECORD_SCHEMA_VERSION = 2
+
+
+def check_report(path, candidate: str, rung: int, expected: dict) -> tuple[str, list[str], dict | None]:
+    """-> (state, reasons, doc): state pass / fail / stale / invalid / missing against the expected
+    provenance (kernel fingerprint, code fingerprint, config digest)."""
+    p = Path(path)
+    if not p.exists():
+        return "missing", [f"{p}: missing"], None
+    try:
+        d = report.read(p)
+    except report.ReportError as e:
+        return "invalid", [str(e)], None
+    if d["candidate"] != candidate or d["rung"] != rung:
+        return "invalid", [f"{p}: is a rung {d['rung']} report of {d['candidate']}, expected rung {rung} of {candidate}"], d
+    if d["verdict"] != "pass":
+        return "fail", [f"{p}: verdict fail: {d['reasons'][0]}"], d
+    reasons = []
+    now, then = expected["kernel_fingerprint"], d["kernel_fingerprint"]
+    for f in sorted(set(now) | set(then)):
+        if f not in then:
+            reasons.append(f"{p}: stale: kernel {f} is used now but was not when the gate ran")
+        elif f not in now:
+            reasons.append(f"{p}: stale: kernel {f} was used when the gate ran but is not now")
+        elif now[f] != then[f]:
+            reasons.append(f"{p}: stale: kernel {f} changed since the gate ran (sha256 {then[f][:12]} -> {now[f][:12]})")
+    if d["code_fingerprint"] != expected["code_fingerprint"]:
+        reasons.append(f"{p}: stale: h3gates modules changed since the gate ran")
+    if d["config_digest"] != expected["config_digest"]:
+        reasons.append(f"{p}: stale: config changed since the gate ran")
+    for up, h in d["upstream"].items():
+        try:
+            if file_sha256(up) != h:
+                reasons.append(f"{p}: digest chain broken: upstream {up} changed after this gate ran")
+        except FileNotFoundError:
+            reasons.append(f"{p}: upstream {up} is missing")
+    return ("stale" if reasons else "pass"), reasons, d
+
+
+def check_candidate(config: dict, candidate: str):
+    """Every report of a candidate against the current tree and config -> ({path: (state, reasons,
+    doc)}, reasons); a missing kernel source is a reason of its own."""
+    results, reasons = {}, []
+    for rung, plist in report_paths(config["profile"], candidate, config["blocks"]).items():
+        ctx = rung_context(config, candidate, rung)
+        try:
+            expected = provenance(ctx)
+        except FileNotFoundError as e:
+            return {}, [f"kernel source {e.filename} is missing"]
+        for p in plist:
+            results[p] = check_report(p, candidate, rung, expected)
+            reasons += results[p][1]
+    return results, reasons
+
+
+def quarantine(results: dict, candidate: str, profile: str) -> list[str]:
+    """Move reports that no longer stand (stale, edited, invalid) and their pass tokens aside, under
+    results/<profile>/<candidate>/refused/<time>/, so Snakemake recomputes exactly those rungs."""
+    moved = []
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    dest = Path(RESULTS, profile, candidate, "refused", stamp)
+    for p, (state, _, _) in results.items():
+        if state in ("stale", "invalid"):
+            target = dest / Path(p).relative_to(Path(RESULTS, profile, candidate))
+            target.parent.mkdir(parents=True, exist_ok=True)
+            Path(p).rename(target)
+            moved.append(p)
+    return moved
+
+
+def _fix(candidate: str, configfiles, moved) -> str:
+    cfg = "".join(f" --configfile {f}" for f in configfiles or [])
+    cmd = f"snakemake --cores 1 promote_{candidate}{cfg}"
+    return f"{cmd}   (reruns the {len(moved)} report(s) moved aside and what depends on them)" if moved else cmd
+
+
+def flag_text(candidate: str, record: str, deployable: bool) -> str:
+    spec = registry.get(candidate)
+    return (f"# written by h3gates promote {candidate}; check with: python -m h3gates verify {record}\n"
+            + ("" if deployable else "# REHEARSAL (profile not deployable): do not deploy\n") + f"{spec.flag}={1 if deployable else 0}\n")
+
+
+def promote(config: dict, candidate: str, record: str, flag: str, configfiles: list[str]) -> None:
+    revoke(flag)
+    results, reasons = check_candidate(config, candidate)
+    if reasons:
+        revoke(record)
+        moved = quarantine(results, candidate, config["profile"])
+        raise Refusal(reasons, fix=_fix(candidate, configfiles, moved))
+    docs = {p: d for p, (_, _, d) in results.items()}
+    deployable = config["profile"] in config["deployable_profiles"]
+    enforced = enforce_perf(config)
+    notes = []
+    if not deployable:
+        notes.append(f"profile {config['profile']} is a rehearsal: not deployable (deployable profiles: {config['deployable_profiles']})")
+    if not enforced:
+        notes.append("the block performance gate was recorded but not enforced for this profile")
+    notes += sorted({n for d in docs.values() for n in d.get("notes", [])})
+    any_doc = next(iter(docs.values()))
+    text = flag_text(candidate, record, deployable)
+    rec = {
+        "schema_version": RECORD_SCHEMA_VERSION, "candidate": candidate, "flag": registry.get(candidate).flag, "profile": config["profile"],
+        "deployable": deployable, "device": any_doc["device"], "reference": any_doc["reference"],
+        "reports": {p: file_sha256(p) for p in docs}, "verdicts": {p: d["verdict"] for p, d in docs.items()},
+        "kernel_fingerprint": {f: h for d in docs.values() for f, h in d["kernel_fingerprint"].items()},
+        "config_digest": {str(r): digest(rung_context(config, candidate, r)) for r in RUNG_NAMES},
+        "config": {"files": list(configfiles or []), "resolved": candidate_config(config, candidate)},
+        "flag_file": {"path": flag, "sha256": hashlib.sha256(text.encode()).hexdigest(), "line": text.strip().splitlines()[-1]},
+        "performance_gate_enforced": enforced,
+        "verdict": "promoted" if deployable else "promoted (rehearsal, not deployable)", "notes": notes,
+        "promoted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    report.write(record, rec, schema="promotion")
+    report.write_text(flag, text)
+
+
+def verify(record: str, revoke_flag: bool = False, flag: str | None = None, config: dict | None = None, configfiles=None, heal: bool = False) -> dict:
+    """Re-check a promotion record now: its flag file says exactly what the record wrote; every report
+    present, schema-valid, passing, unedited, produced from the current kernel sources and h3gates
+    modules and from the record's configuration (or `config`, whose differences are named); digest
+    chain intact. With revoke_flag a refusal deletes the flag; with heal it moves what no longer
+    stands aside (the workflow's promote_<candidate> does both)."""
+    try:
+        rec = report.read(record, schema="promotion")
+    except report.ReportError as e:
+        revoke(flag if revoke_flag else None)
+        raise Refusal([str(e)]) from None
+    flag = flag or rec["flag_file"]["path"]
+    reasons = []
+    resolved = rec["config"]["resolved"]
+    if config is not None:
+        changed = diff(resolved, candidate_config(config, rec["candidate"]))
+        if changed:
+            reasons += [f"config changed since the promotion: {c}" for c in changed]
+    cfg = validate_config(resolved)
+    results, more = check_candidate(cfg, rec["candidate"])
+    reasons += more
+    for p, h in rec["reports"].items():
+        if p in results and results[p][0] == "pass" and file_sha256(p) != h:
+            reasons.append(f"{p}: differs from the report the record was made from")
+    fp = Path(flag)
+    if not fp.exists():
+        reasons.append(f"flag {flag} is missing (the record says it holds {rec['flag_file']['line']})")
+    elif hashlib.sha256(fp.read_bytes()).hexdigest() != rec["flag_file"]["sha256"]:
+        reasons.append(f"flag {flag} is not the file the record wrote (it should end with {rec['flag_file']['line']}): edited or forged")
+    if reasons:
+        if revoke_flag:
+            revoke(flag)
+        moved = quarantine(results, rec["candidate"], rec["profile"]) if heal else []
+        raise Refusal(reasons, fix=_fix(rec["candidate"], rec["config"]["files"], moved))
+    return rec
+
+
+def status(config: dict) -> list[dict]:
+    """candidate x rung: pass / fail / missing / stale / invalid, with the reason of each."""
+    from .config import enabled
+
+    rows = []
+    for cand in enabled(config):
+        results, kernel_missing = check_candidate(config, cand)
+        row = {"candidate": cand, "rungs": {}}
+        for rung, plist in report_paths(config["profile"], cand, config["blocks"]).items():
+            states = [results[p][:2] if p in results else ("invalid", kernel_missing) for p in plist]
+            worst = next(s for s in ("fail", "invalid", "stale", "missing", "pass") if any(x[0] == s for x in states))
+            reason = next((r[0] for s, r in states if s == worst and r), "")
+            row["rungs"][rung] = {"state": worst, "reason": reason}
+        rows.append(row)
+    return rows
+
+
+def format_status(rows) -> str:
+    names = {r: f"r{r} {RUNG_NAMES[r]}" for r in RUNG_NAMES}
+    width = max(len(n) for n in names.values())
+    head = f"{'candidate':18s} " + " ".join(f"{names[r]:{width}s}" for r in RUNG_NAMES)
+    lines = [head, "-" * len(head)]
+    reasons = []
+    for row in rows:
+        lines.append(f"{row['candidate']:18s} " + " ".join(f"{row['rungs'][r]['state']:{width}s}" for r in RUNG_NAMES))
+        reasons += [f"  {row['candidate']} r{r}: {v['state']}: {v['reason']}" for r, v in row["rungs"].items() if v["reason"]]
+    return "\n".join(lines + ([""] + reasons if reasons else []))
+
+
+__all__ = ["ROOT", "Refusal", "check_candidate", "check_report", "format_status", "promote", "quarantine", "revoke", "status", "verify"]

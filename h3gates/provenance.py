@@ -1,0 +1,176 @@
+"""What a report was produced from, defined once: the rung's context (the config subset it runs with),
+the kernel files of the candidate and of every accepted candidate under it, and the h3gates modules
+the rung and those kernels actually import (derived from the source, not kept by hand). A rung writes
+`provenance(ctx)` into its report; promotion, verify and status recompute it for the current tree and
+config and compare. No torch import (the Snakefile uses it).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import json
+from pathlib import Path
+
+from . import registry
+from .config import cand_config, enforce_perf, resolve_device
+from .paths import RUNG_NAMES
+
+ROOT = registry.ROOT
+PACKAGE = "h3gates"
+ALWAYS = ("h3gates/__init__.py", "h3gates/__main__.py", "h3gates/cli.py")  # the entry point of every `python -m h3gates` job
+
+
+# ------------------------------------------------------------------ contexts
+def rung_params(config, rung: int) -> dict:
+    if rung == 1:
+        return {"random_shapes": config["adversarial"]["random_shapes"]}
+    if rung == 2:
+        return dict(config["tiles"])
+    if rung == 4:
+        return {**config["timing"], "enforce": enforce_perf(config)}
+    if rung == 7:
+        return {"steps": config["trajectory"]["steps"]}
+    if rung == 8:
+        return dict(config["profile_rung"])
+    return {}
+
+
+def rung_context(config, candidate: str, rung: int) -> dict:
+    """Everything a rung's result depends on besides code: this is what its config digest covers."""
+    acc = config["baseline"]["accepted"]
+    return {
+        "profile": config["profile"],
+        "user_profiles": {config["profile"]: config["profiles"][config["profile"]]} if config["profile"] in config["profiles"] else {},
+        "device": resolve_device(config),
+        "semantics": config["semantics"],
+        "rcp_table": config["rcp_table"],
+        "seed": config["seed"],
+        "candidate": candidate,
+        "candidate_config": cand_config(config, candidate),
+        "baseline": {"accepted": acc, "candidates": {a: cand_config(config, a) for a in acc}},
+        "rung": rung,
+        "rung_params": rung_params(config, rung),
+    }
+
+
+def candidate_config(config, candidate: str) -> dict:
+    """The config as one candidate's promotion sees it: other candidates' settings left out, so
+    changing them does not touch this candidate's record."""
+    keep = {candidate, *config["baseline"]["accepted"]}
+    return {**config, "candidates": {k: v for k, v in config["candidates"].items() if k in keep}}
+
+
+# ------------------------------------------------------------------ digests
+def canonical(obj) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+
+
+def digest(obj) -> str:
+    """SHA-256 of a JSON value: the config digest a report records and promotion recomputes."""
+    return hashlib.sha256(canonical(obj)).hexdigest()
+
+
+def file_sha256(path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def files_digest(files, root=None) -> str:
+    """SHA-256 over the names and contents of files: a rule param that reruns a gate on an edit,
+    never on a touch; and the code fingerprint reports record."""
+    h = hashlib.sha256()
+    for f in files:
+        h.update(str(f).encode())
+        h.update(hashlib.sha256(Path(root or ROOT, f).read_bytes()).digest())
+    return h.hexdigest()
+
+
+# ------------------------------------------------------------------ files a report depends on
+def kernel_files(ctx: dict, root=None) -> list[str]:
+    """The candidate's implementation files, then those of each accepted candidate it runs on."""
+    files = registry.sources(ctx["candidate"], ctx["candidate_config"], ctx["device"], root)
+    for acc in ctx["baseline"]["accepted"]:
+        files += [f for f in registry.sources(acc, ctx["baseline"]["candidates"][acc], ctx["device"], root) if f not in files]
+    return files
+
+
+def rung_module(rung: int) -> str:
+    return f"{PACKAGE}/rungs/r{rung}_{RUNG_NAMES[rung]}.py"
+
+
+def code_files(ctx: dict, root=None) -> list[str]:
+    """The h3gates modules (and package data) a rung imports: the rung's module and the kernel modules
+    it loads, followed through their imports inside the package."""
+    entries = [rung_module(ctx["rung"])] + [f for f in kernel_files(ctx, root) if f.endswith(".py")]
+    return sorted(set(ALWAYS) | set(imported(tuple(entries), str(root or ROOT))))
+
+
+def provenance(ctx: dict, root=None) -> dict:
+    """The three fields every report records and every check recomputes."""
+    base = root or ROOT
+    return {
+        "kernel_fingerprint": {f: file_sha256(Path(base, f)) for f in kernel_files(ctx, root)},
+        "code_fingerprint": files_digest(code_files(ctx, root), base),
+        "config_digest": digest(ctx),
+    }
+
+
+# ------------------------------------------------------------------ the import closure
+@functools.lru_cache(maxsize=None)
+def imported(entries: tuple[str, ...], root: str) -> tuple[str, ...]:
+    """Files of the h3gates package reachable from `entries` through import statements (anywhere in
+    a module, lazy imports included), with each package's __init__ and its data/ files."""
+    base = Path(root)
+    seen: set[str] = set()
+    todo = list(entries)
+    while todo:
+        f = todo.pop()
+        path = base / f
+        if f in seen or not path.is_file():
+            continue
+        if f.startswith(PACKAGE + "/"):
+            seen.add(f)
+            pkg = Path(f).parent
+            while pkg.parts:  # importing a module runs its packages' __init__ first
+                todo.append(str(pkg / "__init__.py"))
+                data = base / pkg / "data"
+                if data.is_dir():
+                    seen.update(str(p.relative_to(base)) for p in data.iterdir() if p.is_file())
+                pkg = pkg.parent
+        todo += [d for d in _imports_of(path, base) if d not in seen]
+    return tuple(sorted(seen))
+
+
+def _resolve(mod: str, base: Path) -> str | None:
+    rel = Path(*mod.split("."))
+    for cand in (rel.with_suffix(".py"), rel / "__init__.py"):
+        if (base / cand).is_file():
+            return str(cand)
+    return None
+
+
+def _imports_of(path: Path, base: Path) -> list[str]:
+    rel = path.relative_to(base)
+    pkg_parts = list(rel.parent.parts) if rel.parts[0] == PACKAGE else []
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                if not pkg_parts:
+                    continue
+                parent = pkg_parts[: len(pkg_parts) - node.level + 1]
+                mod = ".".join(parent + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            names = [mod] + [f"{mod}.{a.name}" for a in node.names]
+        else:
+            continue
+        for name in names:
+            if name.split(".")[0] == PACKAGE:
+                f = _resolve(name, base)
+                if f:
+                    out.append(f)
+    return out

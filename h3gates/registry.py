@@ -1,0 +1,167 @@
+"""The candidate registry: every folder `kernels/<name>/` with a `candidate.py` declares one candidate.
+
+A declaration says everything the workflow needs to know without importing torch: the candidate's
+name, deployment flag, roles, what it overrides in each role (the producer, the GEMM, or both), its
+parameters and their JSON schema, and its implementations per device with the files each depends on.
+Adding a candidate is adding its folder and enabling it in config; the config schema, the README's
+table and the tests take the list from here (`python -m h3gates candidates`).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+KERNELS = "kernels"
+OVERRIDES = ("producer", "gemm")
+ROLES = ("qkv", "out", "fc1", "fc2")
+
+
+@dataclass(frozen=True)
+class Implementation:
+    """One way to run a candidate on a device: `module` (a Python file in the candidate's folder)
+    exposes `build(params, reference, base) -> {role: Role}`; `files` are the other sources it
+    runs (CUDA C, relative to the candidate folder), whose `#include "..."` headers count too."""
+
+    module: str
+    files: tuple[str, ...] = ()
+    requires: str = ""  # a pip extra the implementation needs beyond the core dependencies, for messages
+
+
+@dataclass(frozen=True)
+class Candidate:
+    name: str
+    flag: str
+    roles: tuple[str, ...]
+    overrides: tuple[str, ...]
+    summary: str
+    seed: str
+    implementations: dict
+    params: dict = field(default_factory=dict)  # name -> JSON schema (with its default)
+    folder: str = ""
+
+    def __post_init__(self):
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", self.name):
+            raise RegistryError(f"candidate name {self.name!r}: lower-case letters, digits and _ only")
+        if not re.fullmatch(r"[A-Z][A-Z0-9_]*", self.flag):
+            raise RegistryError(f"{self.name}: flag {self.flag!r} must be an upper-case environment variable name")
+        if not self.roles or set(self.roles) - set(ROLES):
+            raise RegistryError(f"{self.name}: roles {self.roles} must be a non-empty subset of {ROLES}")
+        if not self.overrides or set(self.overrides) - set(OVERRIDES):
+            raise RegistryError(f"{self.name}: overrides {self.overrides} must be a non-empty subset of {OVERRIDES}")
+        if not self.implementations or set(self.implementations) - {"cpu", "cuda"}:
+            raise RegistryError(f"{self.name}: implementations must be keyed by device (cpu, cuda), got {sorted(self.implementations)}")
+
+    def param_defaults(self) -> dict:
+        return {k: s["default"] for k, s in self.params.items() if "default" in s}
+
+    def implementation(self, which: str) -> Implementation:
+        try:
+            return self.implementations[which]
+        except KeyError:
+            raise RegistryError(f"{self.name} has no {which} implementation (it has: {', '.join(sorted(self.implementations))})") from None
+
+
+class RegistryError(ValueError):
+    pass
+
+
+def _load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@functools.lru_cache(maxsize=None)
+def discover(root: str | None = None) -> dict[str, Candidate]:
+    """{name: Candidate} of every `kernels/*/candidate.py` under the workflow root, sorted by name.
+    A declaration imports only this module (no torch), so the Snakefile can read it."""
+    base = Path(root or ROOT) / KERNELS
+    found = {}
+    for decl in sorted(base.glob("*/candidate.py")):
+        mod = _load(decl, f"h3gates_candidate_{decl.parent.name}")
+        cand = getattr(mod, "CANDIDATE", None)
+        if not isinstance(cand, Candidate):
+            raise RegistryError(f"{decl}: defines no CANDIDATE = Candidate(...)")
+        if cand.name != decl.parent.name:
+            raise RegistryError(f"{decl}: declares {cand.name!r}; the folder must carry the candidate's name")
+        folder = f"{KERNELS}/{decl.parent.name}"
+        found[cand.name] = Candidate(**{**cand.__dict__, "folder": folder})
+    return found
+
+
+def get(name: str, root: str | None = None) -> Candidate:
+    try:
+        return discover(root)[name]
+    except KeyError:
+        raise RegistryError(f"unknown candidate {name!r}; known: {', '.join(discover(root))}") from None
+
+
+def implementation_name(cand_cfg: dict, device: str) -> str:
+    impl = cand_cfg.get("implementation", "auto")
+    return ("cuda" if device == "cuda" else "cpu") if impl == "auto" else impl
+
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def _headers(src: Path, root: Path, seen: set) -> list[str]:
+    """Headers a CUDA source includes with quotes, resolved next to it or under kernels/common."""
+    out = []
+    for inc in _INCLUDE.findall(src.read_text()):
+        for d in (src.parent, root / KERNELS / "common"):
+            p = (d / inc).resolve()
+            if p.exists():
+                rel = str(p.relative_to(root))
+                if rel not in seen:
+                    seen.add(rel)
+                    out += [rel] + _headers(p, root, seen)
+                break
+        else:
+            raise RegistryError(f"{src}: included header {inc!r} not found next to it or in {KERNELS}/common")
+    return out
+
+
+def sources(name: str, cand_cfg: dict, device: str, root: str | None = None) -> list[str]:
+    """The files one candidate's configured implementation runs, relative to the workflow root: its
+    declaration, its module (or the configured `source` replacing it), its CUDA sources and their
+    headers. These are its kernel fingerprint; editing one reruns only the candidates using it."""
+    base = Path(root or ROOT)
+    cand = get(name, root)
+    impl = cand.implementation(implementation_name(cand_cfg, device))
+    module = cand_cfg.get("source") or f"{cand.folder}/{impl.module}"
+    files = [f"{cand.folder}/candidate.py", module] + [os.path.normpath(f"{cand.folder}/{f}") for f in impl.files]
+    seen = set(files)
+    for f in list(files):
+        if f.endswith((".cu", ".cuh")) and (base / f).exists():
+            files += _headers(base / f, base, seen)
+    return files
+
+
+def module_path(name: str, cand_cfg: dict, device: str, root: str | None = None) -> str:
+    return sources(name, cand_cfg, device, root)[1]
+
+
+def load_module(path):
+    """Import a kernel module by path (so a config `source` can point at a variant under review)."""
+    path = Path(path).resolve()
+    return _load(path, "h3gates_kernel_" + hashlib.sha256(str(path).encode()).hexdigest()[:12])
+
+
+def markdown_table(root: str | None = None) -> str:
+    """The README's candidate table, generated from the declarations."""
+    rows = ["| candidate | flag | roles | overrides | seed | implementations | parameters (default) |", "|---|---|---|---|---|---|---|"]
+    for c in discover(root).values():
+        impls = "; ".join(f"{d}: `{c.folder}/{i.module}`" + "".join(f" + `{f}`" for f in i.files) for d, i in sorted(c.implementations.items()))
+        params = ", ".join(f"`{k}` ({s.get('default', '-')})" for k, s in c.params.items()) or "-"
+        rows.append(f"| `{c.name}` | `{c.flag}` | {', '.join(c.roles)} | {', '.join(c.overrides)} | {c.seed} | {impls} | {params} |")
+    return "\n".join(rows)

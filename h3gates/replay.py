@@ -1,0 +1,67 @@
+"""`python -m h3gates replay <dump>`: rerun exactly one failing case of a rung from its
+`*.replay.*.pt` dump (the rung context, the inputs and seeds) against the reference, and print the
+first mismatch decoded (codes, scales, values). Exit 0 when the case now agrees, 1 when it differs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from . import candidates
+from .reference import Reference
+from .roles import Modulated, Plain, SwiGLU, reference_roles
+from .rungs.compare import compare_gemms, compare_producers
+from .rungs.gate import resolve_device
+from .rungs.inputs import packed_activation, role_input, weight
+
+INPUT_TYPES = {"Modulated": Modulated, "SwiGLU": SwiGLU, "Plain": Plain}
+
+
+def _to(v, device):
+    if isinstance(v, torch.Tensor):
+        return v.to(device)
+    if isinstance(v, (list, tuple)):
+        return type(v)(_to(x, device) for x in v)
+    return v
+
+
+def replay(path) -> int:
+    d = torch.load(Path(path), weights_only=False)
+    ctx = d["context"]
+    device = resolve_device(ctx["device"])
+    ref_q = Reference(device, ctx["semantics"], ctx["rcp_table"])
+    reference = reference_roles(ref_q)
+    baseline = candidates.baseline_roles(ctx, device, ref_q)
+    level = "kernel" if d["rung"] <= 2 else "schedule"
+    cand = candidates.build_one(ctx["candidate"], ctx["candidate_config"], device, ref_q, baseline, level)
+    role = d["role"]
+    print(f"replaying {ctx['candidate']} rung {d['rung']} ({d['case']}, role {role}) on {device} against {ref_q.oracle}")
+    if d["kind"] == "producer":
+        if "role_input" in d:
+            fields = {k: _to(v, device) for k, v in d["role_input"].items() if k != "type"}
+            inp = INPUT_TYPES[d["role_input"]["type"]](**fields)
+            x_shape = (inp.rows, inp.cols)
+        else:
+            x = d["input"].to(device)
+            static = d["static_scale"].to(device) if d.get("static_scale") is not None else None
+            inp = role_input(role, x, d["variant"], seed=d["seed"], static=static)
+            x_shape = tuple(x.shape)
+        cmp, _, _ = compare_producers(cand[role].producer, reference[role].producer, inp, *x_shape)
+        shown = {k: cmp.get(k) for k in ("equal", "bytes_compared", "bytes_differing", "refused")}
+        for part in ("global_scale", "qdata", "scales"):
+            if isinstance(cmp.get(part), dict) and cmp[part].get("first_mismatch"):
+                shown[f"first {part} mismatch"] = cmp[part]["first_mismatch"]
+    else:
+        x = d["input"].to(device)
+        static = d["static_scale"].to(device) if d.get("static_scale") is not None else None
+        p = packed_activation(x, ref_q, static)
+        n, k, kind, seed = d["weight"]
+        cmp = compare_gemms(cand[role].gemm, reference[role].gemm, p, weight(n, k, device, ref_q, kind, seed=seed))
+        shown = {k: cmp.get(k) for k in ("equal", "bytes_compared", "bytes_differing", "first_mismatch", "max_abs_diff", "refused")}
+    print(json.dumps(shown, indent=1, default=str))
+    print("agrees with the reference now" if cmp["equal"] else "DIFFERS from the reference")
+    return 0 if cmp["equal"] else 1
+
+

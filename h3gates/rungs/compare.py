@@ -1,0 +1,47 @@
+"""Running a candidate's producer or GEMM next to the reference's, and comparing the bytes."""
+
+from __future__ import annotations
+
+from .. import nvfp4
+from ..nvfp4.layout import Packed
+
+# What a candidate may raise to refuse an input (the reference refuses the same ones); anything else
+# it raises is a crash (crash.py).
+REFUSALS = (nvfp4.NVFP4InputError, ValueError, RuntimeError, AssertionError)
+
+
+def run_producer(producer, inp):
+    """All chunks of a producer, each copied before the next is produced (a ring reuses its buffer)."""
+    try:
+        return [(r0, p.clone()) for r0, p in producer.produce(inp)], None
+    except REFUSALS as e:
+        return None, f"{type(e).__name__}: {e}"
+
+
+def compare_producers(cand, ref, inp, rows, cols):
+    """Run candidate and reference producers on the same input; both refusing is agreement."""
+    rc, err_c = run_producer(cand, inp)
+    rr, err_r = run_producer(ref, inp)
+    if err_c or err_r:
+        agree = bool(err_c) and bool(err_r)
+        return {"equal": agree, "refused": {"candidate": err_c, "reference": err_r}, "bytes_compared": 0, "bytes_differing": 0 if agree else 1}, rc, rr
+    out = nvfp4.compare_packed(Packed.join(rc, rows, cols).as_dict(), Packed.join(rr, rows, cols).as_dict(), rows, cols)
+    out["chunks"] = [{"row0": r0, "rows": p.rows} for r0, p in rc]
+    return out, rc, rr
+
+
+def run_gemm(gemm, p, w):
+    try:
+        return gemm(p, w), None
+    except REFUSALS as e:
+        return None, f"{type(e).__name__}: {e}"
+
+
+def compare_gemms(cand, ref, p, w) -> dict:
+    """The candidate's GEMM and the reference GEMM on the same packed operands: output bytes."""
+    yc, err_c = run_gemm(cand, p, w)
+    yr, err_r = run_gemm(ref, p, w)
+    if err_c or err_r:
+        agree = bool(err_c) and bool(err_r)
+        return {"equal": agree, "refused": {"candidate": err_c, "reference": err_r}, "bytes_compared": 0, "bytes_differing": 0 if agree else 1}
+    return nvfp4.compare_outputs(yc, yr)

@@ -1,0 +1,32 @@
+"""Rung 4: the complete block with the candidate's roles equals the baseline block bit for bit, and
+the alternating AB/BA timing of both in one loaded process passes the performance gate: a sequential
+test on a confidence bound of the median paired ratio (h3gates.perfgate)."""
+
+from __future__ import annotations
+
+from .. import nvfp4, perfgate
+from .gate import Gate, progress
+
+TIMING_KEYS = ("confidence", "min_rounds", "batch", "max_rounds", "min_gain", "warmup")
+
+
+def run(ctx, out, block, upstream=()):
+    gate = Gate(ctx, 4, block, upstream)
+    x = gate.model.capture(block).x
+    base = lambda: gate.model.block_forward(block, x, 0, gate.baseline)
+    cand = lambda: gate.model.block_forward(block, x, 0, gate.with_candidate())
+    cmp = nvfp4.compare_outputs(cand(), base())
+    if not cmp["equal"]:
+        gate.fail(f"candidate block output differs from baseline in {cmp['elements_differing']} elements")
+    params = ctx["rung_params"]
+    timing = perfgate.run(base, cand, {k: params[k] for k in TIMING_KEYS}, gate.device, progress=progress)
+    enforced = bool(params["enforce"])
+    passed = timing["decision"] == "pass"
+    timing["performance_gate"] = {"enforced": enforced, "decision": timing["decision"], "passed": passed, "reason": timing["reason"],
+                                  "interval": timing["interval"], "threshold": timing["threshold"], "gain": timing["gain"]}
+    if not passed and cmp["equal"]:
+        if enforced:
+            gate.fail(f"performance gate {timing['decision'].upper()}: {timing['reason']}")
+        else:
+            gate.note(f"performance gate not met ({timing['decision']}), not enforced on profile {ctx['profile']}: {timing['reason']}")
+    return gate.write(out, {"output": cmp, "bytes_compared": cmp["bytes_compared"], "bytes_differing": cmp["bytes_differing"]}, timing)

@@ -1,0 +1,13 @@
+"""Rung 7: the configured trajectory (12 steps by default): video and audio checksums equal; wall time
+of both."""
+
+from __future__ import annotations
+
+from .gate import Gate
+from .trajectory import trajectories
+
+
+def run(ctx, out, block=None, upstream=()):
+    gate = Gate(ctx, 7, upstream=upstream)
+    meas, times = trajectories(gate, ctx["rung_params"]["steps"])
+    return gate.write(out, meas, {"wall_s": times, "ratio": times["candidate"] / times["baseline"]})

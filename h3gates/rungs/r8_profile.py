@@ -1,0 +1,107 @@
+"""Rung 8: profiler recapture of one block of baseline and candidate, and peak memory of both.
+
+On a GPU the rung runs Nsight Compute itself (h3gates.nsight) over a child process per side, which
+opens and closes the profiled range around exactly one block forward (`target`); the report holds
+each side's kernel list, the diff (kernels gone and new, total kernel time and DRAM bytes), and every
+requested counter the installed ncu does not offer, recorded unavailable with the reason. On a CPU it
+is a torch-profiler capture. Peak memory is measured in this process on both devices."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from .. import nsight
+from .gate import Gate, progress
+
+
+def _sync(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _profile_block(gate, block, x, roles) -> dict:
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gate.device == "cuda" else [])
+    if gate.device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        base_mem = torch.cuda.memory_allocated()
+    with profile(activities=acts, profile_memory=True) as prof:
+        gate.model.block_forward(block, x, 0, roles)
+        _sync(gate.device)
+    events = sorted((e for e in prof.events() if e.cpu_memory_usage), key=lambda e: e.time_range.start)
+    cur = peak = 0
+    for e in events:
+        cur += e.cpu_memory_usage
+        peak = max(peak, cur)
+    top = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)[:8]
+    res = {"ops": len(prof.events()), "top_ops": [{"name": e.key, "count": e.count, "self_cpu_us": e.self_cpu_time_total} for e in top],
+           "peak_cpu_bytes": peak}
+    if gate.device == "cuda":
+        res["peak_cuda_bytes"] = torch.cuda.max_memory_allocated() - base_mem
+    return res
+
+
+def target(ctx: dict, side: str) -> None:
+    """The profiled process: one block of `side` inside the profiled range, after two warm-up calls
+    (so compilation, tables and allocator growth stay outside it)."""
+    gate = Gate(ctx, 8)
+    block = ctx["rung_params"]["block"]
+    roles = gate.baseline if side == "baseline" else gate.with_candidate()
+    x = gate.model.capture(block).x
+    for _ in range(2):
+        gate.model.block_forward(block, x, 0, roles)
+    with nsight.profiled_range():
+        gate.model.block_forward(block, x, 0, roles)
+
+
+def _nsight(ctx, out: Path) -> dict:
+    work = Path(tempfile.mkdtemp(prefix=out.stem + ".", dir=out.parent))
+    sides = {}
+    for side in ("baseline", "candidate"):
+        progress(f"Nsight Compute over one block of the {side}")
+        argv = [sys.executable, "-m", "h3gates", "profile-target", "--context", json.dumps(ctx), "--side", side]
+        sides[side] = nsight.capture(argv, nsight.DEFAULT_METRICS, workdir=work, timeout=ctx["rung_params"]["ncu_timeout"], name=side)
+    res = {"baseline": sides["baseline"], "candidate": sides["candidate"], "workdir": str(work)}
+    if all(s["available"] for s in sides.values()):
+        res["diff"] = nsight.diff(sides["baseline"]["kernels"], sides["candidate"]["kernels"])
+    return res
+
+
+def _counters(gate, ns) -> dict:
+    if ns is None:
+        return {c: {"available": False, "reason": "no GPU on this device: a torch-profiler capture instead"} for c in nsight.DEFAULT_METRICS}
+    side = ns["baseline"]
+    if not side["available"]:
+        return {c: {"available": False, "reason": side["reason"]} for c in nsight.DEFAULT_METRICS}
+    out = {c: {"available": True, "matched": how} for c, how in side["metrics"].items()}
+    out.update({c: {"available": False, "reason": why} for c, why in side["unavailable"].items()})
+    return out
+
+
+def run(ctx, out, block=None, upstream=()):
+    gate = Gate(ctx, 8, upstream=upstream)
+    block = ctx["rung_params"]["block"]
+    x = gate.model.capture(block).x
+    base = _profile_block(gate, block, x, gate.baseline)
+    cand = _profile_block(gate, block, x, gate.with_candidate())
+    key = "peak_cuda_bytes" if gate.device == "cuda" else "peak_cpu_bytes"
+    tol = ctx["rung_params"]["memory_tolerance"]
+    if cand[key] > base[key] * (1 + tol):
+        gate.fail(f"block {block} peak memory {cand[key]} B exceeds baseline {base[key]} B by more than {tol * 100:.0f}%")
+    ns = None
+    if gate.device == "cuda":
+        gate._model = None  # free the model before the profiled children build theirs
+        torch.cuda.empty_cache()
+        ns = _nsight(ctx, Path(out))
+        for side in ("baseline", "candidate"):
+            if not ns[side]["available"]:
+                gate.note(f"Nsight Compute unavailable for the {side}: {ns[side]['reason']}")
+    meas = {"block": block, "baseline": base, "candidate": cand, "peak_memory_key": key, "memory_tolerance": tol,
+            "gpu_counters": _counters(gate, ns), "bytes_compared": 0, "bytes_differing": 0}
+    return gate.write(out, meas, None if ns is None else {"nsight": ns})  # kernel durations vary run to run: timing

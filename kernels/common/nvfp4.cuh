@@ -1,0 +1,213 @@
+// Shared device code of the exact NVFP4 producers for sm_90 (H100/H200), byte-identical to
+// comfy-kitchen 0.2.40's CUDA quantize_nvfp4 (shared/spec/nvfp4.md, "CUDA semantics"): the
+// encode of one 16-value block (E4M3 scale, FMA-pipe E2M1, hi_first packing), the 128x4 swizzle,
+// packed bf16x2/f16x2 pairs, the NaN-propagating block max and the global-scale kernel every
+// two-pass producer ends its pass 1 with. Included by kernels/common/quantize.cu and each CUDA
+// candidate's own .cu; editing it reruns every CUDA candidate (it is in each one's fingerprint).
+//
+// Numerics:  compiled WITHOUT fast-math; the fast-math steps of comfy's kernel are spelled out in
+//            PTX (mul.rn.ftz, rcp.approx.ftz) so the bf16 modulation and SwiGLU stay IEEE, as torch's.
+// Cost model (why the code looks like this): sm_90 has no E2M1 conversion, and the first version's
+//            integer E2M1 (~20 ALU-pipe ops per element) made every producer ALU-bound at about
+//            twice the memory floor (git show a2bdff9:evidence/h200/ncu.csv). Here the E2M1 rounding runs on the FMA
+//            pipe (three magic-number roundings, e2m1_nibble), pairs are packed, index math is 32-bit.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+namespace h3 {
+
+__device__ __forceinline__ float mul_ftz(float a, float b) {
+  float r;
+  asm("mul.rn.ftz.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+
+__device__ __forceinline__ float rcp_approx(float a) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(a));
+  return r;
+}
+
+__device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
+template <typename T> __device__ __forceinline__ T from_f(float v);
+template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <> __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
+
+// Two values of T in one 32-bit word (element 0 in the low half), as they sit in memory.
+template <typename T> struct Pair;
+template <> struct Pair<__nv_bfloat16> {
+  static __device__ __forceinline__ float lo(unsigned w) { return __uint_as_float(w << 16); }
+  static __device__ __forceinline__ float hi(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
+  static __device__ __forceinline__ unsigned pack(float a, float b) {  // RN to bf16 each
+    unsigned r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(b), "f"(a));
+    return r;
+  }
+  static __device__ __forceinline__ unsigned add(unsigned a, unsigned b) {  // RN(a + b) each, IEEE
+    unsigned r;
+    asm("add.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+  }
+  static __device__ __forceinline__ unsigned mul(unsigned a, unsigned b) {  // RN(a * b) each (one rounding)
+    unsigned r;
+    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+  }
+  // Is a * s exact in fp32 for every bf16 a (so torch's fp32 multiply then RN equals mul above)?
+  // Yes when s == 0 or |s| >= 2^-8: the product's lowest bit is then >= 2^-133 * 2^-15 = 2^-148.
+  static __device__ __forceinline__ bool fp32_product_exact(unsigned s) {
+    unsigned a = s & 0x7fffu, b = (s >> 16) & 0x7fffu;
+    return (a == 0u || a >= 0x3B80u) && (b == 0u || b >= 0x3B80u);
+  }
+  static __device__ __forceinline__ unsigned absmax_nan(unsigned acc, unsigned w) {  // acc = max(acc, |w|), NaN wins
+    unsigned r;
+    asm("max.NaN.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(acc), "r"(w & 0x7fff7fffu));
+    return r;
+  }
+};
+template <> struct Pair<__half> {
+  static __device__ __forceinline__ float lo(unsigned w) { return __half2float(__ushort_as_half((unsigned short)(w & 0xffffu))); }
+  static __device__ __forceinline__ float hi(unsigned w) { return __half2float(__ushort_as_half((unsigned short)(w >> 16))); }
+  static __device__ __forceinline__ unsigned pack(float a, float b) {
+    unsigned r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(b), "f"(a));
+    return r;
+  }
+  static __device__ __forceinline__ unsigned add(unsigned a, unsigned b) {
+    unsigned r;
+    asm("add.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+  }
+  static __device__ __forceinline__ unsigned mul(unsigned a, unsigned b) {
+    unsigned r;
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+  }
+  // fp16 x fp16 has at most 22 significant bits and exponent >= -48: always exact in fp32.
+  static __device__ __forceinline__ bool fp32_product_exact(unsigned) { return true; }
+  static __device__ __forceinline__ unsigned absmax_nan(unsigned acc, unsigned w) {
+    unsigned r;
+    asm("max.NaN.f16x2 %0, %1, %2;" : "=r"(r) : "r"(acc), "r"(w & 0x7fff7fffu));
+    return r;
+  }
+};
+
+// NaN-propagating max of non-negative values (torch.amax semantics for the global scale): a NaN in
+// either operand wins (a NaN already in `a` survives because no comparison with it is true).
+__device__ __forceinline__ float max_nan(float a, float b) { return (b != b || b > a) ? b : a; }
+
+// The NaN-propagating abs-max of a packed accumulator's two halves.
+template <typename T>
+__device__ __forceinline__ float pair_max(unsigned acc) { return max_nan(Pair<T>::lo(acc), Pair<T>::hi(acc)); }
+
+// E2M1 nibble of v (CUDA's software conversion on sm_90: RNE on the grid {0,.5,1,1.5,2,3,4,6},
+// saturating at 6, sign kept also for values that round to 0, NaN -> 0x7) as the float 2^23 + nibble.
+// For a = min(|v|, 6) the code is min(RNE(2a), RNE(a) + 2, RNE(a/2) + 4): the grid is the lower
+// envelope of three uniform grids (spacing 1/2, 1, 2) and RNE commutes with min. Each RNE is one
+// FMA against 2^23 (+ an even offset, so ties still go to even codes), which rounds at unit spacing.
+// NaN: fminf returns 6 (code 7) and the multiply that produced v made it the positive canonical NaN.
+// Equal to formats.e2m1_encode on all 2^32 fp32 patterns: tests/test_kernels_compile.py (a sample in CI,
+// H3_E2M1_EXHAUSTIVE=1 for all; run: evidence/cpu/e2m1_exhaustive.log).
+__device__ __forceinline__ float e2m1_nibble(float v) {
+  float a = fminf(fabsf(v), 6.0f);
+  float t1 = __fmaf_rn(a, 2.0f, 8388612.0f);  // 2^23 + 4 + RNE(2a)
+  float t2 = __fadd_rn(a, 8388614.0f);        // 2^23 + 4 + RNE(a) + 2
+  float t3 = __fmaf_rn(a, 0.5f, 8388616.0f);  // 2^23 + 4 + RNE(a/2) + 4
+  return __fsub_rn(fminf(fminf(t1, t2), t3), copysignf(4.0f, v));  // 2^23 + code + 8 * sign
+}
+
+// cuBLAS 128x4 swizzled offset of the scale of row r, 16-block c (groups = ceil(nb / 4) per row);
+// 32-bit: the launcher keeps every scale buffer under 2^31 bytes.
+__device__ __forceinline__ unsigned sf_offset(unsigned r, unsigned c, unsigned groups) {
+  return (((r >> 7) * groups + (c >> 2)) * 32u + (r & 31u)) * 16u + ((r >> 5) & 3u) * 4u + (c & 3u);
+}
+
+// One 16-value block, comfy's CUDA steps: amax (NaN-ignoring) -> d = amax*RN(1/6)*rcp(g) ->
+// min 448 -> E4M3 -> enc = min(rcp(g*s), FLT_MAX) -> codes of x*enc, hi_first. rg = rcp(g).
+__device__ __forceinline__ void encode_block(const float x[16], float g, float rg, uint2* q, unsigned char* s) {
+  float amax = fabsf(x[0]);
+#pragma unroll
+  for (int i = 1; i < 16; ++i) amax = fmaxf(amax, fabsf(x[i]));
+  float d = mul_ftz(mul_ftz(amax, __uint_as_float(0x3E2AAAABu)), rg);
+  d = fminf(d, 448.0f);
+  __nv_fp8_storage_t sb = __nv_cvt_float_to_fp8(d, __NV_SATFINITE, __NV_E4M3);
+  float sf = __half2float(__half(__nv_cvt_fp8_to_halfraw(sb, __NV_E4M3)));
+  float enc = fminf(rcp_approx(mul_ftz(g, sf)), 3.402823466e+38f);
+  constexpr unsigned BIAS = 0x4B000000u * 0x11111111u;  // the 2^23 exponent bits of the 8 nibble floats
+  unsigned w[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    unsigned acc = 0u;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      unsigned hi = __float_as_uint(e2m1_nibble(mul_ftz(x[8 * h + 2 * j], enc)));
+      unsigned lo = __float_as_uint(e2m1_nibble(mul_ftz(x[8 * h + 2 * j + 1], enc)));
+      acc += (hi * 16u + lo) << (8 * j);
+    }
+    w[h] = acc - BIAS;
+  }
+  *q = make_uint2(w[0], w[1]);
+  *s = sb;
+}
+
+// 16 values from two 16-byte vectors of T.
+template <typename T>
+__device__ __forceinline__ void unpack16(const uint4 v[2], float out[16]) {
+  const unsigned* w = reinterpret_cast<const unsigned*>(v);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    out[2 * i] = Pair<T>::lo(w[i]);
+    out[2 * i + 1] = Pair<T>::hi(w[i]);
+  }
+}
+
+__device__ __forceinline__ void load32(const void* p, uint4 v[2]) {
+  const uint4* q = reinterpret_cast<const uint4*>(p);
+  v[0] = q[0];
+  v[1] = q[1];
+}
+
+// The block's NaN-propagating max of m, written (as bits) to partial[block] by thread 0: pass 1
+// leaves one partial per block and its consumer reduces them (no atomics, no zeroed accumulator).
+__device__ __forceinline__ void block_max(float m, unsigned* partial) {
+  __shared__ float warp_max[32];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) m = max_nan(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = m;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    m = threadIdx.x < (blockDim.x >> 5) ? warp_max[threadIdx.x] : 0.0f;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = max_nan(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if (threadIdx.x == 0) partial[blockIdx.x + blockIdx.y * gridDim.x] = __float_as_uint(m);
+  }
+}
+
+// The global scale from the abs-max, as torch/comfy compute it on CUDA: T(amax * RN(1/2688)), fp32.
+template <typename T>
+__device__ __forceinline__ float scale_from_amax(float amax) { return to_f(from_f<T>(amax * (1.0f / 2688.0f))); }
+
+}  // namespace h3
+
+// g = amax(|x|) / 2688 in T, as torch computes it on CUDA (a * RN(1/2688), rounded to T), then fp32,
+// from a pass 1's n partial maxima (NaN wins). One block.
+template <typename T>
+__global__ void finalize_scale(const unsigned* __restrict__ partials, long long n, float* __restrict__ g) {
+  __shared__ float warp_max[32];
+  float m = 0.0f;
+  for (long long i = threadIdx.x; i < n; i += blockDim.x) m = h3::max_nan(m, __uint_as_float(partials[i]));
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) m = h3::max_nan(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = m;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    m = threadIdx.x < (blockDim.x >> 5) ? warp_max[threadIdx.x] : 0.0f;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = h3::max_nan(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if (threadIdx.x == 0) *g = h3::scale_from_amax<T>(m);
+  }
+}

@@ -1,0 +1,16 @@
+"""modulate_fusion (seed 000): AdaLN modulation folded into the exact NVFP4 producer of qkv and fc1."""
+
+from h3gates.registry import Candidate, Implementation
+
+CANDIDATE = Candidate(
+    name="modulate_fusion",
+    flag="H3_NVFP4_MODULATE_FUSION",
+    roles=("qkv", "fc1"),
+    overrides=("producer",),
+    seed="000",
+    summary="two passes over the normalized input: the bf16 modulation's abs-max without writing it, then QDATA/SFA straight from it",
+    implementations={
+        "cpu": Implementation("cpu.py"),
+        "cuda": Implementation("cuda.py", ("modulate_fusion.cu",), requires="cuda"),
+    },
+)

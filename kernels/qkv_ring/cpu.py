@@ -1,0 +1,31 @@
+"""qkv_ring, CPU: the ring's own chunk quantizer (h3gates' CPU quantizer of the reference semantics)
+over the materialized activation; the schedule is ring.py."""
+
+from pathlib import Path
+
+from h3gates import nvfp4
+from h3gates.nvfp4 import formats as F
+from h3gates.registry import load_module
+from h3gates.roles import RowProducer
+
+ring = load_module(Path(__file__).with_name("ring.py"))
+
+
+class Quantize(RowProducer):
+    def __init__(self, reference):
+        self.ref = reference
+
+    def global_scale(self, inp):
+        return nvfp4.global_scale(inp.x)
+
+    def quantize_rows(self, inp, g, r0, r1, q, s):
+        s[: F.roundup(r1 - r0, 128)] = 0  # the previous chunk's scales in the last tile
+        nvfp4.quantize_into(inp.x[r0:r1], g, q, s, semantics=self.ref.semantics, table=self.ref.table)
+
+
+def build(params, reference, base):
+    return ring.roles(params, base, Quantize(reference))
+
+
+def build_kernel(params, reference, base):
+    return ring.roles(params, base, Quantize(reference), whole=True)

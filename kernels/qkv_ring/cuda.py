@@ -1,0 +1,33 @@
+"""qkv_ring, CUDA: the ring's own chunk quantizer over the materialized activation: one global
+scale (amax_reduce + finalize_scale) and quantize_into straight into the ring buffer (both in
+kernels/common/quantize.cu); the schedule is ring.py.
+Constraints: CUDA semantics reference; a chunk is valid until the next one is produced.
+"""
+
+from pathlib import Path
+
+from h3gates import cudakernels as K
+from h3gates.registry import load_module
+from h3gates.roles import RowProducer
+
+ring = load_module(Path(__file__).with_name("ring.py"))
+
+
+class QuantizeCUDA(RowProducer):
+    def __init__(self, reference):
+        if reference.semantics != "cuda":
+            raise ValueError("the CUDA producers implement comfy's CUDA semantics; this run's reference is eager (set semantics: auto or cuda)")
+
+    def global_scale(self, inp):
+        return K.global_scale(inp.x).reshape(())
+
+    def quantize_rows(self, inp, g, r0, r1, q, s):
+        K.quantize_into(inp.x[r0:r1], g.reshape(1).float(), q, s)  # pad_tail: zero scales up to the tile end, no stale ones
+
+
+def build(params, reference, base):
+    return ring.roles(params, base, QuantizeCUDA(reference))
+
+
+def build_kernel(params, reference, base):
+    return ring.roles(params, base, QuantizeCUDA(reference), whole=True)

@@ -1,0 +1,52 @@
+"""qkv_ring (seed 002, P2), the schedule: one full-activation global scale, then fixed `ring_rows`
+chunks quantized into ONE reusable packed ring buffer and consumed by the GEMM chunk by chunk (the
+last chunk is partial: 946 rows at 37,810 with 2048-row chunks).
+
+The chunks come from the producer of the deployment the ring sits on when that producer fuses its
+input's computation and quantizes row ranges (the modulate-fused producer when modulate_fusion is
+accepted: nothing is materialized); over the library path the ring materializes the activation once
+and quantizes its chunks with its own device quantizer (cpu.py / cuda.py).
+Constraints: ring_rows a multiple of 16 (the ring's scale buffer is a standalone swizzled layout); a
+chunk is valid only until the next one is produced (the consumer runs in between).
+"""
+
+from h3gates.nvfp4 import formats as F
+from h3gates.roles import Packed, Plain, Role, RowProducer, device_of, materialize
+
+
+class Ring:
+    def __init__(self, chunks: RowProducer, ring_rows: int, materialize_first: bool):
+        if ring_rows <= 0 or ring_rows % 16:
+            raise ValueError(f"ring_rows must be a positive multiple of 16, got {ring_rows}")
+        self.chunks, self.ring_rows, self.materialize_first = chunks, ring_rows, materialize_first
+        self.ring = None
+
+    def produce(self, inp):
+        if self.materialize_first:
+            inp = Plain(materialize(inp), inp.static_scale)
+        g = self.chunks.global_scale(inp) if inp.static_scale is None else inp.static_scale  # one scale for all chunks
+        if self.ring is None or self.ring.cols != F.roundup(inp.cols, 16) or self.ring.qdata.device != device_of(inp):
+            self.ring = Packed.empty(self.ring_rows, inp.cols, device_of(inp))
+        q, s = self.ring.qdata, self.ring.scales
+        for r0 in range(0, inp.rows, self.ring_rows):
+            n = min(self.ring_rows, inp.rows - r0)
+            self.chunks.quantize_rows(inp, g, r0, r0 + n, q, s)
+            # 128-row scale tiles are contiguous, so the first tiles are this chunk's own layout
+            yield r0, Packed(g, q[: F.roundup(n, 16)], s[: F.roundup(n, 128)], n)
+
+
+class WholeActivation(Ring):
+    """The ring with one chunk covering the activation: its chunk kernel alone (rungs 1-2)."""
+
+    def produce(self, inp):
+        self.ring_rows, self.ring = max(16, F.roundup(inp.rows, 16)), None
+        yield from super().produce(inp)
+
+
+def roles(params, base, own: RowProducer, whole: bool = False) -> dict:
+    """The ring over the base's qkv producer where that one fuses and quantizes row ranges, else
+    over `own` (the device quantizer on the materialized activation)."""
+    prod = base["qkv"].producer
+    fused = isinstance(prod, RowProducer) and not prod.materializes
+    ring = (WholeActivation if whole else Ring)(prod if fused else own, 16 if whole else int(params["ring_rows"]), materialize_first=not fused)
+    return {"qkv": Role(ring, base["qkv"].gemm)}
