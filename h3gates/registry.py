@@ -165,3 +165,10 @@ def markdown_table(root: str | None = None) -> str:
         params = ", ".join(f"`{k}` ({s.get('default', '-')})" for k, s in c.params.items()) or "-"
         rows.append(f"| `{c.name}` | `{c.flag}` | {', '.join(c.roles)} | {', '.join(c.overrides)} | {c.seed} | {impls} | {params} |")
     return "\n".join(rows)
+
+
+def load_implementation(name: str, device: str = "cuda", root: str | None = None):
+    """The module of one implementation of a registered candidate (for tests and scripts that drive
+    a kernel directly, e.g. the CUDA launchers' modulate_produce)."""
+    cand = get(name, root)
+    return load_module(Path(root or ROOT) / cand.folder / cand.implementation(device).module)
