@@ -118,6 +118,7 @@ def promote(config: dict, candidate: str, record: str, flag: str, configfiles: l
     if not enforced:
         notes.append("the block performance gate was recorded but not enforced for this profile")
     notes += sorted({n for d in docs.values() for n in d.get("notes", [])})
+    notes += [f"{p}: {d['timing']['performance_gate']['note']}" for p, d in docs.items() if (d.get("timing") or {}).get("performance_gate", {}).get("note")]
     any_doc = next(iter(docs.values()))
     text = flag_text(candidate, record, deployable)
     rec = {

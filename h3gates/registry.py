@@ -28,7 +28,9 @@ ROLES = ("qkv", "out", "fc1", "fc2")
 class Implementation:
     """One way to run a candidate on a device: `module` (a Python file in the candidate's folder)
     exposes `build(params, reference, base) -> {role: Role}`; `files` are the other sources it
-    runs (CUDA C, relative to the candidate folder), whose `#include "..."` headers count too."""
+    runs: relative to the module's folder (where the module loads them from, also for a `source`
+    variant elsewhere), or from the workflow root when they start with `kernels/` (shared code);
+    the `#include "..."` headers of CUDA files count too."""
 
     module: str
     files: tuple[str, ...] = ()
@@ -139,7 +141,8 @@ def sources(name: str, cand_cfg: dict, device: str, root: str | None = None) -> 
     cand = get(name, root)
     impl = cand.implementation(implementation_name(cand_cfg, device))
     module = cand_cfg.get("source") or f"{cand.folder}/{impl.module}"
-    files = [f"{cand.folder}/candidate.py", module] + [os.path.normpath(f"{cand.folder}/{f}") for f in impl.files]
+    here = os.path.dirname(module)
+    files = [f"{cand.folder}/candidate.py", module] + [f if f.startswith(KERNELS + "/") else os.path.normpath(f"{here}/{f}") for f in impl.files]
     seen = set(files)
     for f in list(files):
         if f.endswith((".cu", ".cuh")) and (base / f).exists():

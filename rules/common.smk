@@ -1,4 +1,5 @@
 import json
+import os
 
 from snakemake.exceptions import WorkflowError
 
@@ -20,7 +21,11 @@ CANDIDATES = H3config.enabled(config)
 RES = f"results/{PROFILE}"
 LOGS = f"logs/{PROFILE}"
 GPU = 1 if H3config.resolve_device(config) == "cuda" else 0
-CONFIGFILES = [str(f) for f in workflow.configfiles]
+# the config files in merge order (the Snakefile's own first), as the promotion record lists them
+CONFIGFILES = sorted(
+    (os.path.relpath(f) for f in workflow.configfiles),
+    key=lambda f: f != "config/config.yaml",
+)
 
 
 wildcard_constraints:

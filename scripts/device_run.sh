@@ -12,9 +12,13 @@ for step in "$@"; do
     evidence) python3 scripts/gpu_evidence.py --out "$OUT" --sections ${SECTIONS:-numerics kernels bench} 2>&1 | tee "$OUT/evidence.log" ;;
     ncu) ncu --clock-control none --csv --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,smsp__inst_executed.sum,launch__registers_per_thread,dram__throughput.avg.pct_of_peak_sustained_elapsed \
            python3 scripts/ncu_kernels.py > "$OUT/ncu.csv" 2> "$OUT/ncu.err"; grep -E "quantize|amax|modulate|swiglu|finalize|silu" "$OUT/ncu.csv" | cut -c1-400 | tail -40 ;;
-    profile)  # full Nsight Compute sections of the producers + SASS of the cubin + launch overheads
+    profile)  # full Nsight Compute sections of the producers + SASS of the cubins + launch overheads
       python3 scripts/launch_overhead.py 2>&1 | tee "$OUT/launch_overhead.log"
-      nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a -cubin -o /tmp/p.cubin kernels/cuda/nvfp4_producers.cu && cuobjdump -sass /tmp/p.cubin > "$OUT/sass.txt"
+      : > "$OUT/sass.txt"  # every CUDA source's SASS, one after the other (kernels/common/nvfp4.cuh is in each; alone it has no kernels)
+      for cu in kernels/common/quantize.cu kernels/modulate_fusion/modulate_fusion.cu kernels/swiglu_fusion/swiglu_fusion.cu; do
+        bin=/tmp/$(basename "$cu" .cu).cubin
+        nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a -cubin -I kernels/common -o "$bin" "$cu" && { echo "// ===== $cu"; cuobjdump -sass "$bin"; } >> "$OUT/sass.txt"
+      done
       ncu --clock-control none -k regex:"quantize|amax|modulate|swiglu" --section SpeedOfLight --section Occupancy --section ComputeWorkloadAnalysis \
           --section MemoryWorkloadAnalysis --section WarpStateStats --section LaunchStats --section InstructionStats --csv --page details \
           python3 scripts/ncu_kernels.py > "$OUT/ncu_details.csv" 2> /tmp/ncu_details.err; wc -l "$OUT/ncu_details.csv" ;;

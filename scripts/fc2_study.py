@@ -38,6 +38,13 @@ SELFTEST_SHAPES = ((100, 256, 512), (946, 384, 1024), (2048, 5376, 14336), (1000
 SELFTEST_BUDGETS = (0, 4, 32)
 
 
+def label(spec: dict) -> str:
+    """Compact table label: heuristic index (h) or explicit (x), then the raw attributes."""
+    origin = f"h{spec['heuristic_index']}" if spec["heuristic_index"] is not None else "x"
+    return (f"{origin} algo {spec['algo_id']} tile {spec['tile']} st {spec['stages']} sk {spec['splitk']} "
+            f"red {spec['reduction_scheme']} swz {spec['cta_swizzling']} cl {spec['cluster_shape']}")
+
+
 def ulp_bf16(x: torch.Tensor) -> torch.Tensor:
     """Spacing of bf16 at |x| (normal range), as fp32."""
     e = torch.floor(torch.log2(x.abs().clamp_min(2.0 ** -126)))
@@ -145,10 +152,10 @@ def main() -> int:
     print(f"{'candidate':58s} {'p50 ms':>8s} {'p95 ms':>8s} {'TFLOP/s':>8s} {'ratio':>7s} {'==h0':>5s} {'==addmm':>7s} {'exact':>5s}")
     for c in sw["candidates"]:
         if c.get("error"):
-            print(f"{S.describe(c['spec'])[:58]:58s} ERROR {c['error'][:60]}")
+            print(f"{label(c['spec']):58s} ERROR {c['error'][:60]}")
             continue
         t = c["timing"]
-        print(f"{S.describe(c['spec'])[:58]:58s} {t['candidate_p50_ms']:8.3f} {t['candidate_p95_ms']:8.3f} {t['candidate_tflops_p50']:8.1f} "
+        print(f"{label(c['spec']):58s} {t['candidate_p50_ms']:8.3f} {t['candidate_p95_ms']:8.3f} {t['candidate_tflops_p50']:8.1f} "
               f"{t['ratio_p50']:7.4f} {c['equal_to_heuristic0']!s:>5s} {c['equal_to_torch_addmm']!s:>7s} {c['exact']!s:>5s}")
     if sel:
         p = sel["producer_plus_fc2"]

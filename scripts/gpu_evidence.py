@@ -32,12 +32,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from h3gates import cudakernels as K  # noqa: E402
 from h3gates import nvfp4  # noqa: E402
-from h3gates.model.projection import modulate, swiglu  # noqa: E402
 from h3gates.nvfp4 import catalogue as C  # noqa: E402
 from h3gates.nvfp4 import formats as F  # noqa: E402
 from h3gates.nvfp4 import oracle  # noqa: E402
 from h3gates.nvfp4 import rcp as R  # noqa: E402
 from h3gates.nvfp4.explain import explain  # noqa: E402
+from h3gates.registry import load_implementation  # noqa: E402
+from h3gates.roles import modulate, swiglu  # noqa: E402
+
+M = load_implementation("modulate_fusion", "cuda")  # modulate_produce (kernels/modulate_fusion/cuda.py)
+S = load_implementation("swiglu_fusion", "cuda")  # swiglu_produce, swiglu_probe (kernels/swiglu_fusion/cuda.py)
 
 DEV = "cuda"
 CANON = 37810
@@ -184,9 +188,9 @@ def section_kernels() -> dict:
         g = C.global_scale_for(c, x).to(DEV)
         res["quantize_into"][c.id] = _k_vs_comfy(x, g)
     # the fused producers on the catalogue too (identity modulation / unit SwiGLU gate and random ones)
-    from h3gates.rungs import role_input
-    from h3gates.model.projection import ReferenceProducer
     from h3gates.reference import Reference as _Ref
+    from h3gates.roles import ReferenceProducer
+    from h3gates.rungs.inputs import role_input
 
     refp = ReferenceProducer(_Ref(DEV))
     for c in C.CASES:
@@ -194,7 +198,7 @@ def section_kernels() -> dict:
             continue
         x = c.tensor().to(DEV)
         static = c.global_scale(x).to(DEV) if c.global_scale else None
-        for role, fn in (("qkv", lambda i: K.modulate_produce(i.h, i.shift, i.scale, i.bounds, i.static_scale)), ("fc2", lambda i: K.swiglu_produce(i.u, i.static_scale))):
+        for role, fn in (("qkv", lambda i: M.modulate_produce(i.h, i.shift, i.scale, i.bounds, i.static_scale)), ("fc2", lambda i: S.swiglu_produce(i.u, i.static_scale))):
             for variant in ("identity", "random"):
                 inp = role_input(role, x, variant, seed=3, static=static)
                 try:
@@ -239,26 +243,25 @@ def section_kernels() -> dict:
             m = modulate(h, sh, sc, b)
             gr = nvfp4.global_scale(m)
             rq, rs = comfy(m, gr)
-            g, q, s = K.modulate_produce(h, sh, sc, b)
+            g, q, s = M.modulate_produce(h, sh, sc, b)
             res["modulate_fused"][f"{name}_{rows}"] = {"global_scale_equal": bool(torch.equal(g.view(torch.int32), gr.reshape(1).view(torch.int32))),
                                                        "qdata": nbytes_diff(q, rq), "scales": nbytes_diff(s, rs), "bytes": q.numel() + s.numel()}
         u = (torch.randn(rows, 2 * 14336, device=DEV, generator=gen) * 2).to(torch.bfloat16)
         m = swiglu(u)
         gr = nvfp4.global_scale(m)
         rq, rs = comfy(m, gr)
-        g, q, s = K.swiglu_produce(u)
+        g, q, s = S.swiglu_produce(u)
         res["swiglu_fused"][f"fc2_{rows}"] = {"global_scale_equal": bool(torch.equal(g.view(torch.int32), gr.reshape(1).view(torch.int32))),
                                               "qdata": nbytes_diff(q, rq), "scales": nbytes_diff(s, rs), "bytes": q.numel() + s.numel()}
         del u, m
     # the ring: 2048-row chunks of a canonical activation, each chunk vs the rows of comfy's whole tensor
+    # (over the library path the ring materializes and quantizes its chunks with its own quantize_into)
     from h3gates.reference import Reference
-    from h3gates.candidates import load_module
+    from h3gates.roles import Plain, reference_roles
 
-    ring_mod = load_module(Path(__file__).resolve().parent.parent / "kernels" / "cuda" / "qkv_ring.py")
-    ring = ring_mod.RingCUDA(Reference(DEV), 2048)
+    ref = Reference(DEV)
+    ring = load_implementation("qkv_ring", "cuda").build({"ring_rows": 2048}, ref, reference_roles(ref))["qkv"].producer
     x = C.random_tensor("normal", (CANON, 5376), seed=11, device=DEV)
-    from h3gates.model.projection import Plain
-
     gr = nvfp4.global_scale(x)
     rq, rs = comfy(x, gr)
     chunks = []
@@ -273,7 +276,7 @@ def section_kernels() -> dict:
         gate = torch.arange(-(2**15), 2**15, dtype=torch.int32, device=DEV).to(torch.int16).view(dt)
         for vname, v in (("one", torch.ones_like(gate)), ("wide", C.random_tensor("wide", (gate.numel(), 1), dt, seed=8, device=DEV).reshape(-1))):
             ref = torch.nn.functional.silu(gate) * v
-            for path, got in zip(("paired", "scalar"), K.swiglu_probe(gate, v)):
+            for path, got in zip(("paired", "scalar"), S.swiglu_probe(gate, v)):
                 same = (got.view(torch.int16) == ref.view(torch.int16)) | (torch.isnan(got) & torch.isnan(ref))
                 res["swiglu_element_all_gates"][f"{str(dt)[6:]}/{vname}/{path}"] = {"gates": gate.numel(), "differ": int((~same).sum())}
         for gv in (1.0, 3.0e-3, 1.0e-30, 448.0, 0.0):
@@ -367,7 +370,7 @@ def section_bench() -> dict:
             m = modulate(x, sh, sc, b)
             return comfy(m, nvfp4.global_scale(m))
 
-        fns, gerr = with_graphs({"unfused_qkv_producer": unfused, "h3_modulate_fused": lambda: K.modulate_produce(x, sh, sc, b)})
+        fns, gerr = with_graphs({"unfused_qkv_producer": unfused, "h3_modulate_fused": lambda: M.modulate_produce(x, sh, sc, b)})
         r = timed(fns)
         fl = floor(2 * x.numel() * 2, out_b)  # two passes over h
         res[f"qkv_producer_{rows}"] = {"floor_ms": fl, "ratio_unfused_over_fused": r["unfused_qkv_producer"]["median_ms"] / r["h3_modulate_fused"]["median_ms"],
@@ -380,7 +383,7 @@ def section_bench() -> dict:
             m = swiglu(u)
             return comfy(m, nvfp4.global_scale(m))
 
-        fns, gerr = with_graphs({"unfused_swiglu_producer": unfused_sw, "h3_swiglu_fused": lambda: K.swiglu_produce(u)})
+        fns, gerr = with_graphs({"unfused_swiglu_producer": unfused_sw, "h3_swiglu_fused": lambda: S.swiglu_produce(u)})
         r = timed(fns, rounds=15)
         out_b = rows * f // 2 + F.roundup(rows, 128) * (f // 16)
         fl = floor(2 * u.numel() * 2, out_b)

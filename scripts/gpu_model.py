@@ -21,7 +21,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from h3gates import nvfp4  # noqa: E402
-from h3gates.model import build, load_profile, project  # noqa: E402
+from h3gates.model import build, load_profile  # noqa: E402
 from gpu_evidence import env  # noqa: E402
 
 
@@ -70,14 +70,14 @@ def main():
         parts = {}
         for role in ("qkv", "out", "fc1", "fc2"):
             inp = cap.inputs[role]
-            pk = next(model.baseline[role].produce(inp))[1]
-            from h3gates.model.projection import gemm
+            prod, gemm = model.baseline[role].producer, model.baseline[role].gemm  # the library path: reference producer, emulated GEMM
+            pk = next(prod.produce(inp))[1]
 
             parts[f"gemm_{role}"] = cuda_ms(lambda: gemm(pk, blk.weights[role]))
-            parts[f"producer_{role}"] = cuda_ms(lambda: list(model.baseline[role].produce(inp)))
+            parts[f"producer_{role}"] = cuda_ms(lambda: list(prod.produce(inp)))
             n, k = blk.weights[role].n, blk.weights[role].k
             parts[f"gemm_{role}"]["tflops"] = 2 * cfg.rows * n * k / (parts[f"gemm_{role}"]["median_ms"] * 1e-3) / 1e12
-        qkv = project(model.baseline["qkv"], cap.inputs["qkv"], blk.weights["qkv"])
+        qkv = model.baseline["qkv"].project(cap.inputs["qkv"], blk.weights["qkv"])
         parts["attention"] = cuda_ms(lambda: model.attention(blk, qkv))
         parts["attention"]["tflops"] = 4 * cfg.rows**2 * cfg.head_dim * cfg.heads / (parts["attention"]["median_ms"] * 1e-3) / 1e12
         res["block_parts"] = parts

@@ -13,10 +13,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from h3gates import cudakernels as K  # noqa: E402
+from h3gates.registry import load_implementation  # noqa: E402
 
+M = load_implementation("modulate_fusion", "cuda")
+S = load_implementation("swiglu_fusion", "cuda")
 bits = torch.ones(1, dtype=torch.int32, device="cuda")
 g = torch.empty(1, dtype=torch.float32, device="cuda")
-cc, kern = K._k("finalize_scale<__nv_bfloat16>", 0)
+FIN = "finalize_scale<__nv_bfloat16>"  # launched through the quantizer module (kernels/common/quantize.cu)
+cc = K._cc()
+kern = K._compile(K.QUANTIZE.source, K.QUANTIZE.names, K.QUANTIZE.smem, 0)[FIN]
 N = 3000
 
 
@@ -30,7 +35,7 @@ def per_call(fn):
     return (time.perf_counter() - t) / N * 1e6
 
 
-res = {"current_K_finalize": per_call(lambda: K._launch("finalize_scale<__nv_bfloat16>", 1, bits.data_ptr(), np.int64(1), g.data_ptr()))}
+res = {"current_K_finalize": per_call(lambda: K.QUANTIZE.launch(FIN, 1, bits.data_ptr(), np.int64(1), g.data_ptr()))}
 stream = cc.Stream.from_handle(torch.cuda.current_stream().cuda_stream) if hasattr(cc.Stream, "from_handle") else None
 cfg = cc.LaunchConfig(grid=1, block=256)
 if stream is not None:
@@ -60,7 +65,7 @@ h = torch.randn(16, 512, device="cuda").to(torch.bfloat16)
 sc, sh = torch.zeros(3, 512, device="cuda", dtype=torch.bfloat16), torch.zeros(3, 512, device="cuda", dtype=torch.bfloat16)
 u = torch.randn(16, 1024, device="cuda").to(torch.bfloat16)
 g1 = torch.ones(1, device="cuda")
-calls = {"modulate_produce": lambda: K.modulate_produce(h, sh, sc, ((0, 4), (4, 8), (8, 16))), "swiglu_produce": lambda: K.swiglu_produce(u),
+calls = {"modulate_produce": lambda: M.modulate_produce(h, sh, sc, ((0, 4), (4, 8), (8, 16))), "swiglu_produce": lambda: S.swiglu_produce(u),
          "quantize": lambda: K.quantize(h, g1)}
 print({k: round(per_call(f), 2) for k, f in calls.items()}, "us per call")
 pr = cProfile.Profile()

@@ -14,6 +14,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from h3gates import cudakernels as K  # noqa: E402
 from h3gates import nvfp4  # noqa: E402
 from h3gates.nvfp4 import oracle  # noqa: E402
+from h3gates.registry import load_implementation  # noqa: E402
+
+M = load_implementation("modulate_fusion", "cuda")
+S = load_implementation("swiglu_fusion", "cuda")
 
 rows = 37810
 x = torch.randn(rows, 5376, device="cuda").to(torch.bfloat16)
@@ -22,7 +26,7 @@ oracle.comfy_quantize(x, g, backend="cuda")
 K.quantize(x, g.reshape(1).float())
 K.global_scale(x)
 sc, sh = (torch.randn(3, 5376, device="cuda") * 0.3).to(torch.bfloat16), (torch.randn(3, 5376, device="cuda") * 0.3).to(torch.bfloat16)
-K.modulate_produce(x, sh, sc, ((0, 100), (100, 514), (514, rows)))
+M.modulate_produce(x, sh, sc, ((0, 100), (100, 514), (514, rows)))
 u = torch.randn(rows, 28672, device="cuda").to(torch.bfloat16)
-K.swiglu_produce(u)
+S.swiglu_produce(u)
 torch.cuda.synchronize()

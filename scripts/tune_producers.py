@@ -18,8 +18,13 @@ from gpu_evidence import _segments, env, graphed, timed  # noqa: E402
 
 from h3gates import cudakernels as K  # noqa: E402
 from h3gates import nvfp4  # noqa: E402
-from h3gates.model.projection import modulate  # noqa: E402
 from h3gates.nvfp4 import oracle  # noqa: E402
+from h3gates.registry import load_implementation  # noqa: E402
+from h3gates.roles import modulate  # noqa: E402
+
+M = load_implementation("modulate_fusion", "cuda")  # modulate_produce and its QROWS (kernels/modulate_fusion/cuda.py)
+# each kernel's rows-per-thread variant is its launcher module's QROWS, read at every launch
+QROWS_OF = {"quantize_into": K, "modulate_quantize": M}
 
 
 def main():
@@ -38,20 +43,24 @@ def main():
     ref_m = oracle.comfy_quantize(m, nvfp4.global_scale(m), backend="cuda")
     q, s = K.buffers(rows, cols, "cuda")
     res, fns = {"equal_to_comfy": {}}, {}
-    default = dict(K.QROWS)
-    for kern, qr in [(k, r) for k in K.QROWS for r in (2, 4)]:
-        K.QROWS.update(default)
-        K.QROWS[kern] = qr
+    default = {k: mod.QROWS for k, mod in QROWS_OF.items()}
+
+    def set_qrows(qrows):
+        for k, mod in QROWS_OF.items():
+            mod.QROWS = qrows[k]
+
+    for kern, qr in [(k, r) for k in QROWS_OF for r in (2, 4)]:
+        set_qrows({**default, kern: qr})
         if kern == "quantize_into":
             K.quantize_into(x, g, q, s)
             res["equal_to_comfy"][f"{kern}_qr{qr}"] = bool(torch.equal(q, ref_q[0]) and torch.equal(s, ref_q[1]))
             fn = graphed(lambda: K.quantize_into(x, g, q, s))
         else:
-            _, mq, ms = K.modulate_produce(x, sh, sc, b)
+            _, mq, ms = M.modulate_produce(x, sh, sc, b)
             res["equal_to_comfy"][f"{kern}_qr{qr}"] = bool(torch.equal(mq, ref_m[0]) and torch.equal(ms, ref_m[1]))
-            fn = graphed(lambda: K.modulate_produce(x, sh, sc, b))
+            fn = graphed(lambda: M.modulate_produce(x, sh, sc, b))
         fns[f"{kern}_qr{qr}"] = fn
-    K.QROWS.update(default)
+    set_qrows(default)
     res["timing_graph"] = timed(fns, rounds=30)
     print({k: round(v["median_ms"], 4) for k, v in res["timing_graph"].items()}, res["equal_to_comfy"])
     out = Path(a.out)

@@ -1,5 +1,7 @@
 """GPU tests: skipped without CUDA. They compare against comfy-kitchen's CUDA backend itself."""
 
+import functools
+
 import pytest
 import torch
 
@@ -22,18 +24,24 @@ def _assert_fused_exact(produced, materialized):
     assert torch.equal(q, ref[0]) and torch.equal(s, ref[1])
 
 
-def _assert_modulate_exact(h, shift, scale, bounds):
-    from h3gates import cudakernels as K
-    from h3gates.model.projection import modulate
+@functools.cache
+def _cuda_impl(name):
+    """A candidate's CUDA launchers (kernels/<name>/cuda.py), e.g. modulate_produce (loaded once)."""
+    from h3gates.registry import load_implementation
 
-    _assert_fused_exact(K.modulate_produce(h, shift, scale, bounds), modulate(h, shift, scale, bounds))
+    return load_implementation(name, "cuda")
+
+
+def _assert_modulate_exact(h, shift, scale, bounds):
+    from h3gates.roles import modulate
+
+    _assert_fused_exact(_cuda_impl("modulate_fusion").modulate_produce(h, shift, scale, bounds), modulate(h, shift, scale, bounds))
 
 
 def _assert_swiglu_exact(u):
-    from h3gates import cudakernels as K
-    from h3gates.model.projection import swiglu
+    from h3gates.roles import swiglu
 
-    _assert_fused_exact(K.swiglu_produce(u), swiglu(u))
+    _assert_fused_exact(_cuda_impl("swiglu_fusion").swiglu_produce(u), swiglu(u))
 
 
 @pytest.mark.parametrize("case", [c for c in C.CASES if c.pad_16x and not c.refused_by], ids=lambda c: c.id)
@@ -80,7 +88,7 @@ def test_nan_reaches_the_global_scale_in_every_producer():
     x[7, 9] = float("nan")
     assert torch.isnan(K.global_scale(x)).all() and torch.isnan(nvfp4.global_scale(x))
     one = torch.zeros(1, 64, dtype=torch.bfloat16, device="cuda")
-    g, _, _ = K.modulate_produce(x, one, one, ((0, 64),))
+    g, _, _ = _cuda_impl("modulate_fusion").modulate_produce(x, one, one, ((0, 64),))
     assert torch.isnan(g).all()
 
 
@@ -101,13 +109,13 @@ def test_swiglu_element_function_equals_torch_on_every_gate(dtype):
     """The SwiGLU producer's RN(silu(gate) * value) (a lookup in the shared-memory table of silu for
     every 16-bit pattern, then one fp32 multiply) equals torch's silu then mul for all 65,536 gates,
     in the paired (vector) and single (scalar) forms."""
-    from h3gates import cudakernels as K
+    S = _cuda_impl("swiglu_fusion")
 
     gate = torch.arange(-(2**15), 2**15, dtype=torch.int32, device="cuda").to(torch.int16).view(dtype)
     for value in (1.0, -3.0, 0.0078125, None):
         v = torch.full_like(gate, value) if value is not None else C.random_tensor("wide", (gate.numel(), 1), dtype, seed=8, device="cuda").reshape(-1)
         ref = torch.nn.functional.silu(gate) * v
-        for got in K.swiglu_probe(gate, v):
+        for got in S.swiglu_probe(gate, v):
             same = (got.view(torch.int16) == ref.view(torch.int16)) | (torch.isnan(got) & torch.isnan(ref))
             assert bool(same.all()), f"value {value}: first differing gate bits {int(gate.view(torch.int16)[~same][0]) & 0xFFFF:#06x}"
 

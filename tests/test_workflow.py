@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -64,13 +65,13 @@ def _edit(path: Path, text: str = "\n# an edit\n"):
 
 
 def test_touch_reruns_nothing(ws):
-    for f in ["kernels/cpu/modulate_fusion.py", "h3gates/rungs.py", "config/config.yaml"]:
+    for f in ["kernels/modulate_fusion/cpu.py", "h3gates/rungs/gate.py", "config/config.yaml"]:
         os.utime(ws / f)
     assert pending(ws, "all") == set()
 
 
 def test_kernel_edit_reruns_only_that_candidate_from_rung_1(ws):
-    _edit(ws / "kernels/cpu/swiglu_fusion.py")
+    _edit(ws / "kernels/swiglu_fusion/cpu.py")
     todo = pending(ws, "all")
     assert f"{RES}/swiglu_fusion/r1_adversarial.json" in todo
     assert f"{RES}/swiglu_fusion/r8_profile.json" in todo
@@ -88,7 +89,7 @@ def test_ring_rows_change_reruns_only_qkv_ring(ws):
 
 def test_timing_change_reruns_from_rung_4(ws):
     cfg = yaml.safe_load((ws / "config/config.yaml").read_text())
-    cfg["timing"]["rounds"] = 5
+    cfg["timing"]["max_rounds"] = 36
     (ws / "config/config.yaml").write_text(yaml.safe_dump(cfg))
     todo = pending(ws, "all")
     for cand in CANDS:
@@ -106,17 +107,19 @@ def test_accepted_baseline_change_reruns_the_others(ws):
 
 
 # ------------------------------------------------------------------ planted faults
-def _plant(ws: Path, cand: str, replace: tuple[str, str] | None = None, append: str = "", config: dict | None = None):
-    src = ws / "kernels" / "cpu" / f"{cand}.py"
+def _plant(ws: Path, cand: str, replace: tuple[str, str] | None = None, append: str = "", config: dict | None = None, file: str = "cpu.py"):
+    """A faulty variant of a candidate's CPU implementation under faulty/<cand>/ (its sibling files
+    copied along: a module loads them from its own folder), selected with `source` in config."""
+    bad_dir = ws / "faulty" / cand
+    shutil.copytree(ws / "kernels" / cand, bad_dir)
+    src = bad_dir / file
     text = src.read_text()
     if replace:
         assert replace[0] in text, replace[0]
         text = text.replace(*replace)
-    bad = ws / "faulty" / f"{cand}.py"
-    bad.parent.mkdir(exist_ok=True)
-    bad.write_text(text + append)
+    src.write_text(text + append)
     cfg = yaml.safe_load((ws / "config/config.yaml").read_text())
-    cfg["candidates"][cand]["source"] = f"faulty/{cand}.py"
+    cfg["candidates"][cand]["source"] = f"faulty/{cand}/cpu.py"
     for k, v in (config or {}).items():
         cfg[k] = {**cfg.get(k, {}), **v} if isinstance(v, dict) else v
     (ws / "config/config.yaml").write_text(yaml.safe_dump(cfg))
@@ -191,15 +194,31 @@ ModulateFusedProducer.produce = _swapped
     _passed_below(ws, "modulate_fusion", 2)
 
 
+DROPPED_AUDIO = '''
+
+_rows = materialize_rows
+
+
+def materialize_rows(inp, a, b):
+    out = _rows(inp, a, b)
+    if len(inp.bounds) > 1:
+        lo, hi = max(inp.bounds[1][0], a), min(inp.bounds[1][1], b)
+        if lo < hi:
+            out[lo - a : hi - a] = inp.h[lo:hi]  # fault: the audio segment left unmodulated
+    return out
+'''
+
+
 def test_fault_dropped_segment_modulation_caught_at_rung_3(ws):
-    _plant(ws, "modulate_fusion", replace=("        if lo < hi:", "        if lo < hi and i == 1:  # fault: audio segment left unmodulated\n            out[lo - a : hi - a] = inp.h[lo:hi]\n        elif lo < hi:"))
+    _plant(ws, "modulate_fusion", append=DROPPED_AUDIO)
     rung, err = _climb(ws, "modulate_fusion")
     assert rung == 3 and "block 0" in err
     _passed_below(ws, "modulate_fusion", 3)
 
 
 def test_fault_off_by_one_last_ring_chunk_caught_at_rung_3(ws):
-    _plant(ws, "qkv_ring", replace=("            n = min(self.ring_rows, rows - r0)\n", "            n = min(self.ring_rows, rows - r0)\n            n = n - 1 if r0 + self.ring_rows >= rows and r0 else n  # fault: last chunk one row short\n"))
+    _plant(ws, "qkv_ring", file="ring.py", replace=("            n = min(self.ring_rows, inp.rows - r0)\n",
+                                                   "            n = min(self.ring_rows, inp.rows - r0)\n            n = n - 1 if r0 + self.ring_rows >= inp.rows and r0 else n  # fault: last chunk one row short\n"))
     rung, err = _climb(ws, "qkv_ring")
     assert rung == 3
     rep = json.loads((ws / RES / "qkv_ring/r3_projection/block0.json").read_text())
@@ -227,6 +246,7 @@ ModulateFusedProducer.produce = _slow
     assert rung == 4 and "performance gate" in err and "block" in err
     rep = json.loads((ws / RES / "modulate_fusion/r4_block/block0.json").read_text())
     assert rep["measurements"]["output"]["equal"] and rep["timing"]["performance_gate"]["gain"] < 0
+    assert rep["timing"]["decision"] == "fail" and rep["timing"]["rounds"] == 12  # decided at the first look
     _passed_below(ws, "modulate_fusion", 4)
 
 
@@ -252,19 +272,38 @@ def test_edited_report_with_mtime_preserved_is_refused(ws):
     assert not (ws / RES / "promotion/modulate_fusion.env").exists()
 
 
-def test_kernel_edit_then_touch_is_refused(ws):
-    _edit(ws / "kernels/cpu/modulate_fusion.py")
+def test_kernel_edit_then_touch_is_refused_and_the_next_run_heals(ws):
+    """--touch makes stale reports look current to Snakemake; promotion refuses them, moves them aside
+    and prints the one command that fixes it; that command then recomputes exactly those rungs."""
+    _edit(ws / "kernels/modulate_fusion/cpu.py")
     snakemake(ws, "--touch", "promote_modulate_fusion", check=True)
     p = snakemake(ws, "promote_modulate_fusion")
-    _refused(p, "stale: kernel kernels/cpu/modulate_fusion.py changed since the gate ran")
+    _refused(p, "stale: kernel kernels/modulate_fusion/cpu.py changed since the gate ran", "fix: snakemake --cores 1 promote_modulate_fusion")
     assert not (ws / RES / "promotion/modulate_fusion.env").exists()
     st = _status(ws)
-    assert all(st["modulate_fusion"][r]["state"] == "stale" for r in range(1, 9)) and st["qkv_ring"][1]["state"] == "pass"
+    assert all(st["modulate_fusion"][r]["state"] == "missing" for r in range(1, 9)) and st["qkv_ring"][1]["state"] == "pass"
+    assert list((ws / RES / "modulate_fusion/refused").rglob("r5_step.json"))  # kept as evidence
+    todo = pending(ws, "promote_modulate_fusion")
+    assert f"{RES}/modulate_fusion/r1_adversarial.json" in todo and not any("qkv_ring" in t or "swiglu" in t for t in todo)
+    snakemake(ws, "promote_modulate_fusion", check=True)
+    assert h3gates(ws, "verify", f"{RES}/promotion/modulate_fusion.json").returncode == 0
+
+
+def test_forged_flag_is_refused_and_revoked(ws):
+    flag = ws / RES / "promotion/modulate_fusion.env"
+    flag.write_text(flag.read_text().replace("H3_NVFP4_MODULATE_FUSION=0", "H3_NVFP4_MODULATE_FUSION=1"))
+    p = h3gates(ws, "verify", f"{RES}/promotion/modulate_fusion.json")
+    _refused(p, "is not the file the record wrote", "H3_NVFP4_MODULATE_FUSION=0")
+    assert flag.exists()  # plain verify only says so
+    p = snakemake(ws, "promote_modulate_fusion")  # what the workflow runs: verify --revoke
+    _refused(p, "edited or forged")
+    assert not flag.exists()
+    assert oct(next((ws / RES / "promotion").glob("*.json")).stat().st_mode & 0o777) == "0o644"
 
 
 def test_deleted_report_is_refused(ws):
     (ws / RES / "modulate_fusion/r3_projection/block3.json").unlink()
-    p = h3gates(ws, "verify", f"{RES}/promotion/modulate_fusion.json", "--revoke", f"{RES}/promotion/modulate_fusion.env")
+    p = h3gates(ws, "verify", f"{RES}/promotion/modulate_fusion.json", "--revoke")
     _refused(p, "r3_projection/block3.json: missing")
     assert not (ws / RES / "promotion/modulate_fusion.env").exists()
 
@@ -313,11 +352,12 @@ def test_default_tiny_ladder_promotes_modulate_fusion(tmp_path):
 
 def test_rerun_of_a_gate_reproduces_its_report_except_timing(ws):
     """Reports compare byte for byte between identical runs once timing fields are set aside."""
-    from h3gates import ctx as H3
+    from h3gates.config import load_config
+    from h3gates.provenance import rung_context
     from h3gates.report import comparable
 
-    cfg = H3.load_config([ws / "config/config.yaml"])
-    context = json.dumps(H3.rung_context(cfg, "modulate_fusion", 4), sort_keys=True)
+    cfg = load_config([ws / "config/config.yaml"])
+    context = json.dumps(rung_context(cfg, "modulate_fusion", 4), sort_keys=True)
     first = ws / RES / "modulate_fusion/r4_block/block3.json"
     again = ws / "again.json"
     p = h3gates(ws, "rung", "4", "--context", context, "--block", "3", "--out", str(again),
@@ -331,10 +371,10 @@ def test_rerun_of_a_gate_reproduces_its_report_except_timing(ws):
 @pytest.mark.parametrize("overlays", [["config/canonical.yaml"], ["config/canonical.yaml", "config/timing_long.yaml"]])
 def test_shipped_config_overlays_validate(overlays):
     """The overlays under config/ merge over config.yaml into a valid config (timing_long changes only
-    the number of rounds)."""
-    from h3gates import ctx as H3
+    the maximum number of rounds)."""
+    from h3gates.config import load_config
 
     root = Path(__file__).resolve().parent.parent
-    cfg = H3.load_config([root / "config/config.yaml"] + [root / o for o in overlays])
+    cfg = load_config([root / "config/config.yaml"] + [root / o for o in overlays])
     assert cfg["profile"] == "canonical" and cfg["device"] == "cuda"
-    assert cfg["timing"]["rounds"] == (21 if "config/timing_long.yaml" in overlays else 7) and cfg["timing"]["warmup"] == 2
+    assert cfg["timing"]["max_rounds"] == (360 if "config/timing_long.yaml" in overlays else 180) and cfg["timing"]["min_rounds"] == 16

@@ -13,20 +13,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW = ["Snakefile", "rules", "h3gates", "kernels", "schemas", "config", "profiles", "envs", "report"]
 
-# A fast profile for mechanics tests: tiny's shapes with 4 blocks; gates at blocks 0 and 3.
-CI_CONFIG = {
-    "profile": "ci",
-    "profiles": {"ci": {"blocks": 4, "hidden": 192, "heads": 2, "head_dim": 128, "ffn": 512,
-                        "segments": [["text", 7], ["audio", 19], ["video", 224]], "video_grid": [4, 7, 8],
-                        "video_channels": 16, "audio_channels": 8, "text_channels": 32}},
-    "device": "cpu",
-    "blocks": [0, 3],
-    "adversarial": {"random_shapes": [[37, 64], [129, 256]]},
-    "tiles": {"activations": 2},
-    "timing": {"rounds": 3, "warmup": 1},
-    "trajectory": {"steps": 3},
-    "profile_rung": {"block": 3},
-}
+# The committed CI config (config/ci.yaml): tiny's shapes with 4 blocks, gates at blocks 0 and 3.
+CI_CONFIG = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
 
 
 def make_workspace(dest: Path, config_overrides: dict | None = None) -> Path:

@@ -20,6 +20,7 @@ and written only through the documented CUBLASLT_ALGO_CONFIG_* attributes, AlgoI
 from __future__ import annotations
 
 import dataclasses
+import math
 import platform
 import weakref
 from functools import cache
@@ -78,6 +79,12 @@ def _lt_error(e: Exception) -> str:
     return f"{e}" if status is None else f"{e} [status {int(status)}]"
 
 
+def _finite(x) -> float | None:
+    """JSON has no NaN/Inf: a non-finite waves count becomes null."""
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
 def _set(setter, obj: int, attr, dtype, value) -> None:
     buf = np.array([value], dtype=dtype)
     setter(obj, attr, buf.ctypes.data, buf.itemsize)
@@ -92,6 +99,7 @@ def fp32_reduction_mask() -> int:
 def environment(device="cuda") -> dict:
     """What byte-exactness of a cuBLASLt algorithm depends on, plus the versions around it."""
     p = torch.cuda.get_device_properties(device)
+    torch.cuda.current_blas_handle()  # loads torch's cuBLAS (and its cuBLASLt) so both copies show in the maps
     libs = loaded_cublaslt()
     env = {"gpu": p.name, "sm_count": p.multi_processor_count, "capability": f"{p.major}.{p.minor}",
            "cublaslt_version": int(lib().lt.get_version()), "cublaslt_libraries": libs,
@@ -146,7 +154,7 @@ class Problem:
         finally:
             lt.matmul_preference_destroy(pref)
         return [Found(index=i, algo=np.ascontiguousarray(res["algo"][i:i + 1]), workspace_bytes=int(res["workspace_size"][i]),
-                      waves_count=float(res["waves_count"][i]), state=int(res["state"][i]), budget_bytes=workspace_bytes)
+                      waves_count=_finite(res["waves_count"][i]), state=int(res["state"][i]))
                 for i in range(int(count[0]))]
 
     def check(self, algo: np.ndarray, workspace_bytes: int) -> dict:
@@ -159,16 +167,13 @@ class Problem:
             return {"status": "failed", "error": _lt_error(e), "workspace_bytes": None, "waves_count": None, "within_workspace": None}
         need = int(res["workspace_size"][0])
         return {"status": "ok" if need <= workspace_bytes else "exceeds_workspace", "error": None, "workspace_bytes": need,
-                "waves_count": float(res["waves_count"][0]), "within_workspace": need <= workspace_bytes}
+                "waves_count": _finite(res["waves_count"][0]), "within_workspace": need <= workspace_bytes}
 
     def algo_init(self, algo_id: int) -> np.ndarray:
         L = lib()
         algo = np.zeros(1, dtype=L.lt.matmul_algo_dtype)
         L.lt.matmul_algo_init(handle(), L.compute, L.scale, L.bf16, L.bf16, L.bf16, L.bf16, algo_id, algo.ctypes.data)
         return algo
-
-    def flop(self) -> int:
-        return 2 * self.m * self.n * self.k
 
 
 def _destroy(desc, layouts) -> None:
@@ -185,9 +190,8 @@ class Found:
     index: int
     algo: np.ndarray
     workspace_bytes: int
-    waves_count: float
+    waves_count: float | None
     state: int
-    budget_bytes: int
 
 
 def read_config(algo: np.ndarray) -> dict:
@@ -234,7 +238,7 @@ def _enum_raw(field: str, value) -> int:
     try:
         return int(enum[value])
     except KeyError:
-        raise S.SpecError(f"{field} {value!r} is not a member of nvmath's {enum.__name__} (cuBLASLt {lib().lt.get_version()})") from None
+        raise S.SpecError(f"{field} {value!r} is not a member of nvmath {lib().version}'s {enum.__name__}") from None
 
 
 def capabilities(algo: np.ndarray) -> dict:

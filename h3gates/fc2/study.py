@@ -340,7 +340,8 @@ def selected(algorithm: dict, rows=CANONICAL["rows"], n=CANONICAL["n"], k=CANONI
     rec = _measure(algorithm, ops, base, refs, rounds, iters)
     doc["candidate"] = rec
     # pin every attribute as read back, also those a partial JSON spec left to AlgoInit
-    readback = S.normalize({**rec["config"], "workspace_mib": algorithm["workspace_mib"], "source": rec["spec"]["source"]}, "selected")
+    readback = S.normalize({**rec["config"], "workspace_mib": algorithm["workspace_mib"], "source": rec["spec"]["source"],
+                            "heuristic_index": rec["spec"]["heuristic_index"]}, "selected")
     doc["pin"] = S.pin(readback, doc["environment"]) if rec["exact"] else None
     doc["producer_plus_fc2"] = _producer_plus_fc2(ops, base, _Runner(C.AlgoGemm(algorithm, device=device), ops), rounds, 1)
     return doc

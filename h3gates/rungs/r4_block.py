@@ -27,6 +27,8 @@ def run(ctx, out, block, upstream=()):
     if not passed and cmp["equal"]:
         if enforced:
             gate.fail(f"performance gate {timing['decision'].upper()}: {timing['reason']}")
-        else:
-            gate.note(f"performance gate not met ({timing['decision']}), not enforced on profile {ctx['profile']}: {timing['reason']}")
+        else:  # timing-derived, so it lives with the timings (a rerun's decision may differ), and in the log
+            note = f"performance gate not met ({timing['decision']}), not enforced on profile {ctx['profile']}: {timing['reason']}"
+            timing["performance_gate"]["note"] = note
+            progress(f"NOTE: {note}")
     return gate.write(out, {"output": cmp, "bytes_compared": cmp["bytes_compared"], "bytes_differing": cmp["bytes_differing"]}, timing)

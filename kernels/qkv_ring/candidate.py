@@ -13,6 +13,6 @@ CANDIDATE = Candidate(
                           "description": "rows per ring chunk (the last chunk is partial: 946 rows at 37,810)"}},
     implementations={
         "cpu": Implementation("cpu.py", ("ring.py",)),
-        "cuda": Implementation("cuda.py", ("ring.py", "../common/quantize.cu"), requires="cuda"),
+        "cuda": Implementation("cuda.py", ("ring.py", "kernels/common/quantize.cu"), requires="cuda"),
     },
 )
