@@ -23,7 +23,7 @@ LOGS = f"logs/{PROFILE}"
 GPU = 1 if H3config.resolve_device(config) == "cuda" else 0
 # the config files in merge order (the Snakefile's own first), as the promotion record lists them
 CONFIGFILES = sorted(
-    (os.path.relpath(f) for f in workflow.configfiles),
+    dict.fromkeys(os.path.relpath(f) for f in workflow.configfiles),
     key=lambda f: f != "config/config.yaml",
 )
 

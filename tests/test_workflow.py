@@ -378,3 +378,68 @@ def test_shipped_config_overlays_validate(overlays):
     cfg = load_config([root / "config/config.yaml"] + [root / o for o in overlays])
     assert cfg["profile"] == "canonical" and cfg["device"] == "cuda"
     assert cfg["timing"]["max_rounds"] == (360 if "config/timing_long.yaml" in overlays else 180) and cfg["timing"]["min_rounds"] == 16
+
+
+# ------------------------------------------------------------------ candidates as plug-ins
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "candidates"
+
+
+def _config(ws, **changes):
+    cfg = yaml.safe_load((ws / "config/config.yaml").read_text())
+    for k, v in changes.items():
+        cfg[k] = v
+    (ws / "config/config.yaml").write_text(yaml.safe_dump(cfg))
+    return cfg
+
+
+def test_throwaway_gemm_candidate_climbs_and_an_inexact_gemm_is_caught_at_rung_1(ws):
+    """Adding a candidate is adding its folder and enabling it: a GEMM override (its own operand
+    decoder, the reference arithmetic) climbs all eight rungs; its double-rounding variant (alpha
+    applied after the bf16 rounding) is refused at rung 1 by the adversarial GEMM operands."""
+    shutil.copytree(FIXTURES / "lut_gemm", ws / "kernels" / "lut_gemm")
+    cfg = yaml.safe_load((ws / "config/config.yaml").read_text())
+    cfg["candidates"]["lut_gemm"] = {"params": {"table_dtype": "float32"}}
+    (ws / "config/config.yaml").write_text(yaml.safe_dump(cfg))
+    assert "lut_gemm" in h3gates(ws, "candidates").stdout
+    assert pending(ws, "all") and all("lut_gemm" in p for p in pending(ws, "all"))  # nothing else reruns
+    snakemake(ws, "promote_lut_gemm", check=True)
+    rec = json.loads((ws / RES / "promotion/lut_gemm.json").read_text())
+    assert rec["flag"] == "H3_NVFP4_LUT_GEMM" and set(rec["verdicts"].values()) == {"pass"}
+    r1 = json.loads((ws / RES / "lut_gemm/r1_adversarial.json").read_text())
+    assert r1["overrides"] == ["gemm"] and any(c["variant"].startswith("gemm_k") for c in r1["measurements"]["cases"])
+    _plant(ws, "lut_gemm", replace=("return ((a.float() @ b.float().t()) * alpha).to(torch.bfloat16)",
+                                    "return ((a.float() @ b.float().t()).to(torch.bfloat16).float() * alpha).to(torch.bfloat16)  # fault: two roundings"))
+    rung, err = _climb(ws, "lut_gemm")
+    assert rung == 1 and "gemm_" in err
+    p = h3gates(ws, "replay", str(next((ws / RES / "lut_gemm").glob("r1_adversarial.replay.*gemm*.pt"))))
+    assert p.returncode == 1 and "DIFFERS" in p.stdout and "first_mismatch" in p.stdout, p.stdout + p.stderr
+
+
+def test_accepted_baseline_candidates_promote_and_verify(ws):
+    """With modulate_fusion accepted, swiglu_fusion and the ring climb on top of it and their records
+    verify (they were refused as stale before); the ring's chunks come from the fused producer."""
+    _config(ws, baseline={"accepted": ["modulate_fusion"]})
+    for cand in ("swiglu_fusion", "qkv_ring"):
+        snakemake(ws, f"promote_{cand}", check=True)
+        v = h3gates(ws, "verify", f"{RES}/promotion/{cand}.json")
+        assert v.returncode == 0, v.stderr
+    ring = json.loads((ws / RES / "qkv_ring/r3_projection/block0.json").read_text())
+    assert "kernels/modulate_fusion/cpu.py" in ring["kernel_fingerprint"] and ring["baseline"]["accepted"] == ["modulate_fusion"]
+    assert len(ring["measurements"]["roles"]["qkv"]["chunks"]) > 1
+    assert all(s["state"] == "pass" for s in _status(ws)["qkv_ring"].values())
+    ws_cfg = ws / "config" / "no_accepted.yaml"
+    ws_cfg.write_text(yaml.safe_dump({"baseline": {"accepted": []}}))
+    p = h3gates(ws, "verify", f"{RES}/promotion/qkv_ring.json", "--configfile", "config/config.yaml", str(ws_cfg))
+    _refused(p, "config changed since the promotion: baseline.accepted: ['modulate_fusion'] -> []")
+
+
+def test_overlay_promotion_is_verified_by_plain_verify(ws):
+    """A promotion made with a config overlay (as canonical.yaml is) verifies with plain `verify
+    <record>`: the record holds the resolved configuration and names its files."""
+    (ws / "config" / "deploy_ci.yaml").write_text(yaml.safe_dump({"deployable_profiles": ["ci"]}))
+    snakemake(ws, "promote_modulate_fusion", "--configfile", "config/config.yaml", "config/deploy_ci.yaml", check=True)
+    rec = json.loads((ws / RES / "promotion/modulate_fusion.json").read_text())
+    assert rec["deployable"] and rec["config"]["files"] == ["config/config.yaml", "config/deploy_ci.yaml"]
+    assert (ws / RES / "promotion/modulate_fusion.env").read_text().strip().endswith("H3_NVFP4_MODULATE_FUSION=1")
+    v = h3gates(ws, "verify", f"{RES}/promotion/modulate_fusion.json")
+    assert v.returncode == 0 and "H3_NVFP4_MODULATE_FUSION=1 verified" in v.stdout, v.stderr

@@ -34,10 +34,12 @@ def _profile_block(gate, block, x, roles) -> dict:
     with profile(activities=acts, profile_memory=True) as prof:
         gate.model.block_forward(block, x, 0, roles)
         _sync(gate.device)
-    events = sorted((e for e in prof.events() if e.cpu_memory_usage), key=lambda e: e.time_range.start)
+    # self memory only: an op's cpu_memory_usage includes its children's (aten::to -> _to_copy ->
+    # empty_strided would count one allocation three times)
+    events = sorted((e for e in prof.events() if e.self_cpu_memory_usage), key=lambda e: e.time_range.start)
     cur = peak = 0
     for e in events:
-        cur += e.cpu_memory_usage
+        cur += e.self_cpu_memory_usage
         peak = max(peak, cur)
     top = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)[:8]
     res = {"ops": len(prof.events()), "top_ops": [{"name": e.key, "count": e.count, "self_cpu_us": e.self_cpu_time_total} for e in top],
