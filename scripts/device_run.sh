@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run on the H200 device machine from the repository root, with .devsite/ (pack-site core) carried.
-# Usage: bash scripts/device_run.sh STEP...   (steps: tests evidence ncu model ladder)
+# Usage: bash scripts/device_run.sh STEP...   (steps: tests evidence ncu profile canonical4 tune model ladder
+#        ncuquery ladderci fc2); with BUNDLE=name the outputs also come back as one $OUT/name.tgz
 set -uo pipefail
 mkdir -p /tmp/site && for z in .devsite/*.zip; do python3 -m zipfile -e "$z" /tmp/site; done
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 PATH=/tmp/site/bin:$PATH
@@ -33,6 +34,18 @@ pathlib.Path(sys.argv[1]).write_text(json.dumps(out, indent=1))
 print(len(out), "reports bundled")
 PY
       ;;
+    ncuquery)  # what the installed Nsight Compute offers, for h3gates/nsight.py's parsers
+      { ncu --version; ncu --query-metrics | head -12
+        ncu --query-metrics --query-metrics-collection launch | grep -E '^launch__(registers_per_thread|shared_mem_per_block_allocated|grid_size|block_size|waves_per_multiprocessor)'
+        ncu --query-metrics --query-metrics-mode suffix --metrics lts__t_sector_hit_rate,sm__throughput,smsp__pipe_tensor_cycles_active | head -30
+        ncu --query-metrics | grep -E '^(sm|smsp)__pipe_tensor' ; } > "$OUT/ncu_query.txt" 2>&1; tail -5 "$OUT/ncu_query.txt" ;;
+    ladderci)  # the CI profile with the CUDA kernels and comfy's CUDA reference, rung 8 under Nsight Compute
+      rm -rf results logs .snakemake
+      timeout "${LADDER_TIMEOUT:-420}" python3 -m snakemake --cores 1 ${LADDER_TARGETS:-promote_modulate_fusion} --configfile config/ci.yaml ${LADDER_CONFIGS:-} --config device=cuda > "$OUT/ladderci.log" 2>&1
+      echo "snakemake rc=$?"; grep -E "REFUSED|FAILED|Error|steps|rung [0-9]" "$OUT/ladderci.log" | tail -15
+      python3 -m h3gates status --configfile config/config.yaml config/ci.yaml ${LADDER_CONFIGS:-} 2>&1 | tee -a "$OUT/ladderci.log"
+      mkdir -p "$OUT/ladderci" && cp -r results logs "$OUT/ladderci/" 2>/dev/null ;;
+    fc2) python3 scripts/fc2_study.py --out "$OUT/fc2" 2>&1 | tee "$OUT/fc2.log" | tail -25 ;;
     tune) python3 scripts/tune_producers.py --out "$OUT" 2>&1 | tail -3 ;;
     model) python3 scripts/gpu_model.py --out "$OUT" 2>&1 | tee "$OUT/model.log" ;;
     ladder)
@@ -47,3 +60,4 @@ PY
       cp results/tiny/modulate_fusion/r8_profile.json "$OUT/ladder/r8_profile.json" 2>/dev/null ;;
   esac
 done
+if [ -n "${BUNDLE:-}" ]; then (cd "$OUT" && tar czf "/tmp/$BUNDLE.tgz" --exclude='*.tgz' . && mv "/tmp/$BUNDLE.tgz" . && ls -la "$OUT"); fi

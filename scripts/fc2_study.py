@@ -72,7 +72,11 @@ def selftest(device="cuda") -> dict:
         for mib in SELFTEST_BUDGETS:
             for f in problem.heuristics(mib * C.MIB)[:8]:
                 gemm = C.AlgoGemm(S.parse(f"enumerate:{mib}:{f.index}"), device=device)
-                got = gemm(ops.a, ops.b, ops.alpha_t)
+                try:
+                    got = gemm(ops.a, ops.b, ops.alpha_t)
+                except C.AlgoError as e:  # a heuristic result AlgoCheck refuses within its own budget: recorded, not run
+                    entry["results"].append({"workspace_mib": mib, "index": f.index, "config": C.read_config(f.algo), "refused": str(e), "layout_ok": True})
+                    continue
                 err = (got.float() - ref32).abs()
                 within = err <= ulp_bf16(ref32)
                 entry["results"].append({
@@ -80,9 +84,9 @@ def selftest(device="cuda") -> dict:
                     "bytes_differing_vs_torch_addmm": int((got.view(torch.uint8) != ref_t.view(torch.uint8)).sum()),
                     "max_abs_err_vs_fp32": float(err.max()), "fraction_within_1ulp_fp32": float(within.float().mean()),
                     "layout_ok": bool(float(err.max()) <= 2 * float(ulp_bf16(ref32).max()) and float(within.float().mean()) > 0.999)})
-        entry["any_equal_to_torch_addmm"] = any(r["bytes_differing_vs_torch_addmm"] == 0 for r in entry["results"])
+        entry["any_equal_to_torch_addmm"] = any(r.get("bytes_differing_vs_torch_addmm") == 0 for r in entry["results"])
         entry["heuristic0_32mib_equal_to_torch_addmm"] = next(
-            (r["bytes_differing_vs_torch_addmm"] == 0 for r in entry["results"] if r["workspace_mib"] == 32 and r["index"] == 0), False)
+            (r.get("bytes_differing_vs_torch_addmm") == 0 for r in entry["results"] if r["workspace_mib"] == 32 and r["index"] == 0), False)
         entry["layout_ok"] = bool(entry["results"]) and all(r["layout_ok"] for r in entry["results"])
         out["passed"] &= entry["layout_ok"]
         out["shapes"].append(entry)

@@ -335,6 +335,8 @@ class AlgoGemm:
         if self.spec["source"] == "auto":
             raise S.SpecError("`auto` names no algorithm until a sweep picks one (h3gates.fc2.study.select_auto)")
         self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:  # "cuda" means the current device, as tensors name it
+            self.device = torch.device("cuda", torch.cuda.current_device())
         self.workspace_bytes = self.spec["workspace_mib"] * MIB
         if workspace is None:
             workspace = torch.empty(self.workspace_bytes, dtype=torch.uint8, device=self.device) if self.workspace_bytes else None

@@ -102,6 +102,9 @@ class Gate:
             "replay": self.replay,
         }
         report.write(out, doc)
+        for old in Path(out).parent.glob(f"{Path(out).stem}.replay.*.pt"):  # dumps of an earlier run of this gate
+            if old.name not in self.replay:
+                old.unlink()
         progress(f"rung {self.rung} {self.name}{'' if self.block is None else f' block {self.block}'}: {doc['verdict'].upper()}" + (f" ({self.reasons[0]})" if self.reasons else "")
                  + "".join(f"; NOTE: {n}" for n in self.notes))
         return doc["verdict"]

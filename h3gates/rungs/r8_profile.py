@@ -9,6 +9,7 @@ is a torch-profiler capture. Peak memory is measured in this process on both dev
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -69,9 +70,12 @@ def _nsight(ctx, out: Path) -> dict:
         progress(f"Nsight Compute over one block of the {side}")
         argv = [sys.executable, "-m", "h3gates", "profile-target", "--context", json.dumps(ctx), "--side", side]
         sides[side] = nsight.capture(argv, nsight.DEFAULT_METRICS, workdir=work, timeout=ctx["rung_params"]["ncu_timeout"], name=side)
-    res = {"baseline": sides["baseline"], "candidate": sides["candidate"], "workdir": str(work)}
+    res = {"baseline": sides["baseline"], "candidate": sides["candidate"]}
     if all(s["available"] for s in sides.values()):
         res["diff"] = nsight.diff(sides["baseline"]["kernels"], sides["candidate"]["kernels"])
+        shutil.rmtree(work)  # the raw ncu reports (hundreds of MB) are parsed into this report
+    else:
+        res["workdir"] = str(work)  # kept: ncu's logs say why it failed
     return res
 
 

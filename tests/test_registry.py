@@ -1,0 +1,90 @@
+"""The candidate registry and the provenance derived from it: declarations, the config schema made
+from them, per-candidate kernel fingerprints, the derived module lists, and the README's table."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from h3gates import config as C
+from h3gates import provenance as P
+from h3gates import registry
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = ("modulate_fusion", "qkv_ring", "swiglu_fusion")
+
+
+def test_the_shipped_candidates_declare_themselves():
+    found = registry.discover()
+    assert tuple(found) == SHIPPED
+    for c in found.values():
+        for device in c.implementations:
+            assert all((ROOT / f).is_file() for f in registry.sources(c.name, {"implementation": device}, "cpu"))
+
+
+def test_the_readme_table_is_the_registry():
+    assert registry.markdown_table() in (ROOT / "README.md").read_text()
+
+
+def test_config_schema_comes_from_the_declarations():
+    base = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    with pytest.raises(C.ConfigError, match="candidates.qkv_ring.params.ring_rows: 100 is not a multiple of 16"):
+        C.validate_config(C.merge(base, {"candidates": {"qkv_ring": {"params": {"ring_rows": 100}}}}))
+    with pytest.raises(C.ConfigError, match="'no_such' was unexpected"):
+        C.validate_config(C.merge(base, {"candidates": {"no_such": {}}}))
+    with pytest.raises(C.ConfigError, match="baseline.accepted.0: 'no_such' is not one of"):
+        C.validate_config(C.merge(base, {"baseline": {"accepted": ["no_such"]}}))
+    assert C.cand_config(C.validate_config(base), "qkv_ring")["params"] == {"ring_rows": 64}
+    assert C.cand_config(C.validate_config(base), "modulate_fusion")["params"] == {}
+
+
+def _fingerprints(root: Path, device: str) -> dict:
+    cfg = C.validate_config({**yaml.safe_load((root / "config/config.yaml").read_text()), "device": device}, root=str(root))
+    out = {}
+    for cand in C.enabled(cfg):
+        ctxs = [P.rung_context(cfg, cand, r) for r in range(1, 9)]
+        out[cand] = [P.files_digest(P.kernel_files(c, str(root)) + list(P.imported(tuple([P.rung_module(c["rung"])] + [f for f in P.kernel_files(c, str(root)) if f.endswith(".py")]), str(root))), root) for c in ctxs]
+    return out
+
+
+@pytest.fixture
+def tree(tmp_path):
+    for name in ("h3gates", "kernels", "schemas", "config"):
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    registry.discover.cache_clear()
+    P.imported.cache_clear()
+    yield tmp_path
+    registry.discover.cache_clear()
+    P.imported.cache_clear()
+
+
+@pytest.mark.parametrize("edit,changed", [
+    ("kernels/modulate_fusion/modulate_fusion.cu", {"modulate_fusion"}),
+    ("kernels/swiglu_fusion/cuda.py", {"swiglu_fusion"}),
+    ("kernels/common/quantize.cu", {"qkv_ring"}),
+    ("kernels/common/nvfp4.cuh", set(SHIPPED)),
+    ("h3gates/cudakernels.py", set(SHIPPED)),
+])
+def test_editing_one_cuda_source_reruns_only_the_candidates_using_it(tree, edit, changed):
+    """The rules' fingerprint param (kernel files + the modules they and the rung import) per
+    candidate on a GPU: an edit changes it exactly for the candidates that run the file."""
+    before = _fingerprints(tree, "cuda")
+    with open(tree / edit, "a") as f:
+        f.write("\n// an edit\n" if edit.endswith((".cu", ".cuh")) else "\n# an edit\n")
+    after = _fingerprints(tree, "cuda")
+    assert {c for c in before if before[c] != after[c]} == changed
+    cpu_before = _fingerprints(tree, "cpu")
+    assert cpu_before == _fingerprints(tree, "cpu")  # no CPU rung imports CUDA code
+
+
+def test_module_lists_are_what_each_rung_imports():
+    cfg = C.load_config([ROOT / "config/config.yaml"])
+    files = {r: set(P.code_files(P.rung_context(cfg, "modulate_fusion", r))) for r in range(1, 9)}
+    assert "h3gates/nvfp4/data/rcp_approx_sm90_delta.json" in files[1]
+    assert "h3gates/perfgate.py" in files[4] and "h3gates/perfgate.py" not in files[1] | files[5]
+    assert "h3gates/nsight.py" in files[8] and "h3gates/nsight.py" not in files[4]
+    assert "h3gates/promotion.py" not in set().union(*files.values())  # bookkeeping edits rerun no gate
+    assert "h3gates/cudakernels.py" not in set().union(*files.values())  # the CPU implementation
