@@ -151,8 +151,8 @@ def _resolve(mod: str, base: Path) -> str | None:
 
 
 def _imports_of(path: Path, base: Path) -> list[str]:
-    rel = path.relative_to(base)
-    pkg_parts = list(rel.parent.parts) if rel.parts[0] == PACKAGE else []
+    rel = path.resolve().relative_to(base.resolve()) if path.resolve().is_relative_to(base.resolve()) else None
+    pkg_parts = list(rel.parent.parts) if rel is not None and rel.parts[0] == PACKAGE else []  # a variant outside the tree is no package
     out = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):

@@ -1,7 +1,10 @@
 import json
 import os
+import sys
+from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
+from snakemake.io import is_flagged
 
 from h3gates import config as H3config
 from h3gates import paths as H3paths
@@ -55,7 +58,7 @@ def code(rung):
 def fingerprint(rung):
     """Kernel and module contents as a param: a gate reruns on an edit, never on a touch."""
     return lambda wc: H3.files_digest(
-        H3.kernel_files(ctx_of(wc, rung)) + H3.code_files(ctx_of(wc, rung))
+        [*H3.kernel_files(ctx_of(wc, rung)), *H3.code_files(ctx_of(wc, rung))]
     )
 
 
@@ -80,3 +83,144 @@ def timing_plot_of(candidate="{candidate}"):
 def promotion(candidate="{candidate}"):
     record, flag = H3paths.promotion_paths(PROFILE, candidate)
     return {"record": record, "flag": flag}
+
+
+# ---- labels of the HTML report's entries (read from the JSON when the report is built)
+RUNG_TITLE = {r: f"{r} {n.replace('_', '-')}" for r, n in H3paths.RUNG_NAMES.items()}
+
+
+def _one_line(text, limit=None):
+    line = " ".join(str(text).split())
+    return line if limit is None or len(line) <= limit else f"{line[: limit - 1]}\u2026"
+
+
+def _gate_reason(d):
+    """The report's first reason; for a pass without one, what the gate recorded instead."""
+    if d.get("reasons"):
+        return d["reasons"][0]
+    gate = (d.get("timing") or {}).get("performance_gate") or {}
+    if gate.get("note") or gate.get("reason"):
+        line = gate.get("note") or gate.get("reason")
+        return (
+            line if line.startswith("performance gate") else f"performance gate: {line}"
+        )
+    if d.get("notes"):
+        return d["notes"][0]
+    return (
+        "every check of this rung passed"
+        if d.get("verdict") == "pass"
+        else "(no reason recorded)"
+    )
+
+
+def gate_labels(wildcards, output):
+    """Report labels of a gate report, read from the JSON itself when the HTML report is built."""
+    path = next(str(f) for f in output if is_flagged(f, "report"))
+    try:
+        d = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        return {
+            "rung": "?",
+            "block": "-",
+            "verdict": "unreadable",
+            "reason": _one_line(e),
+        }
+    rung = d.get("rung")
+    return {
+        "rung": RUNG_TITLE.get(rung, str(rung)),
+        "block": "-" if d.get("block") is None else str(d["block"]),
+        "verdict": str(d.get("verdict", "?")),
+        "reason": _one_line(_gate_reason(d)),
+    }
+
+
+def record_labels(wildcards, output):
+    """Report labels of a promotion record: its verdict and the line its flag file carries."""
+    try:
+        d = json.loads(Path(str(output.record)).read_text())
+    except (OSError, ValueError) as e:
+        return {
+            "rung": "promotion",
+            "block": "-",
+            "verdict": "unreadable",
+            "reason": _one_line(e),
+        }
+    flag = (d.get("flag_file") or {}).get("line", "?")
+    notes = (d.get("notes") or [""])[0]
+    return {
+        "rung": "promotion",
+        "block": "-",
+        "verdict": str(d.get("verdict", "?")),
+        "reason": _one_line(
+            f"flag {flag} (deployable: {str(d.get('deployable')).lower()})"
+            + (f": {notes}" if notes else "")
+        ),
+    }
+
+
+# `snakemake --report FILE` without targets reports what has been run (target `ran`, below), not
+# `all`: `all` needs every enabled candidate's every rung, and a report cannot run anything.
+_ARGS = sys.argv[1:]
+REPORT_ONLY = (
+    any(
+        a in ("--report", "--reporter") or a.startswith(("--report=", "--reporter="))
+        for a in _ARGS
+    )
+    and "--report-after-run" not in _ARGS
+)
+
+
+def timing_labels(wildcards, input):
+    return {
+        "rung": RUNG_TITLE[4],
+        "block": ", ".join(str(b) for b in BLOCKS),
+        "verdict": "plot",
+        "reason": "paired AB/BA ratios and the sequential bound at each look",
+    }
+
+
+def existing_results(wildcards=None):
+    """Every gate report, promotion record and timing plot of an enabled candidate that exists now."""
+    files = []
+    for cand in CANDIDATES:
+        files += [
+            r.format(candidate=cand)
+            for rung in H3paths.RUNG_NAMES
+            for r in reports_of(rung)
+        ]
+        files += [promotion(cand)["record"], timing_plot_of(cand)]
+    return [f for f in files if os.path.exists(f)]
+
+
+# A killed run leaves its lock in .snakemake/locks and the next run stops on Snakemake's
+# LockException (onerror does not run for it). The Snakefile is parsed before locking, so say here
+# what to do, in the project's words.
+LOCK_HINT = (
+    "h3gates: .snakemake/locks holds a lock from another snakemake run in this directory. If none is "
+    "running (a killed or crashed run leaves its lock behind), remove it with `snakemake --unlock` and "
+    "run the same command again."
+)
+
+
+def _lock_hint():
+    quiet = {
+        "--unlock",
+        "-n",
+        "--dry-run",
+        "--dryrun",
+        "--nolock",
+        "--summary",
+        "-S",
+        "--detailed-summary",
+        "-D",
+        "--list",
+        "-l",
+    }
+    if not workflow.is_main_process or quiet.intersection(_ARGS) or REPORT_ONLY:
+        return
+    locks = Path(".snakemake", "locks")
+    if locks.is_dir() and any(locks.glob("*.lock")):
+        print(LOCK_HINT, file=sys.stderr)
+
+
+_lock_hint()

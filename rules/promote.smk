@@ -10,7 +10,14 @@ rule promotion_record:
         reports=[r for rung in range(1, 9) for r in reports_of(rung)],
         kernels=kernels(8),
     output:
-        **promotion(),
+        record=report(
+            promotion()["record"],
+            caption="../report/record.rst",
+            category="{candidate}",
+            subcategory="9 promotion",
+            labels=record_labels,
+        ),
+        flag=promotion()["flag"],
     log:
         f"{LOGS}/{{candidate}}/promotion.log",
     localrule: True

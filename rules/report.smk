@@ -1,15 +1,17 @@
-# What a user looks at: the block gate's paired ratios with the confidence bound at each look,
-# grouped with the gate reports in `snakemake --report report.html`.
-
-
+# What a user looks at: `snakemake --report report.html`. Every gate report, promotion record and
+# block-gate timing plot that exists is an entry, grouped by candidate and rung, labelled with its
+# rung, block, verdict and one-line reason (gate_labels / record_labels in common.smk, read from the
+# JSON when the report is built) and captioned from report/*.rst; report/workflow.rst tabulates them.
 rule timing_plot:
     input:
         lambda wc: [report_of(4, b).format(candidate=wc.candidate) for b in BLOCKS],
     output:
         report(
             timing_plot_of(),
+            caption="../report/timing_plot.rst",
             category="{candidate}",
             subcategory="4 block",
+            labels=timing_labels,
         ),
     log:
         f"{LOGS}/{{candidate}}/timing_plot.log",
@@ -23,4 +25,12 @@ rule timing_plot:
 rule plots:
     input:
         expand(timing_plot_of(), candidate=CANDIDATES),
+    localrule: True
+
+
+# `snakemake --report report.html ran`: the report of what has been run (the default target of a
+# plain `--report`). It only names files that exist; a report never runs a job.
+rule ran:
+    input:
+        existing_results,
     localrule: True

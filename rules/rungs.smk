@@ -13,6 +13,8 @@ rule r1_adversarial:
             report_of(1),
             category="{candidate}",
             subcategory="1 adversarial",
+            caption="../report/gate.rst",
+            labels=gate_labels,
         ),
     log:
         f"{LOGS}/{{candidate}}/r1_adversarial.log",
@@ -38,6 +40,8 @@ rule r2_tiles:
             report_of(2),
             category="{candidate}",
             subcategory="2 tiles",
+            caption="../report/gate.rst",
+            labels=gate_labels,
         ),
     log:
         f"{LOGS}/{{candidate}}/r2_tiles.log",
@@ -63,6 +67,8 @@ rule r3_projection:
             report_of(3, "{block}"),
             category="{candidate}",
             subcategory="3 projection",
+            caption="../report/gate.rst",
+            labels=gate_labels,
         ),
     log:
         f"{LOGS}/{{candidate}}/r3_projection_block{{block}}.log",
@@ -88,6 +94,8 @@ rule r4_block:
             report_of(4, "{block}"),
             category="{candidate}",
             subcategory="4 block",
+            caption="../report/gate.rst",
+            labels=gate_labels,
         ),
     log:
         f"{LOGS}/{{candidate}}/r4_block_block{{block}}.log",
@@ -113,6 +121,8 @@ rule r5_step:
             report_of(5),
             category="{candidate}",
             subcategory="5 step",
+            caption="../report/gate.rst",
+            labels=gate_labels,
         ),
     log:
         f"{LOGS}/{{candidate}}/r5_step.log",
@@ -138,6 +148,8 @@ rule r6_two_step:
             report_of(6),
             category="{candidate}",
             subcategory="6 two-step",
+            caption="../report/gate.rst",
+            labels=gate_labels,
         ),
     log:
         f"{LOGS}/{{candidate}}/r6_two_step.log",
@@ -163,6 +175,8 @@ rule r7_trajectory:
             report_of(7),
             category="{candidate}",
             subcategory="7 trajectory",
+            caption="../report/gate.rst",
+            labels=gate_labels,
         ),
     log:
         f"{LOGS}/{{candidate}}/r7_trajectory.log",
@@ -188,6 +202,8 @@ rule r8_profile:
             report_of(8),
             category="{candidate}",
             subcategory="8 profile",
+            caption="../report/gate.rst",
+            labels=gate_labels,
         ),
     log:
         f"{LOGS}/{{candidate}}/r8_profile.log",

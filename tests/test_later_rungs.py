@@ -1,0 +1,133 @@
+"""Rungs 5-8 can fail: planted candidates exact on every single block (they pass rungs 1-4) and wrong
+only across a step, at a later sampler step, or in peak memory, each caught at its own rung with the
+token rule's one-line refusal. The rungs run in this process, as their jobs would (no Snakemake:
+seconds instead of minutes), on the CI profile gated at block 0."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from h3gates import config as C
+from h3gates import paths, provenance, rungs, tokens
+from workflow_util import CI_CONFIG, ROOT, merge
+
+pytestmark = pytest.mark.slow
+
+STATEFUL = '''
+
+_global_scale = ModulateFusedProducer.global_scale
+
+
+def _reused(self, inp):
+    # fault: the scale of the role's first model activation (three segments) is kept and reused for
+    # every later one (exact for one block called again and again, wrong from the second block on)
+    if len(inp.bounds) < 3:
+        return _global_scale(self, inp)
+    if not hasattr(self, "_kept"):
+        self._kept = _global_scale(self, inp)
+    return self._kept
+
+
+ModulateFusedProducer.global_scale = _reused
+'''
+
+LATER_STEP = '''
+
+import torch as _torch
+from pathlib import Path as _Path
+
+_global_scale = ModulateFusedProducer.global_scale
+_STEP1 = _torch.load(_Path(__file__).with_name("step1_shift.pt"))
+
+
+def _late(self, inp):
+    g = _global_scale(self, inp)
+    if inp.shift.shape[-1] == _STEP1.shape[0] and _torch.equal(inp.shift[-1].cpu(), _STEP1):
+        return g * 1.5  # fault: a wrong scale only for the second sampler step's modulation (a power of two would be invisible in the output)
+    return g
+
+
+ModulateFusedProducer.global_scale = _late
+'''
+
+GREEDY = '''
+
+_quantize_rows = ModulateFusedProducer.quantize_rows
+
+
+def _greedy(self, inp, g, r0, r1, q, s):
+    import torch
+
+    if len(inp.bounds) < 3:
+        return _quantize_rows(self, inp, g, r0, r1, q, s)
+    scratch = torch.ones(64 << 20, dtype=torch.uint8)  # fault: exact, but holds 64 MB of scratch on model activations
+    _quantize_rows(self, inp, g, r0, r1, q, s)
+    return scratch.sum()
+
+
+ModulateFusedProducer.quantize_rows = _greedy
+'''
+
+
+@pytest.fixture
+def tree(tmp_path, monkeypatch):
+    """Results are written under tmp_path; the planted variant lives there too (an absolute `source`)."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _plant(tree: Path, code: str) -> dict:
+    bad = tree / "faulty" / "modulate_fusion"
+    shutil.copytree(ROOT / "kernels/modulate_fusion", bad, ignore=shutil.ignore_patterns("__pycache__"))
+    (bad / "cpu.py").write_text((bad / "cpu.py").read_text() + code)
+    cfg = merge(yaml.safe_load((ROOT / "config/config.yaml").read_text()), CI_CONFIG)
+    cfg = merge(cfg, {"blocks": [0], "trajectory": {"steps": 2}, "candidates": {"modulate_fusion": {"source": str(bad / "cpu.py")}}})
+    return C.validate_config(cfg)
+
+
+def _climb(tree: Path, cfg: dict) -> tuple[int, str]:
+    """Rung after rung with its pass token, as the workflow chains them -> (failing rung, refusal)."""
+    cand = "modulate_fusion"
+    upstream: list[str] = []
+    for rung in range(1, 9):
+        ctx = provenance.rung_context(cfg, cand, rung)
+        outs = paths.report_paths(cfg["profile"], cand, cfg["blocks"])[rung]
+        for out, block in zip(outs, cfg["blocks"] if rung in paths.PER_BLOCK else [None]):
+            rungs.run(rung, ctx, out, block, upstream)
+        try:
+            tokens.token(outs, paths.token_path(cfg["profile"], cand, rung))
+        except tokens.Refusal as e:
+            return rung, e.reasons[0]
+        upstream = outs
+    return 0, ""
+
+
+def test_state_kept_between_calls_is_caught_at_rung_5(tree):
+    rung, why = _climb(tree, _plant(tree, STATEFUL))
+    assert rung == 5 and why.startswith("rung 5 (step) FAILED for modulate_fusion: 4-block step output differs"), why
+
+
+def test_an_error_at_the_second_sampler_step_is_caught_at_rung_6(tree):
+    from h3gates.model import build, load_profile
+    from h3gates.reference import Reference
+
+    cfg = _plant(tree, LATER_STEP)
+    model = build(load_profile("ci", cfg["profiles"]), seed=0, reference=Reference("cpu"))
+    video = next(s for s in model.config.segments if s.name == "video")
+    import torch
+
+    torch.save(model.blocks[0].adaln[1, video.tag, 0].clone(), tree / "faulty/modulate_fusion/step1_shift.pt")  # block 0, step 1, shift_msa
+    rung, why = _climb(tree, cfg)
+    assert rung == 6 and "2-step video latent differs" in why, why
+
+
+def test_peak_memory_growth_is_caught_at_rung_8(tree):
+    rung, why = _climb(tree, _plant(tree, GREEDY))
+    assert rung == 8 and "peak memory" in why and "exceeds baseline" in why, why
+    rep = json.loads(Path(paths.report_path("ci", "modulate_fusion", 8)).read_text())
+    assert rep["measurements"]["candidate"]["peak_cpu_bytes"] > rep["measurements"]["baseline"]["peak_cpu_bytes"] + (60 << 20)
