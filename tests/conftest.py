@@ -1,9 +1,13 @@
 import os
 
-import pytest
-import torch
-
+if os.environ.get("PYTEST_XDIST_WORKER"):  # two workers on two cores: more threads would only spin against each other
+    os.environ["OMP_NUM_THREADS"] = "1"
 os.environ.setdefault("OMP_NUM_THREADS", "2")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 torch.manual_seed(0)
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -1,0 +1,42 @@
+"""The CLI a user meets: the user's commands in --help (the rules' own commands not listed), the exit
+codes documented, --version, and a status table with whole rung names."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _h3gates(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "h3gates", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def test_help_lists_the_users_commands_and_the_exit_codes():
+    p = _h3gates("--help")
+    assert p.returncode == 0
+    for cmd in ("status", "verify", "replay", "candidates", "fc2"):
+        assert cmd in p.stdout
+    listed = p.stdout.split("positional arguments:")[1].split("options:")[0]
+    assert not any(f"\n    {internal} " in listed for internal in ("rung", "token", "promote", "plot", "profile-target"))
+    assert "exit codes:" in p.stdout and "1  refused" in p.stdout and "2  usage or configuration error" in p.stdout
+
+
+def test_version_and_usage_errors():
+    p = _h3gates("--version")
+    assert p.returncode == 0 and p.stdout.startswith("h3gates ")
+    assert _h3gates("no-such-command").returncode == 2
+
+
+def test_status_shows_whole_rung_names():
+    p = _h3gates("status")
+    assert p.returncode == 0, p.stderr
+    for name in ("r1 adversarial", "r6 two_step", "r7 trajectory", "r8 profile"):
+        assert name in p.stdout.splitlines()[0]
+
+
+def test_fc2_study_needs_a_gpu_and_says_so_in_one_line():
+    p = _h3gates("fc2", "characterize")
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "needs" in p.stderr
