@@ -91,7 +91,7 @@ def quarantine(results: dict, candidate: str, profile: str) -> list[str]:
 
 
 def _fix(candidate: str, configfiles, moved) -> str:
-    cfg = "".join(f" --configfile {f}" for f in configfiles or [])
+    cfg = " --configfile " + " ".join(configfiles) if configfiles else ""
     cmd = f"snakemake --cores 1 promote_{candidate}{cfg}"
     return f"{cmd}   (reruns the {len(moved)} report(s) moved aside and what depends on them)" if moved else cmd
 

@@ -150,6 +150,7 @@ def _resolve(mod: str, base: Path) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=None)
 def _imports_of(path: Path, base: Path) -> list[str]:
     rel = path.resolve().relative_to(base.resolve()) if path.resolve().is_relative_to(base.resolve()) else None
     pkg_parts = list(rel.parent.parts) if rel is not None and rel.parts[0] == PACKAGE else []  # a variant outside the tree is no package

@@ -66,12 +66,21 @@ def _driver():
         return None
 
 
+@functools.lru_cache(maxsize=None)
+def _validator(name: str):
+    """One checked validator per schema per process (checking the schema itself cost more than
+    validating a report: a record check reads eleven files)."""
+    sch = _schema(name)
+    cls = jsonschema.validators.validator_for(sch)
+    cls.check_schema(sch)
+    return cls(sch)
+
+
 def validate(doc: dict, schema: str) -> None:
-    try:
-        jsonschema.validate(doc, _schema(schema))
-    except jsonschema.ValidationError as e:
+    e = jsonschema.exceptions.best_match(_validator(schema).iter_errors(doc))
+    if e is not None:
         where = "/".join(str(p) for p in e.absolute_path) or "(top level)"
-        raise ReportError(f"{schema} schema: {where}: {e.message}") from None
+        raise ReportError(f"{schema} schema: {where}: {e.message}")
 
 
 def write(path, doc: dict, schema: str = "report") -> None:
