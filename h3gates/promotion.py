@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from . import registry, report
-from .config import diff, enforce_perf, validate_config
+from .config import ConfigError, diff, enforce_perf, resolve_device, validate_config
 from .paths import RESULTS, RUNG_NAMES, report_paths
 from .provenance import ROOT, candidate_config, digest, file_sha256, provenance, rung_context
 from .tokens import Refusal, revoke
@@ -69,6 +69,8 @@ def check_candidate(config: dict, candidate: str):
             expected = provenance(ctx)
         except FileNotFoundError as e:
             return {}, [f"kernel source {e.filename} is missing"]
+        except registry.RegistryError as e:
+            return {}, [str(e)]
         for p in plist:
             results[p] = check_report(p, candidate, rung, expected)
             reasons += results[p][1]
@@ -76,8 +78,9 @@ def check_candidate(config: dict, candidate: str):
 
 
 def quarantine(results: dict, candidate: str, profile: str) -> list[str]:
-    """Move reports that no longer stand (stale, edited, invalid) and their pass tokens aside, under
-    results/<profile>/<candidate>/refused/<time>/, so Snakemake recomputes exactly those rungs."""
+    """Move reports that no longer stand (stale, edited, invalid) aside, under
+    results/<profile>/<candidate>/refused/<time>/: Snakemake then recomputes exactly those rungs (and,
+    their reports being new, the pass tokens and rungs after them)."""
     moved = []
     stamp = time.strftime("%Y%m%dT%H%M%S")
     dest = Path(RESULTS, profile, candidate, "refused", stamp)
@@ -100,6 +103,12 @@ def flag_text(candidate: str, record: str, deployable: bool) -> str:
     spec = registry.get(candidate)
     return (f"# written by h3gates promote {candidate}; check with: python -m h3gates verify {record}\n"
             + ("" if deployable else "# REHEARSAL (profile not deployable): do not deploy\n") + f"{spec.flag}={1 if deployable else 0}\n")
+
+
+def _resolved(config: dict, candidate: str) -> dict:
+    """The configuration a record stands on, with the device the gates ran on (not `auto`: verify on a
+    host without a GPU must check the CUDA kernels the gates ran, not the CPU ones)."""
+    return {**candidate_config(config, candidate), "device": resolve_device(config)}
 
 
 def promote(config: dict, candidate: str, record: str, flag: str, configfiles: list[str]) -> None:
@@ -127,7 +136,7 @@ def promote(config: dict, candidate: str, record: str, flag: str, configfiles: l
         "reports": {p: file_sha256(p) for p in docs}, "verdicts": {p: d["verdict"] for p, d in docs.items()},
         "kernel_fingerprint": {f: h for d in docs.values() for f, h in d["kernel_fingerprint"].items()},
         "config_digest": {str(r): digest(rung_context(config, candidate, r)) for r in RUNG_NAMES},
-        "config": {"files": list(configfiles or []), "resolved": candidate_config(config, candidate)},
+        "config": {"files": list(configfiles or []), "resolved": _resolved(config, candidate)},
         "flag_file": {"path": flag, "sha256": hashlib.sha256(text.encode()).hexdigest(), "line": text.strip().splitlines()[-1]},
         "performance_gate_enforced": enforced,
         "verdict": "promoted" if deployable else "promoted (rehearsal, not deployable)", "notes": notes,
@@ -152,10 +161,15 @@ def verify(record: str, revoke_flag: bool = False, flag: str | None = None, conf
     reasons = []
     resolved = rec["config"]["resolved"]
     if config is not None:
-        changed = diff(resolved, candidate_config(config, rec["candidate"]))
+        changed = diff(resolved, _resolved(config, rec["candidate"]))
         if changed:
             reasons += [f"config changed since the promotion: {c}" for c in changed]
-    cfg = validate_config(resolved)
+    try:
+        cfg = validate_config(resolved)
+    except ConfigError as e:  # e.g. a kernel source of the record deleted since: refused, and the flag revoked
+        if revoke_flag:
+            revoke(flag)
+        raise Refusal(reasons + [line.strip() for line in str(e).splitlines()[1:]]) from None
     results, more = check_candidate(cfg, rec["candidate"])
     reasons += more
     for p, h in rec["reports"].items():

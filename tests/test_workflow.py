@@ -488,3 +488,12 @@ def test_overlay_promotion_is_verified_by_plain_verify(ws):
     assert (ws / RES / "promotion/modulate_fusion.env").read_text().strip().endswith("H3_NVFP4_MODULATE_FUSION=1")
     v = h3gates(ws, "verify", f"{RES}/promotion/modulate_fusion.json")
     assert v.returncode == 0 and "H3_NVFP4_MODULATE_FUSION=1 verified" in v.stdout, v.stderr
+
+
+def test_a_deleted_kernel_source_is_refused_and_revokes_the_flag(ws):
+    """A record whose kernel file is gone is refused like any other reason (not a config error that
+    leaves the flag in place): deployment's `verify --revoke` removes the flag."""
+    (ws / "kernels/modulate_fusion/cpu.py").unlink()
+    p = h3gates(ws, "verify", f"{RES}/promotion/modulate_fusion.json", "--revoke")
+    _refused(p, "REFUSED", "kernels/modulate_fusion/cpu.py does not exist")
+    assert p.returncode == 1 and not (ws / RES / "promotion/modulate_fusion.env").exists()

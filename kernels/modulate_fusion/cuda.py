@@ -30,6 +30,9 @@ def _bounds(bounds, rows):
 
 def _operands(h, shift, scale):
     t, vec = K.fused_check(h, h.shape[1])
+    for name, v in (("shift", shift), ("scale", scale)):
+        if v.dtype != h.dtype or v.dim() != 2 or v.shape[1] != h.shape[1] or not v.is_cuda:
+            raise NVFP4InputError(f"{name} must be a CUDA [segments, {h.shape[1]}] {h.dtype} tensor like h, got {v.dtype} {tuple(v.shape)}")
     scale, shift = scale.contiguous(), shift.contiguous()
     return t, int(vec and scale.data_ptr() % 16 == 0 and shift.data_ptr() % 16 == 0), shift, scale
 

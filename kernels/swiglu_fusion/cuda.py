@@ -37,6 +37,8 @@ def _table(dtype: torch.dtype, device: int) -> int:
 def swiglu_produce(u, static_scale=None):
     """Two-pass SwiGLU-fused producer over u = [gate; value] -> (g fp32 [1], qdata, scales)."""
     rows, f2 = u.shape
+    if f2 % 2:
+        raise NVFP4InputError(f"the SwiGLU producer takes u = [gate; value] of even width, got {f2} columns")
     f = f2 // 2
     t, vec = K.fused_check(u, f)
     dev = u.device.index
