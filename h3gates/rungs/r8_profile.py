@@ -74,6 +74,8 @@ def _nsight(ctx, out: Path) -> dict:
     if all(s["available"] for s in sides.values()):
         res["diff"] = nsight.diff(sides["baseline"]["kernels"], sides["candidate"]["kernels"])
         shutil.rmtree(work)  # the raw ncu reports (hundreds of MB) are parsed into this report
+        for side in sides.values():
+            side["report_file"] = None  # removed with the workdir
     else:
         res["workdir"] = str(work)  # kept: ncu's logs say why it failed
     return res
