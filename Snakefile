@@ -15,6 +15,7 @@ include: "rules/rungs.smk"
 include: "rules/tokens.smk"
 include: "rules/promote.smk"
 include: "rules/report.smk"
+include: "rules/studies.smk"
 
 
 rule all:

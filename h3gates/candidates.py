@@ -3,30 +3,51 @@ order, each on top of the ones before) and the candidate's roles on top of that 
 
 from __future__ import annotations
 
+import inspect
+from dataclasses import dataclass, field
+
 from . import registry
 from .roles import reference_roles
+
+
+@dataclass(frozen=True)
+class Workflow:
+    """What a kernel module's `build(params, reference, base, workflow)` may ask of the run it is built
+    for, when its signature names `workflow`: the model profile and the candidate's artifacts."""
+
+    profile: object = None  # h3gates.profiles.H3Config
+    artifacts: dict = field(default_factory=dict)  # {name: path} (registry.artifacts)
 
 
 def params_of(name: str, cand_cfg: dict) -> dict:
     return {**registry.get(name).param_defaults(), **cand_cfg.get("params", {})}
 
 
-def build_one(name: str, cand_cfg: dict, device: str, reference, base: dict, level: str = "schedule") -> dict:
+def build_one(name: str, cand_cfg: dict, device: str, reference, base: dict, level: str = "schedule", ctx: dict | None = None, profile=None) -> dict:
     """{role: Role} of one candidate as configured, on top of `base`. level="kernel" asks for the
     kernel alone where the module has `build_kernel` (e.g. the ring's chunk quantizer over the whole
     activation), which rungs 1-2 gate before the schedule is exercised at rung 3."""
     path = registry.module_path(name, cand_cfg, device)
     mod = registry.load_module(path)
     make = getattr(mod, "build_kernel", mod.build) if level == "kernel" else mod.build
-    roles = make(params_of(name, cand_cfg), reference, dict(base))
+    args = [params_of(name, cand_cfg), reference, dict(base)]
+    if "workflow" in inspect.signature(make).parameters:
+        if profile is None and ctx is not None:
+            from .model import load_profile
+
+            profile = load_profile(ctx["profile"], ctx.get("user_profiles"))
+        arts = (ctx or {}).get("artifacts", {}).get(name, {})
+        roles = make(*args, workflow=Workflow(profile, arts))
+    else:
+        roles = make(*args)
     missing = set(registry.get(name).roles) - set(roles)
     if missing:
         raise ValueError(f"{name}: kernel {path} provides no implementation for roles {sorted(missing)}")
     return roles
 
 
-def baseline_roles(ctx: dict, device: str, reference) -> dict:
+def baseline_roles(ctx: dict, device: str, reference, profile=None) -> dict:
     roles = reference_roles(reference)
     for acc in ctx["baseline"]["accepted"]:
-        roles.update(build_one(acc, ctx["baseline"]["candidates"][acc], device, reference, roles))
+        roles.update(build_one(acc, ctx["baseline"]["candidates"][acc], device, reference, roles, ctx=ctx, profile=profile))
     return roles

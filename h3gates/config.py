@@ -95,6 +95,11 @@ def _semantic_errors(config: dict, root=None) -> list[str]:
         except registry.RegistryError as e:
             errs.append(f"config key candidates.{cand}: {e}")
             continue
+        impl = registry.get(cand, root).implementation(registry.implementation_name(cfg, device))
+        missing = registry.missing_imports(cand, cfg, device, root)
+        if missing:
+            extra = f" (pip install -e '.[{impl.requires}]')" if impl.requires else ""
+            errs.append(f"config key candidates.{cand}: its {device} implementation imports {', '.join(missing)}, which this Python does not have{extra}")
         for f in files:
             if not (base / f).is_file():
                 key = f"candidates.{cand}.source" if cfg.get("source") == f else f"candidates.{cand}"

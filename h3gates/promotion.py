@@ -14,6 +14,7 @@ import hashlib
 import time
 from pathlib import Path
 
+from . import pins as P
 from . import registry, report
 from .config import ConfigError, diff, enforce_perf, resolve_device, validate_config
 from .paths import RESULTS, RUNG_NAMES, report_paths
@@ -119,6 +120,10 @@ def promote(config: dict, candidate: str, record: str, flag: str, configfiles: l
         moved = quarantine(results, candidate, config["profile"])
         raise Refusal(reasons, fix=_fix(candidate, configfiles, moved))
     docs = {p: d for p, (_, _, d) in results.items()}
+    pins, disagree = P.agree(docs)
+    if disagree or (reasons := P.check(pins)):
+        revoke(record)
+        raise Refusal(disagree or reasons, fix=_fix(candidate, configfiles, []) + "   (on the machine the pins name)")
     deployable = config["profile"] in config["deployable_profiles"]
     enforced = enforce_perf(config)
     notes = []
@@ -138,6 +143,7 @@ def promote(config: dict, candidate: str, record: str, flag: str, configfiles: l
         "config_digest": {str(r): digest(rung_context(config, candidate, r)) for r in RUNG_NAMES},
         "config": {"files": list(configfiles or []), "resolved": _resolved(config, candidate)},
         "flag_file": {"path": flag, "sha256": hashlib.sha256(text.encode()).hexdigest(), "line": text.strip().splitlines()[-1]},
+        "pins": pins,
         "performance_gate_enforced": enforced,
         "verdict": "promoted" if deployable else "promoted (rehearsal, not deployable)", "notes": notes,
         "promoted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -175,6 +181,7 @@ def verify(record: str, revoke_flag: bool = False, flag: str | None = None, conf
     for p, h in rec["reports"].items():
         if p in results and results[p][0] == "pass" and file_sha256(p) != h:
             reasons.append(f"{p}: differs from the report the record was made from")
+    reasons += P.check(rec.get("pins") or {})
     fp = Path(flag)
     if not fp.exists():
         reasons.append(f"flag {flag} is missing (the record says it holds {rec['flag_file']['line']})")

@@ -52,6 +52,7 @@ def rung_context(config, candidate: str, rung: int) -> dict:
         "baseline": {"accepted": acc, "candidates": {a: cand_config(config, a) for a in acc}},
         "rung": rung,
         "rung_params": rung_params(config, rung),
+        "artifacts": {c: a for c in (candidate, *acc) if (a := registry.artifacts(c, cand_config(config, c), config["profile"]))},
     }
 
 
@@ -93,6 +94,12 @@ def kernel_files(ctx: dict, root=None) -> list[str]:
     for acc in ctx["baseline"]["accepted"]:
         files += [f for f in registry.sources(acc, ctx["baseline"]["candidates"][acc], ctx["device"], root) if f not in files]
     return files
+
+
+def artifact_files(ctx: dict) -> list[str]:
+    """Workflow artifacts the candidate (and the accepted candidates under it) read, e.g. a sweep:
+    inputs of every rung, recorded among the report's upstream digests."""
+    return [p for arts in ctx.get("artifacts", {}).values() for p in arts.values()]
 
 
 def rung_module(rung: int) -> str:

@@ -35,6 +35,7 @@ class Implementation:
     module: str
     files: tuple[str, ...] = ()
     requires: str = ""  # a pip extra the implementation needs beyond the core dependencies, for messages
+    imports: tuple[str, ...] = ()  # top-level packages it imports beyond the core ones (checked before any job runs)
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,11 @@ class Candidate:
     implementations: dict
     params: dict = field(default_factory=dict)  # name -> JSON schema (with its default)
     folder: str = ""
+    # params -> {name: path under results/<profile>/<candidate>/}: workflow artifacts its rungs read
+    # (e.g. fc2_algo's algorithm sweep when `algorithm: auto`). Each is produced by a rule of the
+    # workflow, is an input of every rung of the candidate and is recorded in each report's upstream
+    # digests, so promotion and verify refuse a report whose artifact changed since.
+    artifacts: object = None
 
     def __post_init__(self):
         if not re.fullmatch(r"[a-z][a-z0-9_]*", self.name):
@@ -148,6 +154,22 @@ def sources(name: str, cand_cfg: dict, device: str, root: str | None = None) -> 
         if f.endswith((".cu", ".cuh")) and (base / f).exists():
             files += _headers(base / f, base, seen)
     return files
+
+
+def artifacts(name: str, cand_cfg: dict, profile: str, root: str | None = None) -> dict[str, str]:
+    """{artifact name: path from the workflow root} of one candidate as configured (empty for most)."""
+    cand = get(name, root)
+    if cand.artifacts is None:
+        return {}
+    params = {**cand.param_defaults(), **cand_cfg.get("params", {})}
+    return {k: f"results/{profile}/{name}/{rel}" for k, rel in cand.artifacts(params).items()}
+
+
+def missing_imports(name: str, cand_cfg: dict, device: str, root: str | None = None) -> list[str]:
+    """Packages the configured implementation imports that this Python cannot find (no import done)."""
+    cand = get(name, root)
+    impl = cand.implementation(implementation_name(cand_cfg, device))
+    return [m for m in impl.imports if importlib.util.find_spec(m) is None]
 
 
 def module_path(name: str, cand_cfg: dict, device: str, root: str | None = None) -> str:

@@ -35,7 +35,7 @@ def replay(path) -> int:
     reference = reference_roles(ref_q)
     baseline = candidates.baseline_roles(ctx, device, ref_q)
     level = "kernel" if d["rung"] <= 2 else "schedule"
-    cand = candidates.build_one(ctx["candidate"], ctx["candidate_config"], device, ref_q, baseline, level)
+    cand = candidates.build_one(ctx["candidate"], ctx["candidate_config"], device, ref_q, baseline, level, ctx)
     role = d["role"]
     print(f"replaying {ctx['candidate']} rung {d['rung']} ({d['case']}, role {role}) on {device} against {ref_q.oracle}")
     if d["kind"] == "producer":

@@ -8,6 +8,7 @@ from snakemake.io import is_flagged
 
 from h3gates import config as H3config
 from h3gates import paths as H3paths
+from h3gates import profiles as H3profiles
 from h3gates import provenance as H3
 
 # Refuse a bad config before any job runs, naming the key and the reason; fill the defaults
@@ -53,6 +54,23 @@ def kernels(rung):
 def code(rung):
     """The h3gates modules the rung imports (derived from the source: Snakemake does not track imports)."""
     return lambda wc: H3.code_files(ctx_of(wc, rung))
+
+
+def artifacts(rung):
+    """Workflow artifacts the candidate's rungs read (e.g. fc2_algo's sweep): produced by their own
+    rules, recorded among each report's upstream digests."""
+    return lambda wc: H3.artifact_files(ctx_of(wc, rung))
+
+
+def fc2_study(wildcards):
+    """The sweep's shape (the profile's FC2: tokens x d_ff -> d_model) and options (fc2_algo's params)."""
+    prof = H3profiles.load_profile(PROFILE, config["profiles"])
+    n, k = prof.gemm_shapes()["fc2"]
+    p = H3config.cand_config(config, "fc2_algo")["params"]
+    return (
+        f"--rows {prof.rows} --n {n} --k {k} --seed {config['seed']} --max-candidates {p['sweep_candidates']} "
+        f"--max-explicit {p['sweep_explicit']} --rounds {p['sweep_rounds']}"
+    )
 
 
 def fingerprint(rung):

@@ -8,6 +8,7 @@ rule r1_adversarial:
     input:
         kernels=kernels(1),
         code=code(1),
+        artifacts=artifacts(1),
     output:
         report(
             report_of(1),
@@ -26,13 +27,14 @@ rule r1_adversarial:
         context=context(1),
         fingerprint=fingerprint(1),
     shell:
-        "python -m h3gates rung 1 --context {params.context:q} --out {output} > {log} 2>&1"
+        "python -m h3gates rung 1 --context {params.context:q} --out {output} --upstream {input.artifacts} > {log} 2>&1"
 
 
 rule r2_tiles:
     input:
         kernels=kernels(2),
         code=code(2),
+        artifacts=artifacts(2),
         token=token(1),
         upstream=reports_of(1),
     output:
@@ -53,13 +55,14 @@ rule r2_tiles:
         context=context(2),
         fingerprint=fingerprint(2),
     shell:
-        "python -m h3gates rung 2 --context {params.context:q} --out {output} --upstream {input.upstream} > {log} 2>&1"
+        "python -m h3gates rung 2 --context {params.context:q} --out {output} --upstream {input.upstream} {input.artifacts} > {log} 2>&1"
 
 
 rule r3_projection:
     input:
         kernels=kernels(3),
         code=code(3),
+        artifacts=artifacts(3),
         token=token(2),
         upstream=reports_of(2),
     output:
@@ -80,13 +83,14 @@ rule r3_projection:
         context=context(3),
         fingerprint=fingerprint(3),
     shell:
-        "python -m h3gates rung 3 --context {params.context:q} --out {output} --block {wildcards.block} --upstream {input.upstream} > {log} 2>&1"
+        "python -m h3gates rung 3 --context {params.context:q} --out {output} --block {wildcards.block} --upstream {input.upstream} {input.artifacts} > {log} 2>&1"
 
 
 rule r4_block:
     input:
         kernels=kernels(4),
         code=code(4),
+        artifacts=artifacts(4),
         token=token(3),
         upstream=report_of(3, "{block}"),
     output:
@@ -107,13 +111,14 @@ rule r4_block:
         context=context(4),
         fingerprint=fingerprint(4),
     shell:
-        "python -m h3gates rung 4 --context {params.context:q} --out {output} --block {wildcards.block} --upstream {input.upstream} > {log} 2>&1"
+        "python -m h3gates rung 4 --context {params.context:q} --out {output} --block {wildcards.block} --upstream {input.upstream} {input.artifacts} > {log} 2>&1"
 
 
 rule r5_step:
     input:
         kernels=kernels(5),
         code=code(5),
+        artifacts=artifacts(5),
         token=token(4),
         upstream=reports_of(4),
     output:
@@ -134,13 +139,14 @@ rule r5_step:
         context=context(5),
         fingerprint=fingerprint(5),
     shell:
-        "python -m h3gates rung 5 --context {params.context:q} --out {output} --upstream {input.upstream} > {log} 2>&1"
+        "python -m h3gates rung 5 --context {params.context:q} --out {output} --upstream {input.upstream} {input.artifacts} > {log} 2>&1"
 
 
 rule r6_two_step:
     input:
         kernels=kernels(6),
         code=code(6),
+        artifacts=artifacts(6),
         token=token(5),
         upstream=reports_of(5),
     output:
@@ -161,13 +167,14 @@ rule r6_two_step:
         context=context(6),
         fingerprint=fingerprint(6),
     shell:
-        "python -m h3gates rung 6 --context {params.context:q} --out {output} --upstream {input.upstream} > {log} 2>&1"
+        "python -m h3gates rung 6 --context {params.context:q} --out {output} --upstream {input.upstream} {input.artifacts} > {log} 2>&1"
 
 
 rule r7_trajectory:
     input:
         kernels=kernels(7),
         code=code(7),
+        artifacts=artifacts(7),
         token=token(6),
         upstream=reports_of(6),
     output:
@@ -188,13 +195,14 @@ rule r7_trajectory:
         context=context(7),
         fingerprint=fingerprint(7),
     shell:
-        "python -m h3gates rung 7 --context {params.context:q} --out {output} --upstream {input.upstream} > {log} 2>&1"
+        "python -m h3gates rung 7 --context {params.context:q} --out {output} --upstream {input.upstream} {input.artifacts} > {log} 2>&1"
 
 
 rule r8_profile:
     input:
         kernels=kernels(8),
         code=code(8),
+        artifacts=artifacts(8),
         token=token(7),
         upstream=reports_of(7),
     output:
@@ -215,4 +223,4 @@ rule r8_profile:
         context=context(8),
         fingerprint=fingerprint(8),
     shell:
-        "python -m h3gates rung 8 --context {params.context:q} --out {output} --upstream {input.upstream} > {log} 2>&1"
+        "python -m h3gates rung 8 --context {params.context:q} --out {output} --upstream {input.upstream} {input.artifacts} > {log} 2>&1"

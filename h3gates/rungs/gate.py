@@ -51,10 +51,12 @@ class Gate:
         self.provenance = provenance(ctx)
         self._model = None
         self.reference = reference_roles(self.reference_q)
-        self.baseline = candidates.baseline_roles(ctx, self.device, self.reference_q)
+        self.baseline = candidates.baseline_roles(ctx, self.device, self.reference_q, self.config)
         # rungs 1-2 gate a candidate's kernel; its schedule (e.g. the ring's chunks) from rung 3 on
         level = "kernel" if rung <= 2 else "schedule"
-        self.candidate = candidates.build_one(self.name, ctx["candidate_config"], self.device, self.reference_q, self.baseline, level)
+        self.candidate = candidates.build_one(self.name, ctx["candidate_config"], self.device, self.reference_q, self.baseline, level, ctx, self.config)
+        # what a candidate's bytes hold only with (e.g. fc2_algo's cuBLASLt algorithm, library and GPU)
+        self.pins = {role: part.pin() for role, r in sorted(self.candidate.items()) for part in (r.producer, r.gemm) if callable(getattr(part, "pin", None))}
 
     @property
     def model(self):
@@ -94,6 +96,7 @@ class Gate:
             "baseline": {"accepted": self.ctx["baseline"]["accepted"]},
             **self.provenance,
             "upstream": self.upstream,
+            "pins": self.pins,
             "measurements": measurements,
             "timing": timing,
             "verdict": "fail" if self.reasons else "pass",

@@ -1,0 +1,35 @@
+"""Pins: what a candidate's bytes hold only with, beyond its sources (fc2_algo's cuBLASLt algorithm
+holds byte-exactness only with the cuBLASLt version, GPU and SM count it was gated on).
+
+A gate records the pins of the candidate it built (`pins` in the report, per role); promotion takes
+them into the record when every report agrees, and promotion and verify check them against the
+machine they run on, refusing where one does not hold. The checker of each kind is imported only
+when a record has such a pin (it may need torch and a GPU); this module imports neither.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+CHECKERS = {"cublaslt": "h3gates.fc2.pinning"}  # kind -> module with check(pin) -> [reasons]
+
+
+def agree(docs: dict) -> tuple[dict, list[str]]:
+    """{report path: doc} -> (the pins they share, reasons they do not)."""
+    seen = {p: d.get("pins") or {} for p, d in docs.items()}
+    first_path, first = next(iter(seen.items()), (None, {}))
+    reasons = [f"{p}: pins differ from {first_path}'s (the rungs ran with different algorithms, libraries or GPUs): {sorted(v)} vs {sorted(first)}"
+               for p, v in seen.items() if v != first]
+    return first, reasons
+
+
+def check(pins: dict) -> list[str]:
+    """Reasons the pinned bytes cannot be trusted on this machine (empty: every pin holds)."""
+    reasons = []
+    for role, pin in sorted(pins.items()):
+        kind = pin.get("kind")
+        if kind not in CHECKERS:
+            reasons.append(f"pin of {role}: unknown kind {kind!r} (known: {', '.join(CHECKERS)})")
+            continue
+        reasons += [f"pin of {role}: {r}" for r in importlib.import_module(CHECKERS[kind]).check(pin)]
+    return reasons

@@ -1,0 +1,35 @@
+"""fc2_algo (seed 003): the FC2 GEMM through one named cuBLASLt algorithm, byte-exact against the
+library's heuristic #0, chosen by the FC2 study (`python -m h3gates fc2 ...`, h3gates/fc2/)."""
+
+from h3gates.registry import Candidate, Implementation
+
+
+def artifacts(params: dict) -> dict:
+    """`auto` reads the workflow's sweep (rule fc2_sweep); a JSON file spec is read as it is."""
+    algo = params["algorithm"]
+    if algo == "auto":
+        return {"sweep": "study/fc2_sweep.json"}
+    return {}
+
+
+CANDIDATE = Candidate(
+    name="fc2_algo",
+    flag="H3_NVFP4_FC2_ALGO",
+    roles=("fc2",),
+    overrides=("gemm",),
+    seed="003",
+    summary="the FC2 GEMM (emulated NVFP4: bf16 block values, FP32 compute, alpha in the epilogue) through one named cuBLASLt "
+    "algorithm via nvmath-python; pinned to the cuBLASLt version, GPU and SM count it was gated on",
+    params={
+        "algorithm": {
+            "type": ["string", "object"], "default": "auto",
+            "description": "auto (the fastest byte-exact algorithm of the workflow's sweep), heuristic0, "
+            "enumerate:<budget_mib>:<index>, an inline JSON object or mapping with algo_id and the config attributes",
+        },
+        "sweep_candidates": {"type": "integer", "minimum": 1, "default": 8, "description": "heuristic results the sweep times"},
+        "sweep_explicit": {"type": "integer", "minimum": 0, "default": 4, "description": "explicit split-K configurations the sweep times"},
+        "sweep_rounds": {"type": "integer", "minimum": 2, "default": 6, "description": "AB/BA rounds per swept algorithm"},
+    },
+    implementations={"cuda": Implementation("cuda.py", requires="cuda", imports=("nvmath",))},
+    artifacts=artifacts,
+)
