@@ -34,7 +34,7 @@ def replay(path) -> int:
     ref_q = Reference(device, ctx["semantics"], ctx["rcp_table"])
     reference = reference_roles(ref_q)
     baseline = candidates.baseline_roles(ctx, device, ref_q)
-    level = "kernel" if d["rung"] <= 2 else "schedule"
+    level = d.get("level") or ("kernel" if d["rung"] <= 2 else "schedule")
     cand = candidates.build_one(ctx["candidate"], ctx["candidate_config"], device, ref_q, baseline, level, ctx)
     role = d["role"]
     print(f"replaying {ctx['candidate']} rung {d['rung']} ({d['case']}, role {role}) on {device} against {ref_q.oracle}")

@@ -191,3 +191,50 @@ def test_pinned_candidate_promotes_on_its_machine_and_verify_refuses_elsewhere(p
     assert any("GPU name differs: pinned 'NVIDIA H200', here 'NVIDIA H100 80GB HBM3'" in r for r in e.value.reasons)
     assert not Path(flag).exists()  # deployment's verify --revoke removes the flag
 
+
+
+# ---------------------------------------------------------------- GPU (CUDA + nvmath-python)
+def _gpu_module():
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    pytest.importorskip("nvmath")
+    return registry.load_implementation("fc2_algo", "cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("algorithm", ["heuristic0", "enumerate:0:0", "auto"])
+def test_gpu_candidate_gemm_is_the_reference_gemms_bytes(tmp_path, algorithm):
+    """The candidate's GEMM (one struct for every shape) against the ladder's reference GEMM on
+    catalogue-like operands: zero rows, one row, odd rows, the profile's K; and its pin here holds."""
+    import torch
+
+    from h3gates.candidates import Workflow
+    from h3gates.fc2 import study
+    from h3gates.profiles import load_profile
+    from h3gates.reference import Reference
+    from h3gates.roles import ReferenceGemm, reference_roles
+    from h3gates.rungs.inputs import packed_activation, weight
+
+    mod = _gpu_module()
+    prof = load_profile("ci", CI_CONFIG["profiles"])
+    n, k = prof.gemm_shapes()["fc2"]
+    arts = {}
+    if algorithm == "auto":
+        sw = study.sweep(prof.rows, n, k, max_candidates=3, max_explicit=2, rounds=2, iters=1)
+        study.write(tmp_path / "sweep.json", sw)
+        arts = {"sweep": str(tmp_path / "sweep.json")}
+    ref = Reference("cuda")
+    roles = mod.build({"algorithm": algorithm}, ref, reference_roles(ref), workflow=Workflow(prof, arts))
+    gemm = roles["fc2"].gemm
+    assert all(gemm.spec[f] is not None for f in ("algo_id", "tile", "stages", "splitk"))
+    for rows, kind in ((1, "normal"), (37, "wide"), (prof.rows, "normal"), (129, "normal")):
+        x = torch.randn(rows, k, dtype=torch.bfloat16, device="cuda") * (1e3 if kind == "wide" else 1)
+        p = packed_activation(x, ref)
+        for wkind in ("normal", "zeros", "extreme"):
+            w = weight(n, k, "cuda", ref, wkind, seed=rows)
+            got, want = gemm(p, w), ReferenceGemm()(p, w)
+            assert torch.equal(got.view(torch.int16), want.view(torch.int16)), (algorithm, rows, wkind)
+    pin = gemm.pin()
+    assert pin["kind"] == "cublaslt" and pins.check({"fc2": pin}) == []

@@ -160,11 +160,11 @@ def test_cuda_fused_producers_scalar_and_partial_block_paths(cols):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 def test_cuda_modulate_packed_multiply_paths(dtype):
-    """The modulate producer multiplies packed pairs in one rounding only where the fp32 product is
-    exact (every s1 = RN(scale + 1) zero or >= 2^-8 in bf16; always in fp16). Subnormal, tiny and huge h
-    in both. Note: no bf16 or fp16 scale reaches the kernel's fp32 branch: in bf16, -(1 - 2^-9) rounds
-    to -1 (s1 = 0) and no bf16 value lies strictly between -1 and -1 + 2^-8; fp16 products are always
-    exact. That branch is dead code for both input types (issue 11, kernel-path coverage)."""
+    """The modulate producer multiplies packed pairs in one rounding, which equals torch's fp32 product
+    then RN because every s1 = RN(scale + 1) is zero or >= 2^-8 in bf16 (no bf16 lies strictly between
+    -1 and -1 + 2^-8: -(1 - 2^-9) rounds to -1) and every fp16 product is exact in fp32. The s1 values
+    at those edges, with subnormal, tiny and huge h, in both types (the kernel had an fp32 fallback for
+    other s1 until no input could reach it: it was removed, issue 11's path coverage)."""
     cols = 256
     h = C.random_tensor("wide", (64, cols), dtype, seed=21, device="cuda")
     tiny = torch.finfo(dtype).tiny
@@ -172,6 +172,8 @@ def test_cuda_modulate_packed_multiply_paths(dtype):
     h[8:12] = (C.random_tensor("normal", (4, cols), dtype, seed=22, device="cuda").float() * torch.finfo(dtype).max / 8).to(dtype)
     sc = C.random_tensor("normal", (3, cols), dtype, seed=23, device="cuda") * 0.3
     sc[1, :32] = -1.0  # s1 = 0: packed path
-    sc[2, 16:48] = -(1 - 2.0**-9)  # s1 = 0 in bf16 (the value rounds to -1), 2^-9 in fp16: both still the packed path
+    sc[2, 16:48] = -(1 - 2.0**-9)  # s1 = 0 in bf16 (the value rounds to -1), 2^-9 in fp16
+    sc[2, 48:64] = -(1 - 2.0**-8)  # s1 = 2^-8, the smallest nonzero |s1| in bf16
+    sc[0, 64:80] = -1 - 2.0**-7  # s1 = -2^-7
     sh = C.random_tensor("normal", (3, cols), dtype, seed=24, device="cuda") * 0.01
     _assert_modulate_exact(h, sh, sc, ((0, 20), (20, 40), (40, 64)))

@@ -247,22 +247,42 @@ def materialize_rows(inp, a, b):
 '''
 
 
-def test_fault_dropped_segment_modulation_caught_at_rung_3(ws):
+def test_fault_dropped_segment_modulation_caught_at_rung_1_by_the_path_cases(ws):
+    """A segment's modulation dropped: rung 1's path cases put segment starts at every row offset, so
+    the fault no longer waits for the model's activations at rung 3."""
     _plant(ws, "modulate_fusion", append=DROPPED_AUDIO)
+    rung, err = _climb(ws, "modulate_fusion")
+    assert rung == 1, err
+    r1 = json.loads((ws / RES / "modulate_fusion/r1_adversarial.json").read_text())
+    bad = [c for c in r1["measurements"]["cases"] if not c["equal"]]
+    assert bad and all(c["variant"] == "path" and c["case"].startswith("mod_") for c in bad), bad[:3]
+    assert any(c["case"].startswith("mod_segments_") for c in bad)
+
+
+# A segment bug only in rows wider than 128 columns (a column-tiled kernel that keeps segment 0's
+# vectors beyond its first tile): a branch the kernel does not declare, so rung 1's path cases (64-72
+# columns) and rung 2's one-segment tiles miss it, and the model's 3-segment activations catch it.
+WIDE_AUDIO = DROPPED_AUDIO.replace("out[lo - a : hi - a] = inp.h[lo:hi]  # fault: the audio segment left unmodulated",
+                                   "out[lo - a : hi - a, 128:] = inp.h[lo:hi, 128:]  # fault: audio unmodulated beyond column 128")
+
+
+def test_fault_in_an_undeclared_wide_row_path_caught_at_rung_3(ws):
+    _plant(ws, "modulate_fusion", append=WIDE_AUDIO)
     rung, err = _climb(ws, "modulate_fusion")
     assert rung == 3 and "block 0" in err
     _passed_below(ws, "modulate_fusion", 3)
 
 
-def test_fault_off_by_one_last_ring_chunk_caught_at_rung_3(ws):
+def test_fault_off_by_one_last_ring_chunk_caught_at_rung_1_by_the_path_cases(ws):
+    """The last ring chunk one row short: rung 1 now runs the ring as scheduled on rows around the
+    chunk size (its kernel alone, one chunk, could not show it)."""
     _plant(ws, "qkv_ring", file="ring.py", replace=("            n = min(self.ring_rows, inp.rows - r0)\n",
                                                    "            n = min(self.ring_rows, inp.rows - r0)\n            n = n - 1 if r0 + self.ring_rows >= inp.rows and r0 else n  # fault: last chunk one row short\n"))
     rung, err = _climb(ws, "qkv_ring")
-    assert rung == 3
-    rep = json.loads((ws / RES / "qkv_ring/r3_projection/block0.json").read_text())
-    chunks = rep["measurements"]["roles"]["qkv"]["chunks"]
-    assert chunks[-1]["bytes_differing"] and not any(c["bytes_differing"] for c in chunks[:-1])
-    _passed_below(ws, "qkv_ring", 3)
+    assert rung == 1, err
+    r1 = json.loads((ws / RES / "qkv_ring/r1_adversarial.json").read_text())
+    bad = {c["case"] for c in r1["measurements"]["cases"] if not c["equal"]}
+    assert bad and all(c.startswith("mod_") for c in bad) and "mod_1x64" not in bad  # only inputs of several chunks
 
 
 def test_fault_exact_but_slower_refused_by_performance_gate_at_rung_4(ws):

@@ -50,6 +50,7 @@ class Gate:
         self.config = load_profile(ctx["profile"], ctx.get("user_profiles"))
         self.provenance = provenance(ctx)
         self._model = None
+        self._scheduled = None
         self.reference = reference_roles(self.reference_q)
         self.baseline = candidates.baseline_roles(ctx, self.device, self.reference_q, self.config)
         # rungs 1-2 gate a candidate's kernel; its schedule (e.g. the ring's chunks) from rung 3 on
@@ -57,6 +58,15 @@ class Gate:
         self.candidate = candidates.build_one(self.name, ctx["candidate_config"], self.device, self.reference_q, self.baseline, level, ctx, self.config)
         # what a candidate's bytes hold only with (e.g. fc2_algo's cuBLASLt algorithm, library and GPU)
         self.pins = {role: part.pin() for role, r in sorted(self.candidate.items()) for part in (r.producer, r.gemm) if callable(getattr(part, "pin", None))}
+
+    def scheduled(self) -> dict:
+        """The candidate's roles as the model runs them (its schedule, e.g. the ring's chunks), also at
+        rungs 1-2 where `candidate` is its kernel alone."""
+        if self.rung > 2:
+            return self.candidate
+        if self._scheduled is None:
+            self._scheduled = candidates.build_one(self.name, self.ctx["candidate_config"], self.device, self.reference_q, self.baseline, "schedule", self.ctx, self.config)
+        return self._scheduled
 
     @property
     def model(self):

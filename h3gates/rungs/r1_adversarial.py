@@ -1,7 +1,9 @@
 """Rung 1: every case of the adversarial catalogue plus seeded random tensors through the candidate's
 kernel and the reference. A producer override is compared on QDATA, SFA and global-scale bits (identity
-and random modulation/SwiGLU); a GEMM override on the output bits for adversarial operands (catalogue
-activations as the reference packs them, zero and extreme-range weights, every role's K)."""
+and random modulation/SwiGLU), then on the path cases (rungs/paths.py) through the candidate as it is
+scheduled, and every kernel path the producer declares (h3gates.coverage) must be hit by one of them;
+a GEMM override on the output bits for adversarial operands (catalogue activations as the reference
+packs them, zero and extreme-range weights, every role's K)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,9 @@ from pathlib import Path
 
 import torch
 
+from .. import coverage
 from ..nvfp4 import catalogue as C
+from . import paths as P
 from .compare import compare_gemms, compare_producers
 from .gate import Gate
 from .inputs import packed_activation, role_input, weight
@@ -47,6 +51,37 @@ def producer_cases(gate, out, inputs) -> list[dict]:
                 if not cmp["equal"]:
                     gate.dump(Path(out), f"{cid}.{role}.{variant}", "producer", case=cid, input=x, static_scale=static, role=role, variant=variant, seed=len(cases) - 1)
     return cases
+
+
+def path_cases(gate, out) -> tuple[list[dict], dict]:
+    """The path cases of each role through the scheduled candidate -> (case entries, coverage): hits
+    of every declared path, and the declared paths no case hit."""
+    sched = gate.scheduled()
+    cases, declared = [], []
+    for role in gate.spec.roles:
+        prod, ref = sched[role].producer, gate.reference[role].producer
+        paths = tuple(getattr(prod, "paths", ()))
+        hits = {p.name: [0, 0] for p in paths}  # units, cases
+        for cid, inp in P.cases(role, gate.device, getattr(prod, "chunk_rows", None)):
+            counts = coverage.total(paths, inp)
+            gate.at = f"path case {cid} role {role}"
+            cmp, _, _ = compare_producers(prod, ref, inp, inp.rows, inp.cols)
+            t = next(v for k, v in vars(inp).items() if k in ("h", "u", "x"))
+            entry = _entry(cid, ("path",), role, "path", t, cmp)
+            entry["paths"] = sorted(k for k, v in counts.items() if v)
+            cases.append(entry)
+            for k, v in counts.items():
+                hits[k][0] += v
+                hits[k][1] += bool(v)
+            if not cmp["equal"]:
+                gate.dump(Path(out), f"{cid}.{role}", "producer", case=cid, role_input={"type": type(inp).__name__, **inp.__dict__}, role=role, level="schedule")
+        declared += [{"role": role, "path": p.name, "when": p.when, "hits": hits[p.name][0], "cases": hits[p.name][1]} for p in paths]
+        if not paths:
+            gate.note(f"{type(prod).__name__} ({role}) declares no kernel paths: rung 1 cannot show its branches are exercised")
+    unhit = [d for d in declared if not d["cases"]]
+    for d in unhit:
+        gate.fail(f"declared kernel path {d['role']}:{d['path']} ({d['when']}) was hit by none of rung 1's path cases")
+    return cases, {"declared": declared, "unhit": [f"{d['role']}:{d['path']}" for d in unhit], "cases": len(cases)}
 
 
 def gemm_cases(gate, out, inputs) -> list[dict]:
@@ -91,12 +126,16 @@ def run(ctx, out, block=None, upstream=()):
     gate = Gate(ctx, 1, upstream=upstream)
     inputs = _inputs(ctx)
     cases = []
+    coverage_ = None
     if "producer" in gate.spec.overrides:
         cases += producer_cases(gate, out, inputs)
+        more, coverage_ = path_cases(gate, out)
+        cases += more
     if "gemm" in gate.spec.overrides:
         cases += gemm_cases(gate, out, inputs)
     bad = [c for c in cases if not c["equal"]]
     if bad:
-        gate.fail(f"{len(bad)} of {len(cases)} adversarial/random cases differ (first: {bad[0]['case']} {bad[0]['role']} {bad[0]['variant']})")
+        gate.reasons.insert(0, f"{len(bad)} of {len(cases)} adversarial/random cases differ (first: {bad[0]['case']} {bad[0]['role']} {bad[0]['variant']})")
     return gate.write(out, {"cases": cases, "cases_total": len(cases), "cases_differing": len(bad),
-                            "bytes_compared": sum(c["bytes_compared"] for c in cases), "bytes_differing": sum(c["bytes_differing"] for c in cases)})
+                            "bytes_compared": sum(c["bytes_compared"] for c in cases), "bytes_differing": sum(c["bytes_differing"] for c in cases),
+                            "paths": coverage_})

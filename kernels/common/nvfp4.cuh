@@ -57,12 +57,9 @@ template <> struct Pair<__nv_bfloat16> {
     asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
     return r;
   }
-  // Is a * s exact in fp32 for every bf16 a (so torch's fp32 multiply then RN equals mul above)?
-  // Yes when s == 0 or |s| >= 2^-8: the product's lowest bit is then >= 2^-133 * 2^-15 = 2^-148.
-  static __device__ __forceinline__ bool fp32_product_exact(unsigned s) {
-    unsigned a = s & 0x7fffu, b = (s >> 16) & 0x7fffu;
-    return (a == 0u || a >= 0x3B80u) && (b == 0u || b >= 0x3B80u);
-  }
+  // mul equals torch's fp32 multiply then RN wherever a * s is exact in fp32: for every bf16 a when
+  // s == 0 or |s| >= 2^-8 (the product's lowest bit is then >= 2^-133 * 2^-15 = 2^-148). Every
+  // s1 = RN(scale + 1) of a bf16 scale is such an s: no bf16 lies strictly between -1 and -1 + 2^-8.
   static __device__ __forceinline__ unsigned absmax_nan(unsigned acc, unsigned w) {  // acc = max(acc, |w|), NaN wins
     unsigned r;
     asm("max.NaN.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(acc), "r"(w & 0x7fff7fffu));
@@ -87,8 +84,8 @@ template <> struct Pair<__half> {
     asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
     return r;
   }
-  // fp16 x fp16 has at most 22 significant bits and exponent >= -48: always exact in fp32.
-  static __device__ __forceinline__ bool fp32_product_exact(unsigned) { return true; }
+  // fp16 x fp16 has at most 22 significant bits and exponent >= -48: always exact in fp32, so mul
+  // equals torch's fp32 multiply then RN for every pair.
   static __device__ __forceinline__ unsigned absmax_nan(unsigned acc, unsigned w) {
     unsigned r;
     asm("max.NaN.f16x2 %0, %1, %2;" : "=r"(r) : "r"(acc), "r"(w & 0x7fff7fffu));

@@ -9,6 +9,7 @@ Constraints: Modulated inputs (h [R, H] bf16, shift/scale [segments, H]); CHUNK 
 
 import torch
 
+from h3gates import coverage as V
 from h3gates import nvfp4
 from h3gates.nvfp4 import formats as F
 from h3gates.roles import Role, RowProducer, materialize_rows
@@ -17,6 +18,9 @@ CHUNK = 64
 
 
 class ModulateFusedProducer(RowProducer):
+    # the row-chunk loop of both passes and the static-scale branch (rung 1 must hit each)
+    paths = V.chunk_paths("modulate cpu passes", CHUNK, segments=True) + V.scale_paths("modulate cpu pass 1")
+
     def __init__(self, reference):
         self.ref = reference
 

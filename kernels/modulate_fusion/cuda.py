@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from h3gates import coverage as V
 from h3gates import cudakernels as K
 from h3gates.nvfp4 import formats as F
 from h3gates.nvfp4.quantize import NVFP4InputError
@@ -73,6 +74,9 @@ def modulate_produce(h, shift, scale, bounds, static_scale=None):
 
 
 class ModulateFusedCUDA(RowProducer):
+    # the branches of modulate_amax / modulate_quantize on the data (rung 1 must hit each)
+    paths = V.cuda_block_paths("modulate_amax/modulate_quantize") + V.scale_paths("modulate_amax") + V.segment_paths("modulate_amax/modulate_quantize")
+
     def __init__(self, reference):
         if reference.semantics != "cuda":
             raise ValueError("the CUDA producers implement comfy's CUDA semantics; this run's reference is eager (set semantics: auto or cuda)")

@@ -4,8 +4,9 @@
 // turns the partials into g); pass 2 (modulate_quantize) reproduces it again and writes QDATA/SFA.
 // Launched by kernels/modulate_fusion/cuda.py (cuda.core / NVRTC).
 // Constraints: bf16/fp16 h [rows, cols], 1 to 3 contiguous segments (b1, b2 = starts of segments 1, 2);
-//            vector loads for 16-byte aligned rows, a scalar path otherwise; the packed multiply only
-//            where the fp32 product is provably exact (Pair<T>::fp32_product_exact), fp32 otherwise.
+//            vector loads for 16-byte aligned rows, a scalar path otherwise. The packed multiply is
+//            exact for every s1 a bf16/fp16 scale gives (see Pair<T>::mul in nvfp4.cuh), so there is
+//            no fp32 fallback; kernels/modulate_fusion/cuda.py (PATHS) lists the branches.
 // Compile-only check: nvcc -std=c++17 -arch=sm_90a -cubin -I kernels/common kernels/modulate_fusion/modulate_fusion.cu
 #include "nvfp4.cuh"
 
@@ -19,13 +20,12 @@ __device__ __forceinline__ float modulate(T h, T scale, T shift) {
   return to_f(from_f<T>(to_f(hm) + to_f(shift)));
 }
 
-// The same on a pair: s1w = RN(scale + 1) packed; the product is exact in fp32 or rounded there as
-// torch's is (fp32 subnormals), then RN to T; the sum of two T values is exact in fp32, so one RN.
-// `exact`: the caller checked Pair<T>::fp32_product_exact for s1w, so one packed multiply suffices.
+// The same on a pair: s1w = RN(scale + 1) packed; the product of h and s1 is exact in fp32 (see the
+// header), so one packed multiply rounds it to T as torch's does; the sum of two T values is exact
+// in fp32, so one RN.
 template <typename T>
-__device__ __forceinline__ unsigned modulate2(unsigned h, unsigned s1w, unsigned shw, bool exact) {
-  unsigned hm = exact ? Pair<T>::mul(h, s1w) : Pair<T>::pack(Pair<T>::lo(h) * Pair<T>::lo(s1w), Pair<T>::hi(h) * Pair<T>::hi(s1w));
-  return Pair<T>::add(hm, shw);
+__device__ __forceinline__ unsigned modulate2(unsigned h, unsigned s1w, unsigned shw) {
+  return Pair<T>::add(Pair<T>::mul(h, s1w), shw);
 }
 
 // Packed rows [text | audio | video]: segment 0 below b1, 1 below b2, else 2.
@@ -39,22 +39,18 @@ __device__ __forceinline__ int segment_of(unsigned r, unsigned b1, unsigned b2) 
 // groups, y over MROWS-row groups (strided); each thread keeps its block's s1/shift per segment.
 constexpr unsigned MROWS = 16;
 
-// Loads a segment's s1 = RN(scale + 1) and shift for block c; -> whether every s1 makes the packed
-// multiply exact (Pair<T>::fp32_product_exact).
+// Loads a segment's s1 = RN(scale + 1) and shift for block c.
 template <typename T>
-__device__ __forceinline__ bool segment_params(const T* scale, const T* shift, unsigned cols, int sg, unsigned c, unsigned s1w[8], unsigned shw[8]) {
+__device__ __forceinline__ void segment_params(const T* scale, const T* shift, unsigned cols, int sg, unsigned c, unsigned s1w[8], unsigned shw[8]) {
   uint4 sv[2], tv[2];
   h3::load32(scale + (size_t)sg * cols + c * 16, sv);
   h3::load32(shift + (size_t)sg * cols + c * 16, tv);
   const unsigned *sw = reinterpret_cast<const unsigned*>(sv), *tw = reinterpret_cast<const unsigned*>(tv);
-  bool exact = true;
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
     s1w[i] = h3::Pair<T>::pack(h3::Pair<T>::lo(sw[i]) + 1.0f, h3::Pair<T>::hi(sw[i]) + 1.0f);
     shw[i] = tw[i];
-    exact = exact && h3::Pair<T>::fp32_product_exact(s1w[i]);
   }
-  return exact;
 }
 
 // One scalar block (unaligned rows or the partial last block): the modulated values, 0 past cols.
@@ -76,24 +72,18 @@ __global__ void __launch_bounds__(128) modulate_amax(const T* __restrict__ h, lo
   if (c * 16 < cols) {
     const bool fast = vec && (c + 1) * 16 <= cols;
     int cur = -1;
-    bool exact = false;
     unsigned s1w[8], shw[8];
     for (unsigned r0 = blockIdx.y * MROWS; r0 < rows; r0 += gridDim.y * MROWS) {
       const unsigned r1 = min(r0 + MROWS, rows);
       for (unsigned r = r0; r < r1; ++r) {
         const int sg = h3::segment_of(r, b1, b2);
         if (fast) {
-          if (sg != cur) exact = segment_params(scale, shift, cols, sg, c, s1w, shw), cur = sg;
+          if (sg != cur) segment_params(scale, shift, cols, sg, c, s1w, shw), cur = sg;
           uint4 hv[2];
           h3::load32(h + (size_t)r * cols + c * 16, hv);
           const unsigned* hw = reinterpret_cast<const unsigned*>(hv);
-          if (exact) {  // a real branch (uniform per thread), so each loop computes one multiply form
 #pragma unroll
-            for (int i = 0; i < 8; ++i) acc = h3::Pair<T>::absmax_nan(acc, h3::modulate2<T>(hw[i], s1w[i], shw[i], true));
-          } else {
-#pragma unroll
-            for (int i = 0; i < 8; ++i) acc = h3::Pair<T>::absmax_nan(acc, h3::modulate2<T>(hw[i], s1w[i], shw[i], false));
-          }
+          for (int i = 0; i < 8; ++i) acc = h3::Pair<T>::absmax_nan(acc, h3::modulate2<T>(hw[i], s1w[i], shw[i]));
         } else {
           float v[16];
           modulate_scalar(h, scale, shift, cols, r, c, sg, v);
@@ -121,7 +111,6 @@ __global__ void __launch_bounds__(128, QR == 2 ? 7 : 5) modulate_quantize(const 
   const T* hc = h + c * 16;
   unsigned char* qc = q + c * 8;
   int cur = -1;
-  bool exact = false;
   unsigned s1w[8], shw[8];
   const unsigned groups_r = (srows + MROWS - 1) / MROWS;
   for (unsigned k = blockIdx.y; k < groups_r; k += gridDim.y) {
@@ -147,16 +136,11 @@ __global__ void __launch_bounds__(128, QR == 2 ? 7 : 5) modulate_quantize(const 
           for (int i = 0; i < 16; ++i) v[i] = 0.0f;
         } else if (fast) {
           const int sg = h3::segment_of(r, b1, b2);
-          if (sg != cur) exact = segment_params(scale, shift, cols, sg, c, s1w, shw), cur = sg;
+          if (sg != cur) segment_params(scale, shift, cols, sg, c, s1w, shw), cur = sg;
           const unsigned* hw = reinterpret_cast<const unsigned*>(raw[k]);
           unsigned m[8];
-          if (exact) {  // a real branch (uniform per thread), so each loop computes one multiply form
 #pragma unroll
-            for (int i = 0; i < 8; ++i) m[i] = h3::modulate2<T>(hw[i], s1w[i], shw[i], true);
-          } else {
-#pragma unroll
-            for (int i = 0; i < 8; ++i) m[i] = h3::modulate2<T>(hw[i], s1w[i], shw[i], false);
-          }
+          for (int i = 0; i < 8; ++i) m[i] = h3::modulate2<T>(hw[i], s1w[i], shw[i]);
 #pragma unroll
           for (int i = 0; i < 8; ++i) {
             v[2 * i] = h3::Pair<T>::lo(m[i]);

@@ -3,6 +3,7 @@ over the materialized activation; the schedule is ring.py."""
 
 from pathlib import Path
 
+from h3gates import coverage as V
 from h3gates import nvfp4
 from h3gates.nvfp4 import formats as F
 from h3gates.registry import load_module
@@ -12,6 +13,8 @@ ring = load_module(Path(__file__).with_name("ring.py"))
 
 
 class Quantize(RowProducer):
+    paths = V.scale_paths("ring cpu global scale")  # the chunk quantizer itself is the library's (h3gates.nvfp4)
+
     def __init__(self, reference):
         self.ref = reference
 

@@ -6,6 +6,7 @@ Constraints: CUDA semantics reference; a chunk is valid until the next one is pr
 
 from pathlib import Path
 
+from h3gates import coverage as V
 from h3gates import cudakernels as K
 from h3gates.registry import load_module
 from h3gates.roles import RowProducer
@@ -14,6 +15,14 @@ ring = load_module(Path(__file__).with_name("ring.py"))
 
 
 class QuantizeCUDA(RowProducer):
+    # quantize.cu: quantize_into's branches per chunk; amax_reduce's scalar tail; the static scale
+    paths = V.cuda_block_paths("quantize_into") + V.scale_paths("amax_reduce") + (
+        V.KernelPath("amax_scalar_tail", "amax_reduce: rows * cols % 8 != 0: the last elements read one by one",
+                     lambda inp, r0, r1: int(r0 == 0 and inp.static_scale is None and inp.rows * inp.cols % 8 != 0)),
+        V.KernelPath("amax_vector_only", "amax_reduce: rows * cols % 8 == 0: 16-byte loads only",
+                     lambda inp, r0, r1: int(r0 == 0 and inp.static_scale is None and inp.rows * inp.cols % 8 == 0)),
+    )
+
     def __init__(self, reference):
         if reference.semantics != "cuda":
             raise ValueError("the CUDA producers implement comfy's CUDA semantics; this run's reference is eager (set semantics: auto or cuda)")

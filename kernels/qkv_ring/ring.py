@@ -10,6 +10,7 @@ Constraints: ring_rows a multiple of 16 (the ring's scale buffer is a standalone
 chunk is valid only until the next one is produced (the consumer runs in between).
 """
 
+from h3gates import coverage as V
 from h3gates.nvfp4 import formats as F
 from h3gates.roles import Packed, Plain, Role, RowProducer, device_of, materialize
 
@@ -20,6 +21,32 @@ class Ring:
             raise ValueError(f"ring_rows must be a positive multiple of 16, got {ring_rows}")
         self.chunks, self.ring_rows, self.materialize_first = chunks, ring_rows, materialize_first
         self.ring = None
+
+    @property
+    def chunk_rows(self) -> int:
+        """Rows per chunk: rung 1's path cases put rows on both sides of it."""
+        return self.ring_rows
+
+    def chunk_bounds(self, inp) -> list[tuple[int, int]]:
+        return [(r0, min(r0 + self.ring_rows, inp.rows)) for r0 in range(0, inp.rows, self.ring_rows)]
+
+    def chunk_input(self, inp):
+        return Plain(materialize(inp), inp.static_scale) if self.materialize_first else inp
+
+    @property
+    def paths(self):
+        """The schedule's branches on the input, then the chunk producer's, summed over the chunks."""
+        n = self.ring_rows
+        own = (
+            V.KernelPath("ring.single_chunk", f"rows <= ring_rows ({n}): one chunk", lambda inp, r0, r1: int(inp.rows <= self.ring_rows)),
+            V.KernelPath("ring.several_chunks", f"rows > ring_rows ({n}): the ring buffer reused, one global scale for all chunks",
+                         lambda inp, r0, r1: int(inp.rows > self.ring_rows)),
+            V.KernelPath("ring.partial_last_chunk", f"rows % ring_rows ({n}) != 0: the last chunk is shorter (its scale tile holds the previous chunk's rows)",
+                         lambda inp, r0, r1: int(inp.rows % self.ring_rows != 0)),
+            V.KernelPath("ring.last_chunk_padding_rows", "the last chunk's rows % 16 != 0: padding rows inside the ring",
+                         lambda inp, r0, r1: int((inp.rows - self.chunk_bounds(inp)[-1][0]) % 16 != 0)),
+        )
+        return own + tuple(V.chunked(p, self.chunk_bounds, self.chunk_input) for p in getattr(self.chunks, "paths", ()))
 
     def produce(self, inp):
         if self.materialize_first:

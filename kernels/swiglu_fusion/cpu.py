@@ -7,6 +7,7 @@ Constraints: SwiGLU inputs (u [R, 2F] = [gate; value] bf16); CHUNK a multiple of
 
 import torch
 
+from h3gates import coverage as V
 from h3gates import nvfp4
 from h3gates.nvfp4 import formats as F
 from h3gates.roles import Role, RowProducer, materialize_rows
@@ -15,6 +16,9 @@ CHUNK = 64
 
 
 class SwiGLUFusedProducer(RowProducer):
+    # the row-chunk loop of both passes and the static-scale branch (rung 1 must hit each)
+    paths = V.chunk_paths("swiglu cpu passes", CHUNK) + V.scale_paths("swiglu cpu pass 1")
+
     def __init__(self, reference):
         self.ref = reference
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from h3gates import coverage as V
 from h3gates import cudakernels as K
 from h3gates.nvfp4 import formats as F
 from h3gates.nvfp4.quantize import NVFP4InputError
@@ -72,6 +73,9 @@ def swiglu_probe(gate: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor,
 
 
 class SwiGLUFusedCUDA:
+    # the branches of swiglu_amax / swiglu_quantize on the data (rung 1 must hit each)
+    paths = V.cuda_block_paths("swiglu_amax/swiglu_quantize") + V.scale_paths("swiglu_amax")
+
     def __init__(self, reference):
         if reference.semantics != "cuda":
             raise ValueError("the CUDA producers implement comfy's CUDA semantics; this run's reference is eager (set semantics: auto or cuda)")

@@ -1,0 +1,155 @@
+"""Kernel-path coverage: each candidate producer declares the branches its kernel takes on the data,
+with the predicate that selects each; rung 1 generates cases on both sides of every boundary
+(h3gates.rungs.paths) and fails when a declared path is hit by none.
+
+A path is `KernelPath(name, when, hits)`: `when` says the predicate in words, as the kernel branches;
+`hits(inp, r0, r1)` counts the units (16-value blocks, rows, chunks, segment starts, launches) of
+rows r0..r1 of a producer input that take it, from the input alone (shapes, pointer alignment,
+segment bounds, the static scale). A producer declares its paths as a `paths` attribute; one that
+schedules another producer (the ring) declares its own and folds in the chunk producer's per chunk.
+The predicates mirror the launchers' and kernels' own conditions (the kernel files name them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+BLOCK = 16  # values per NVFP4 block
+TILE = 128  # rows per swizzled scale tile
+MROWS = 16  # rows a modulate thread walks per group (modulate_fusion.cu)
+
+
+def roundup(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+@dataclass(frozen=True)
+class KernelPath:
+    name: str
+    when: str
+    hits: Callable  # (inp, r0, r1) -> int
+
+
+def total(paths, inp) -> dict[str, int]:
+    """{path: hits} of a whole producer input."""
+    return {p.name: int(p.hits(inp, 0, inp.rows)) for p in paths}
+
+
+# ------------------------------------------------------------------ what the inputs look like
+def _tensor(inp):
+    """The tensor a fused kernel streams (h, u or x)."""
+    return next(getattr(inp, k) for k in ("h", "u", "x") if hasattr(inp, k))
+
+
+def _cols(inp) -> int:
+    return inp.cols
+
+
+def vector_rows(inp) -> bool:
+    """The launchers' `vec` (cudakernels.fused_check): 16-byte loads for every row, i.e. the row length
+    in elements a multiple of 8 and the base pointer 16-byte aligned (a slice r0.. of such a tensor
+    stays aligned). The modulate launcher also needs its scale and shift aligned."""
+    t = _tensor(inp)
+    ok = inp.cols % 8 == 0 and t.data_ptr() % 16 == 0
+    if hasattr(inp, "shift"):
+        ok = ok and inp.scale.contiguous().data_ptr() % 16 == 0 and inp.shift.contiguous().data_ptr() % 16 == 0
+    return ok
+
+
+# ------------------------------------------------------------------ the CUDA producers' branches
+def cuda_block_paths(kernel: str) -> tuple[KernelPath, ...]:
+    """The row/column branches every CUDA producer kernel of this project shares (quantize.cu's
+    quantize_into, the fused amax and quantize passes): per 16-value block of the rows quantized."""
+
+    def nb(inp):
+        return roundup(inp.cols, BLOCK) // BLOCK
+
+    def vec_full(inp, r0, r1):
+        return (r1 - r0) * (inp.cols // BLOCK) if vector_rows(inp) else 0
+
+    def scalar_unaligned(inp, r0, r1):
+        return 0 if vector_rows(inp) else (r1 - r0) * nb(inp)
+
+    def scalar_partial(inp, r0, r1):
+        return (r1 - r0) if vector_rows(inp) and inp.cols % BLOCK else 0
+
+    def pad_rows(inp, r0, r1):
+        n = r1 - r0
+        return (roundup(n, BLOCK) - n) * nb(inp)
+
+    def pad_tile_rows(inp, r0, r1):
+        n = r1 - r0
+        return (roundup(n, TILE) - roundup(n, BLOCK)) * roundup(nb(inp), 4)
+
+    def pad_cols(inp, r0, r1):
+        return (roundup(nb(inp), 4) - nb(inp)) * roundup(r1 - r0, TILE)
+
+    return (
+        KernelPath("vector_block", f"{kernel}: `vec` (row length a multiple of 8, 16-byte aligned) and the block inside the row: two 16-byte loads", vec_full),
+        KernelPath("scalar_unaligned_row", f"{kernel}: not `vec` (row length not a multiple of 8, or an unaligned base): element loads for every block", scalar_unaligned),
+        KernelPath("scalar_partial_block", f"{kernel}: `vec` but (c + 1) * 16 > cols: the last block of a row is partial, element loads, zeros past cols", scalar_partial),
+        KernelPath("zero_padding_row", f"{kernel}: rows <= r < roundup(rows, 16): a block of zeros encoded (QDATA and scale of the padding rows)", pad_rows),
+        KernelPath("zero_scale_tile_row", f"{kernel}: roundup(rows, 16) <= r < roundup(rows, 128): scale byte written 0", pad_tile_rows),
+        KernelPath("zero_scale_column", f"{kernel}: nb <= c < roundup(nb, 4): scale byte of a padding column written 0", pad_cols),
+    )
+
+
+def scale_paths(kernel: str) -> tuple[KernelPath, ...]:
+    """Pass 1 runs only when the input carries no static scale."""
+    return (
+        KernelPath("computed_global_scale", f"{kernel}: static_scale is None: pass 1 (abs-max) and finalize_scale, then pass 2",
+                   lambda inp, r0, r1: int(inp.static_scale is None and r0 == 0)),
+        KernelPath("static_global_scale", f"{kernel}: a static (checkpoint) scale: pass 1 skipped",
+                   lambda inp, r0, r1: int(inp.static_scale is not None and r0 == 0)),
+    )
+
+
+def _starts(inp, r0, r1) -> list[int]:
+    """Segment starts strictly inside rows r0..r1, relative to r0 (the modulate kernels' b1, b2)."""
+    return [a - r0 for a, _ in inp.bounds[1:] if r0 < a < r1]
+
+
+def segment_paths(kernel: str, group: int = MROWS) -> tuple[KernelPath, ...]:
+    """A modulate kernel's segment switch: each thread reloads s1/shift when the row's segment
+    changes (segment_of(r, b1, b2)); a start inside a thread's `group`-row group switches mid-group."""
+    return (
+        KernelPath("single_segment", f"{kernel}: b1 = b2 = rows: every row in segment 0, parameters loaded once",
+                   lambda inp, r0, r1: int(not _starts(inp, r0, r1))),
+        KernelPath("segment_start_on_row_group", f"{kernel}: a segment starts at a row r with r % {group} == 0 (the switch at a group's first row)",
+                   lambda inp, r0, r1: sum(1 for b in _starts(inp, r0, r1) if b % group == 0)),
+        KernelPath("segment_start_inside_row_group", f"{kernel}: a segment starts at a row r with r % {group} != 0 (the switch inside a group)",
+                   lambda inp, r0, r1: sum(1 for b in _starts(inp, r0, r1) if b % group)),
+    )
+
+
+# ------------------------------------------------------------------ the CPU producers' loops
+def chunk_paths(kernel: str, chunk: int, segments: bool = False) -> tuple[KernelPath, ...]:
+    """A CPU producer's row-chunk loop (both passes walk rows r0..r1 in `chunk`-row chunks)."""
+    paths = (
+        KernelPath("single_chunk", f"{kernel}: r1 - r0 <= {chunk}: one chunk per pass", lambda inp, r0, r1: int(r1 - r0 <= chunk)),
+        KernelPath("several_chunks", f"{kernel}: r1 - r0 > {chunk}: the abs-max carried across chunks, QDATA/SFA written at dest_row = a - r0",
+                   lambda inp, r0, r1: int(r1 - r0 > chunk)),
+        KernelPath("partial_last_chunk", f"{kernel}: (r1 - r0) % {chunk} != 0: the last chunk is shorter",
+                   lambda inp, r0, r1: int((r1 - r0) % chunk != 0)),
+    )
+    if segments:
+        paths += (
+            KernelPath("segment_start_inside_chunk", f"{kernel}: a segment starts inside a {chunk}-row chunk (materialize_rows splits the chunk's modulation)",
+                       lambda inp, r0, r1: sum(1 for b in _starts(inp, r0, r1) if b % chunk)),
+            KernelPath("segment_start_on_chunk", f"{kernel}: a segment starts at a chunk's first row",
+                       lambda inp, r0, r1: sum(1 for b in _starts(inp, r0, r1) if b % chunk == 0)),
+        )
+    return paths
+
+
+# ------------------------------------------------------------------ a schedule over a chunk producer
+def chunked(path: KernelPath, chunks: Callable, chunk_input: Callable, prefix: str = "chunk") -> KernelPath:
+    """A chunk producer's path as seen through a schedule: its hits summed over the schedule's chunks
+    (chunks(inp) -> [(r0, r1)], chunk_input(inp) -> the input the chunk producer receives)."""
+
+    def hits(inp, r0, r1):
+        sub = chunk_input(inp)
+        return sum(path.hits(sub, a, b) for a, b in chunks(inp) if r0 <= a and b <= r1)
+
+    return KernelPath(f"{prefix}.{path.name}", f"{path.when} (per {prefix})", hits)
