@@ -29,6 +29,8 @@ class KernelPath:
     name: str
     when: str
     hits: Callable  # (inp, r0, r1) -> int
+    min_rows: int = 1  # the shortest row range r1 - r0 that can take it
+    reachable: bool = True  # False: the schedule it runs under never hands it such a range (reported, not required)
 
 
 def total(paths, inp) -> dict[str, int]:
@@ -129,7 +131,7 @@ def chunk_paths(kernel: str, chunk: int, segments: bool = False) -> tuple[Kernel
     paths = (
         KernelPath("single_chunk", f"{kernel}: r1 - r0 <= {chunk}: one chunk per pass", lambda inp, r0, r1: int(r1 - r0 <= chunk)),
         KernelPath("several_chunks", f"{kernel}: r1 - r0 > {chunk}: the abs-max carried across chunks, QDATA/SFA written at dest_row = a - r0",
-                   lambda inp, r0, r1: int(r1 - r0 > chunk)),
+                   lambda inp, r0, r1: int(r1 - r0 > chunk), min_rows=chunk + 1),
         KernelPath("partial_last_chunk", f"{kernel}: (r1 - r0) % {chunk} != 0: the last chunk is shorter",
                    lambda inp, r0, r1: int((r1 - r0) % chunk != 0)),
     )
@@ -137,19 +139,22 @@ def chunk_paths(kernel: str, chunk: int, segments: bool = False) -> tuple[Kernel
         paths += (
             KernelPath("segment_start_inside_chunk", f"{kernel}: a segment starts inside a {chunk}-row chunk (materialize_rows splits the chunk's modulation)",
                        lambda inp, r0, r1: sum(1 for b in _starts(inp, r0, r1) if b % chunk)),
-            KernelPath("segment_start_on_chunk", f"{kernel}: a segment starts at a chunk's first row",
-                       lambda inp, r0, r1: sum(1 for b in _starts(inp, r0, r1) if b % chunk == 0)),
+            KernelPath("segment_start_on_chunk", f"{kernel}: a segment starts at a chunk's first row after the first",
+                       lambda inp, r0, r1: sum(1 for b in _starts(inp, r0, r1) if b % chunk == 0), min_rows=chunk + 1),
         )
     return paths
 
 
 # ------------------------------------------------------------------ a schedule over a chunk producer
-def chunked(path: KernelPath, chunks: Callable, chunk_input: Callable, prefix: str = "chunk") -> KernelPath:
+def chunked(path: KernelPath, chunks: Callable, chunk_input: Callable, max_rows: int, prefix: str = "chunk") -> KernelPath:
     """A chunk producer's path as seen through a schedule: its hits summed over the schedule's chunks
-    (chunks(inp) -> [(r0, r1)], chunk_input(inp) -> the input the chunk producer receives)."""
+    (chunks(inp) -> [(r0, r1)], chunk_input(inp) -> the input the chunk producer receives). A path
+    that needs a longer range than the schedule's `max_rows` per chunk is unreachable under it."""
 
     def hits(inp, r0, r1):
         sub = chunk_input(inp)
         return sum(path.hits(sub, a, b) for a, b in chunks(inp) if r0 <= a and b <= r1)
 
-    return KernelPath(f"{prefix}.{path.name}", f"{path.when} (per {prefix})", hits)
+    reachable = path.reachable and path.min_rows <= max_rows
+    when = f"{path.when} (per {prefix})" + ("" if reachable else f" -- unreachable: a {prefix} has at most {max_rows} rows")
+    return KernelPath(f"{prefix}.{path.name}", when, hits, path.min_rows, reachable)

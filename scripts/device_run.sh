@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run on the H200 device machine from the repository root, with .devsite/ (pack-site core) carried.
-# Usage: bash scripts/device_run.sh STEP...   (steps: tests evidence ncu profile canonical4 tune model ladder
+# Usage: bash scripts/device_run.sh STEP...   (steps: tests gpucheck canon evidence ncu profile canonical4 tune model ladder
 #        ncuquery ladderci fc2); with BUNDLE=name the outputs also come back as one $OUT/name.tgz
 set -uo pipefail
 mkdir -p /tmp/site && for z in .devsite/*.zip; do python3 -m zipfile -e "$z" /tmp/site; done
@@ -9,7 +9,36 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 for step in "$@"; do
   case "$step" in
-    tests) python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_kernels_compile.py 2>&1 | tee "$OUT/gpu_tests.log" | tail -15 ;;
+    tests) python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/test_gpu.py tests/test_kernels_compile.py tests/test_fc2.py tests/test_fc2_algo.py 2>&1 | tee "$OUT/gpu_tests.log" | tail -15 ;;
+    gpucheck)  # the CI profile on CUDA: rung 1 (path coverage) of the three producers, fc2_algo (its sweep,
+               # rungs 1-7, its pin checked here), then the ring over the fused producer through rung 3
+      rm -rf results logs .snakemake; mkdir -p "$OUT/gpucheck"
+      printf 'device: cuda\n' > /tmp/cuda.yaml; printf 'baseline:\n  accepted: [modulate_fusion]\n' > /tmp/accepted.yaml
+      timeout 200 python3 -m snakemake --cores 1 --keep-going results/ci/{modulate_fusion,swiglu_fusion,qkv_ring}/r1_adversarial.json \
+        --configfile config/ci.yaml /tmp/cuda.yaml > "$OUT/gpucheck/r1_cuda.log" 2>&1; echo "r1 rc=$?"
+      for c in modulate_fusion swiglu_fusion qkv_ring; do cp results/ci/$c/r1_adversarial.json "$OUT/gpucheck/r1_$c.json"; done
+      timeout 240 python3 -m snakemake --cores 1 results/ci/fc2_algo/tokens/r7.pass --configfile config/ci.yaml config/fc2_algo.yaml /tmp/cuda.yaml \
+        > "$OUT/gpucheck/fc2_algo_ci.log" 2>&1; echo "fc2_algo rc=$?"
+      python3 - "$OUT/gpucheck/fc2_algo_pin_here.json" <<'PY'
+import json, sys
+from h3gates import pins
+from h3gates.fc2 import pinning
+rep = json.load(open("results/ci/fc2_algo/r1_adversarial.json"))
+out = {"pins": rep["pins"], "environment_here": pinning.environment_here(), "reasons": pins.check(rep["pins"]),
+       "changed_version": pins.check({r: {**p, "cublaslt_version": p["cublaslt_version"] + 1} for r, p in rep["pins"].items()})}
+json.dump(out, open(sys.argv[1], "w"), indent=1); print(json.dumps(out)[:600])
+PY
+      timeout 150 python3 -m snakemake --cores 1 results/ci/qkv_ring/tokens/r3.pass --configfile config/ci.yaml /tmp/cuda.yaml /tmp/accepted.yaml \
+        > "$OUT/gpucheck/ring_over_fused.log" 2>&1; echo "ring over fused rc=$?"
+      grep -hE "REFUSED|FAILED|Error|rung [0-9] " "$OUT"/gpucheck/*.log | tail -20
+      python3 -m h3gates status --configfile config/config.yaml config/ci.yaml config/fc2_algo.yaml /tmp/cuda.yaml /tmp/accepted.yaml 2>&1 | tee "$OUT/gpucheck/status.txt"
+      mkdir -p /tmp/gc && cp -r results logs /tmp/gc/ && cp -r "$OUT/gpucheck" /tmp/gc/ && (cd /tmp && tar czf "$OUT/gpucheck.tgz" gc) && rm -rf "$OUT/gpucheck" ;;
+    canon)  # canonical ladder of CANON_CANDIDATE (promote target; continues a climb a previous call left)
+      python3 -m snakemake --unlock --configfile config/canonical.yaml ${CANON_CONFIGS:-} > /dev/null 2>&1
+      timeout "${CANON_TIMEOUT:-540}" python3 -m snakemake --cores 1 --rerun-incomplete promote_${CANON_CANDIDATE} --configfile config/canonical.yaml ${CANON_CONFIGS:-} > "$OUT/canon_${CANON_CANDIDATE}.log" 2>&1
+      echo "snakemake rc=$?"; grep -E "REFUSED|FAILED|Error|steps|rung [0-9]|promoted" "$OUT/canon_${CANON_CANDIDATE}.log" | tail -14
+      mkdir -p /tmp/canon && cp -r results logs /tmp/canon/ 2>/dev/null; find /tmp/canon -name "*.pt" -size +4M -delete
+      (cd /tmp && tar czf "$OUT/canon_${CANON_CANDIDATE}.tgz" canon) ;;
     evidence) python3 scripts/gpu_evidence.py --out "$OUT" --sections ${SECTIONS:-numerics kernels bench} 2>&1 | tee "$OUT/evidence.log" ;;
     ncu) ncu --clock-control none --csv --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,smsp__inst_executed.sum,launch__registers_per_thread,dram__throughput.avg.pct_of_peak_sustained_elapsed \
            python3 scripts/ncu_kernels.py > "$OUT/ncu.csv" 2> "$OUT/ncu.err"; grep -E "quantize|amax|modulate|swiglu|finalize|silu" "$OUT/ncu.csv" | cut -c1-400 | tail -40 ;;

@@ -6,7 +6,6 @@ tests/test_gpu.py, evidence/h200/fc2_algo/.)"""
 
 from __future__ import annotations
 
-import copy
 import importlib.util
 import json
 import shutil

@@ -24,9 +24,11 @@ _global_scale = ModulateFusedProducer.global_scale
 
 
 def _reused(self, inp):
-    # fault: the scale of the role's first model activation (three segments) is kept and reused for
-    # every later one (exact for one block called again and again, wrong from the second block on)
-    if len(inp.bounds) < 3:
+    # fault: the scale of the role's first wide three-segment activation (a model activation) is kept
+    # and reused for every later one (exact for one block called again and again, wrong from the
+    # second block on). Rung 1's path cases (three segments, 64 columns) would catch the same fault
+    # without the width condition: several of them share a shape.
+    if len(inp.bounds) < 3 or inp.cols < 128:
         return _global_scale(self, inp)
     if not hasattr(self, "_kept"):
         self._kept = _global_scale(self, inp)

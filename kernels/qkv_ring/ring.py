@@ -46,7 +46,7 @@ class Ring:
             V.KernelPath("ring.last_chunk_padding_rows", "the last chunk's rows % 16 != 0: padding rows inside the ring",
                          lambda inp, r0, r1: int((inp.rows - self.chunk_bounds(inp)[-1][0]) % 16 != 0)),
         )
-        return own + tuple(V.chunked(p, self.chunk_bounds, self.chunk_input) for p in getattr(self.chunks, "paths", ()))
+        return own + tuple(V.chunked(p, self.chunk_bounds, self.chunk_input, self.ring_rows) for p in getattr(self.chunks, "paths", ()))
 
     def produce(self, inp):
         if self.materialize_first:
