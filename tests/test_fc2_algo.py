@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -59,7 +60,8 @@ def fake_nvmath(tmp_path):
 
 
 def _dry_run(ws: Path, fake: Path, *targets) -> str:
-    env = {"PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin", "PYTHONPATH": str(fake), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""), "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join(p for p in (str(fake), os.environ.get("PYTHONPATH", "")) if p)}
     p = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", "--cores", "1", *targets], cwd=ws, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     return p.stdout
