@@ -87,6 +87,9 @@ def cuda_block_paths(kernel: str) -> tuple[KernelPath, ...]:
     def pad_cols(inp, r0, r1):
         return (roundup(nb(inp), 4) - nb(inp)) * roundup(r1 - r0, TILE)
 
+    def comfy_tail(inp, r0, r1):
+        return 16 if (roundup(r1 - r0, BLOCK) // BLOCK) * nb(inp) % 2 else 0
+
     return (
         KernelPath("vector_block", f"{kernel}: `vec` (row length a multiple of 8, 16-byte aligned) and the block inside the row: two 16-byte loads", vec_full),
         KernelPath("scalar_unaligned_row", f"{kernel}: not `vec` (row length not a multiple of 8, or an unaligned base): element loads for every block", scalar_unaligned),
@@ -94,6 +97,8 @@ def cuda_block_paths(kernel: str) -> tuple[KernelPath, ...]:
         KernelPath("zero_padding_row", f"{kernel}: rows <= r < roundup(rows, 16): a block of zeros encoded (QDATA and scale of the padding rows)", pad_rows),
         KernelPath("zero_scale_tile_row", f"{kernel}: roundup(rows, 16) <= r < roundup(rows, 128): scale byte written 0", pad_tile_rows),
         KernelPath("zero_scale_column", f"{kernel}: nb <= c < roundup(nb, 4): scale byte of a padding column written 0", pad_cols),
+        KernelPath("comfy_tail_block", f"{kernel}: (rows_pad / 16) * nb odd: the 16 blocks after the last real one get a zero block's scale "
+                   "(0x7E where rcp(g) is inf or NaN), as comfy's quantizer writes them (nvfp4.cuh comfy_tail)", comfy_tail),
     )
 
 

@@ -36,7 +36,8 @@ def test_block_paths_count_what_the_cuda_kernels_branch_on():
     # 17 x 72: vec (72 % 8 == 0), 4 whole blocks + a partial one per row, 15 padding rows of 5
     # blocks, 128 - 32 tile rows of 8 scale columns, 3 padding scale columns over 128 rows
     assert hits(_mod(17, 72)) == {"vector_block": 68, "scalar_unaligned_row": 0, "scalar_partial_block": 17, "zero_padding_row": 75,
-                                  "zero_scale_tile_row": 96 * 8, "zero_scale_column": 3 * 128}
+                                  "zero_scale_tile_row": 96 * 8, "zero_scale_column": 3 * 128, "comfy_tail_block": 0}  # 2 * 5 blocks: even
+    assert hits(_mod(47, 72))["comfy_tail_block"] == 16 and hits(_mod(48, 64))["comfy_tail_block"] == 0  # 3 * 5 odd; 3 * 4 even
     h = hits(_mod(16, 62))  # 62 % 8 != 0: no vector loads at all
     assert h["vector_block"] == 0 and h["scalar_unaligned_row"] == 16 * 4 and h["scalar_partial_block"] == 0 and h["zero_padding_row"] == 0
     base = torch.zeros(16 * 64 + 8, dtype=torch.bfloat16)

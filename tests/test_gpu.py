@@ -149,6 +149,31 @@ def test_cuda_producers_write_every_scale_byte():
     assert torch.equal(q, ref[0]) and torch.equal(s, ref[1])
 
 
+@pytest.mark.parametrize("g", [float("nan"), 0.0, 1e-40, 1.0], ids=["nan", "zero", "subnormal", "one"])  # one: a tail of 0 bytes (the oracle's input is zero-followed)
+@pytest.mark.parametrize("rows, cols", [(1, 16), (47, 72), (100, 200), (129, 80), (32, 72), (48, 24)])
+def test_cuda_producers_write_comfys_tail_blocks(rows, cols, g):
+    """comfy's CUDA quantizer runs 16 blocks past the last real one when (rows_pad / 16) * nb is odd;
+    their scale bytes are 0x7E where rcp(g) is not finite (scripts/comfy_padding_probe.py). The three
+    CUDA producers reproduce them (a zero block's scale); (32, 72) and (48, 24) have no tail."""
+    from h3gates import cudakernels as K
+    from h3gates.roles import modulate, swiglu
+
+    x = C.random_tensor("normal", (rows, cols), seed=rows + cols, device="cuda")
+    gt = torch.tensor([g], dtype=torch.float32, device="cuda")
+    ref = oracle.comfy_quantize(x, gt, backend="cuda")
+    q, s = K.quantize(x, gt)
+    assert torch.equal(q, ref[0]) and torch.equal(s.view(torch.uint8), ref[1].view(torch.uint8))
+    zeros = torch.zeros(3, cols, dtype=x.dtype, device="cuda")
+    bounds = ((0, rows),)
+    _, q2, s2 = _cuda_impl("modulate_fusion").modulate_produce(x, -zeros, zeros, bounds, static_scale=gt)
+    ref2 = oracle.comfy_quantize(modulate(x, -zeros, zeros, bounds), gt, backend="cuda")
+    assert torch.equal(q2, ref2[0]) and torch.equal(s2.view(torch.uint8), ref2[1].view(torch.uint8))
+    u = torch.cat([C.random_tensor("normal", (rows, cols), seed=7, device="cuda"), x], dim=1).contiguous()
+    _, q3, s3 = _cuda_impl("swiglu_fusion").swiglu_produce(u, static_scale=gt)
+    ref3 = oracle.comfy_quantize(swiglu(u), gt, backend="cuda")
+    assert torch.equal(q3, ref3[0]) and torch.equal(s3.view(torch.uint8), ref3[1].view(torch.uint8))
+
+
 @pytest.mark.parametrize("cols", [36, 520, 1000])
 def test_cuda_fused_producers_scalar_and_partial_block_paths(cols):
     """Columns not a multiple of 16 (a partial last block) or of 8 (no vector loads at all)."""

@@ -25,9 +25,26 @@ def comfy_quantize(x: torch.Tensor, global_scale: torch.Tensor, *, pad_16x: bool
 
     backend = backend or backend_for(x.device)
     g = torch.as_tensor(global_scale, dtype=torch.float32, device=x.device)
+    if backend == "cuda" and x.dim() == 2 and x.is_contiguous():
+        x = _zero_followed(x)
     with ck.use_backend(backend):
         q, s = ck.quantize_nvfp4(x, g, pad_16x=pad_16x)
     return q, s.view(torch.uint8)
+
+
+def _zero_followed(x: torch.Tensor) -> torch.Tensor:
+    """x copied to the front of a zeroed allocation. comfy-kitchen 0.2.40's CUDA quantizer runs 16
+    blocks past the last real one when (rows_pad / 16) * nb is odd and reads their values past the
+    end of the input (scripts/comfy_padding_probe.py); their scale bytes land in the scale padding.
+    Followed by zeros, those reads give a zero block's scale (0 for a normal g, 0x7E where rcp(g) is
+    not finite: what kernels/common/nvfp4.cuh's comfy_tail writes) instead of bytes of whatever tensor
+    the allocator placed after x. Real blocks are unaffected."""
+    rows, cols = x.shape
+    spare = 48 * (cols + 16) + 16 * rows  # more than the tail can reach, with padded or unpadded row strides
+    buf = torch.zeros(rows * cols + spare, dtype=x.dtype, device=x.device)
+    view = buf[: rows * cols].view(rows, cols)
+    view.copy_(x)
+    return view
 
 
 def comfy_dequantize(qdata, scales, global_scale, dtype=torch.bfloat16, backend: str | None = None):

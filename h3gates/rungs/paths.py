@@ -104,7 +104,7 @@ def cases(role: str, device, chunk_rows: int | None = None) -> list[tuple[str, o
             for starts in ((chunk_rows - 1, chunk_rows + 1), (chunk_rows, chunk_rows + 16)):
                 add(f"mod_chunk_segments_{starts[0]}", lambda: _modulated(_randn((2 * chunk_rows + 17, 64), 13, bf16).to(device), starts, 5))
         add("mod_extreme_values", lambda: _modulated(_cycle(INPUT_VALUES, (48, 64), bf16).to(device), (17, 32), 0, "extreme"))
-        add("mod_nan_input", lambda: _modulated(_cycle(NAN, (32, 64), bf16).to(device), (16,), 0))
+        add("mod_nan_input", lambda: _modulated(_cycle(NAN, (48, 72), bf16).to(device), (16,), 0))  # NaN g with a comfy tail (3 * 5 blocks odd)
         add("mod_extreme_values_fp16", lambda: _modulated(_cycle(INPUT_VALUES[:6] + (65504.0, -6e-8), (48, 72), fp16).to(device), (16,), 1, "extreme"))
         add("mod_unaligned_base", lambda: _modulated(_unaligned(_randn((33, 64), 17, bf16).to(device)), (5,), 2))
         add("mod_fp16", lambda: _modulated(_randn((17, 72), 19, fp16).to(device), (3,), 3))
@@ -114,7 +114,7 @@ def cases(role: str, device, chunk_rows: int | None = None) -> list[tuple[str, o
             for c in COLS:
                 add(f"swiglu_{r}x{c}", lambda: _swiglu(r, c, 7 * r + c, bf16, device=device))
         add("swiglu_extreme_values", lambda: _swiglu(48, 64, 0, bf16, "extreme", device=device))
-        add("swiglu_nan_gate", lambda: SwiGLU(torch.cat([_cycle(NAN, (32, 64), bf16), _randn((32, 64), 5, bf16)], dim=1).contiguous().to(device)))
+        add("swiglu_nan_gate", lambda: SwiGLU(torch.cat([_cycle(NAN, (48, 72), bf16), _randn((48, 72), 5, bf16)], dim=1).contiguous().to(device)))
         add("swiglu_extreme_values_fp16", lambda: _swiglu(48, 72, 1, fp16, "extreme", device=device))
         add("swiglu_unaligned_base", lambda: SwiGLU(_unaligned(_swiglu(33, 64, 2, bf16, device=device).u)))
         add("swiglu_fp16", lambda: _swiglu(17, 72, 3, fp16, device=device))

@@ -84,42 +84,58 @@ def path_cases(gate, out) -> tuple[list[dict], dict]:
     return cases, {"declared": declared, "unhit": [f"{d['role']}:{d['path']}" for d in unhit], "cases": len(cases)}
 
 
-def gemm_cases(gate, out, inputs) -> list[dict]:
+DUMP_LIMIT = 1 << 24  # elements of an input a replay dump keeps (a canonical whole-shape input is 542M)
+
+
+def gemm_cases(gate, out, inputs) -> tuple[list[dict], dict]:
     """Adversarial operands for a GEMM override: each catalogue activation (NaN/Inf/zero scales as the
-    reference packs them) against normal, zero and extreme weights; then every role's K at the
-    profile's size against its own N (capped)."""
-    cases = []
+    reference packs them) against normal, zero and extreme weights; the role's whole shape (rows x N
+    x K of the profile: a GEMM may choose its algorithm by shape) against the same three weights;
+    then every role's K at the profile's size against its own N (capped). Counts the GEMM's declared
+    paths over all of them -> (case entries, coverage)."""
+    cases, declared = [], []
     shapes = gate.config.gemm_shapes()
+
+    def case(role, cand, ref, cid, tags, variant, x, static, wshape, paths, hits):
+        n, k, kind = wshape
+        seed = len(cases)
+        gate.at = f"case {cid} role {role} {variant}"
+        p = packed_activation(x, gate.reference_q, static)
+        w = weight(n, k, gate.device, gate.reference_q, kind, seed=seed)
+        cmp = compare_gemms(cand, ref, p, w)
+        cases.append(_entry(cid, tags, role, variant, x, cmp))
+        for path in paths:
+            v = int(path.hits(p, w))
+            hits[path.name][0] += v
+            hits[path.name][1] += bool(v)
+        if not cmp["equal"] and x.numel() <= DUMP_LIMIT:
+            gate.dump(Path(out), f"{cid}.{role}.{variant}", "gemm", case=cid, input=x, static_scale=static, role=role, weight=[n, k, kind, seed])
+
     for role in gate.spec.roles:
         cand, ref = gate.candidate[role].gemm, gate.reference[role].gemm
+        paths = tuple(getattr(cand, "paths", ()))
+        hits = {path.name: [0, 0] for path in paths}
         for cid, tags, x, gfun, _ in inputs:
             if x.dtype == torch.float32:
                 continue  # fp32 activations never reach a GEMM: a producer packs bf16/fp16
             x = x.to(gate.device)
             static = gfun(x).to(gate.device) if gfun else None
-            p = packed_activation(x, gate.reference_q, static)
             for kind in ("normal", "zeros", "extreme"):
-                seed = len(cases)
-                gate.at = f"case {cid} role {role} GEMM with {kind} weight"
-                w = weight(32, p.cols, gate.device, gate.reference_q, kind, seed=seed)
-                cmp = compare_gemms(cand, ref, p, w)
-                cases.append(_entry(cid, tags, role, f"gemm_{kind}_weight", x, cmp))
-                if not cmp["equal"]:
-                    gate.dump(Path(out), f"{cid}.{role}.gemm_{kind}", "gemm", case=cid, input=x, static_scale=static, role=role,
-                              weight=[32, p.cols, kind, seed])
+                case(role, cand, ref, cid, tags, f"gemm_{kind}_weight", x, static, (32, x.shape[1] + (-x.shape[1]) % 16, kind), paths, hits)
         n, k = shapes[role]
+        rows = gate.config.rows
+        x = C.random_tensor("outliers", (rows, k), seed=5000).to(gate.device)
+        for kind in ("normal", "zeros", "extreme"):  # the role's whole shape
+            case(role, cand, ref, f"role_full_{role}", ("role_full", kind), f"gemm_{rows}x{n}x{k}_{kind}_weight", x, None, (n, k, kind), paths, hits)
         for kind in C.GENERATORS:
-            seed = len(cases)
-            gate.at = f"role {role} K={k} {kind} GEMM"
-            x = C.random_tensor(kind, (37, k), seed=4000 + seed).to(gate.device)
-            p = packed_activation(x, gate.reference_q)
-            w = weight(min(n, 256), k, gate.device, gate.reference_q, "normal", seed=seed)
-            cmp = compare_gemms(cand, ref, p, w)
-            cases.append(_entry(f"role_k_{role}_{kind}", ("role_k", kind), role, f"gemm_k{k}", x, cmp))
-            if not cmp["equal"]:
-                gate.dump(Path(out), f"role_k_{role}_{kind}", "gemm", case=f"role_k_{role}_{kind}", input=x, static_scale=None, role=role,
-                          weight=[min(n, 256), k, "normal", seed])
-    return cases
+            x = C.random_tensor(kind, (37, k), seed=4000 + len(cases)).to(gate.device)
+            case(role, cand, ref, f"role_k_{role}_{kind}", ("role_k", kind), f"gemm_k{k}", x, None, (min(n, 256), k, "normal"), paths, hits)
+        declared += [{"role": role, "path": path.name, "when": path.when, "reachable": path.reachable, "hits": hits[path.name][0], "cases": hits[path.name][1]}
+                     for path in paths]
+    unhit = [d for d in declared if not d["cases"] and d["reachable"]]
+    for d in unhit:
+        gate.fail(f"declared GEMM path {d['role']}:{d['path']} ({d['when']}) was hit by none of rung 1's GEMM cases")
+    return cases, {"declared": declared, "unhit": [f"{d['role']}:{d['path']}" for d in unhit], "cases": len(cases)}
 
 
 def run(ctx, out, block=None, upstream=()):
@@ -132,7 +148,11 @@ def run(ctx, out, block=None, upstream=()):
         more, coverage_ = path_cases(gate, out)
         cases += more
     if "gemm" in gate.spec.overrides:
-        cases += gemm_cases(gate, out, inputs)
+        more, gemm_coverage = gemm_cases(gate, out, inputs)
+        cases += more
+        coverage_ = gemm_coverage if coverage_ is None else {
+            "declared": coverage_["declared"] + gemm_coverage["declared"], "unhit": coverage_["unhit"] + gemm_coverage["unhit"],
+            "cases": coverage_["cases"] + gemm_coverage["cases"]}
     bad = [c for c in cases if not c["equal"]]
     if bad:
         gate.reasons.insert(0, f"{len(bad)} of {len(cases)} adversarial/random cases differ (first: {bad[0]['case']} {bad[0]['role']} {bad[0]['variant']})")

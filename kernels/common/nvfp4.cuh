@@ -151,6 +151,23 @@ __device__ __forceinline__ void encode_block(const float x[16], float g, float r
   *s = sb;
 }
 
+// comfy-kitchen 0.2.40's CUDA quantizer runs 16 blocks past the last real one when (rows_pad / 16) * nb
+// is odd (linear block index rows_pad * nb .. + 15, row-major over nb blocks): it reads past the input,
+// writes their codes past QDATA and their scale bytes into the scale padding (measured on the H200:
+// scripts/comfy_padding_probe.py, evidence/h200/comfy_padding_probe/). Where rcp(g) is infinite or NaN
+// (g zero, subnormal or NaN) those scale bytes are 0x7E whatever the memory read; otherwise they come
+// from whatever follows the input (0 when it encodes zero, the value these kernels write). Scale row r
+// >= rows_pad, block c < nb of such a tail:
+__device__ __forceinline__ bool comfy_tail(unsigned r, unsigned c, unsigned rows_pad, unsigned nb) {
+  return r >= rows_pad && c < nb && (((rows_pad >> 4) * nb) & 1u) && (r - rows_pad) * nb + c < 16u;
+}
+
+// The scale byte of an all-zero block (the tail's): d = 0 * RN(1/6) * rcp(g), NaN-ignoring min 448.
+__device__ __forceinline__ unsigned char zero_block_scale(float rg) {
+  float d = fminf(mul_ftz(mul_ftz(0.0f, __uint_as_float(0x3E2AAAABu)), rg), 448.0f);
+  return __nv_cvt_float_to_fp8(d, __NV_SATFINITE, __NV_E4M3);
+}
+
 // 16 values from two 16-byte vectors of T.
 template <typename T>
 __device__ __forceinline__ void unpack16(const uint4 v[2], float out[16]) {

@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(128, QR == 2 ? 8 : 6) quantize_into(const T* _
       if (r >= srows) break;
       unsigned char* sp = s + h3::sf_offset(dest + r, c, groups);
       if (c >= nb || r >= rows_pad) {
-        *sp = 0;
+        *sp = h3::comfy_tail(r, c, rows_pad, nb) ? h3::zero_block_scale(rg) : 0;
         continue;
       }
       float v[16];

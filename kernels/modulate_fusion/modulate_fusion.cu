@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(128, QR == 2 ? 7 : 5) modulate_quantize(const 
         if (r >= srows) break;
         unsigned char* sp = s + h3::sf_offset(r, c, groups);
         if (c >= nb || r >= rows_pad) {
-          *sp = 0;
+          *sp = h3::comfy_tail(r, c, rows_pad, nb) ? h3::zero_block_scale(rg) : 0;
           continue;
         }
         float v[16];

@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(1024, 1) swiglu_quantize(const T* __restrict__
     const unsigned r = srows - 1 - w.r, c = w.c;  // last rows first: pass 1 just left them in L2
     unsigned char* sp = s + h3::sf_offset(r, c, groups);
     if (c >= nb || r >= rows_pad) {
-      *sp = 0;
+      *sp = h3::comfy_tail(r, c, rows_pad, nb) ? h3::zero_block_scale(rg) : 0;
       continue;
     }
     float v[16];
