@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run on the H200 device machine from the repository root, with .devsite/ (pack-site core) carried.
-# Usage: bash scripts/device_run.sh STEP...   (steps: tests gpucheck canon evidence ncu profile canonical4 tune model ladder
+# Usage: bash scripts/device_run.sh STEP...   (steps: tests gpucheck r1cuda canon2 canon evidence ncu profile canonical4 tune model ladder
 #        ncuquery ladderci fc2); with BUNDLE=name the outputs also come back as one $OUT/name.tgz
 set -uo pipefail
 mkdir -p /tmp/site && for z in .devsite/*.zip; do python3 -m zipfile -e "$z" /tmp/site; done
@@ -33,6 +33,22 @@ PY
       grep -hE "REFUSED|FAILED|Error|rung [0-9] " "$OUT"/gpucheck/*.log | tail -20
       python3 -m h3gates status --configfile config/config.yaml config/ci.yaml config/fc2_algo.yaml /tmp/cuda.yaml /tmp/accepted.yaml 2>&1 | tee "$OUT/gpucheck/status.txt"
       mkdir -p /tmp/gc && cp -r results logs /tmp/gc/ && cp -r "$OUT/gpucheck" /tmp/gc/ && (cd /tmp && tar czf "$OUT/gpucheck.tgz" gc) && rm -rf "$OUT/gpucheck" ;;
+    r1cuda)  # rung 1 (path coverage) of every candidate on CUDA at the CI profile (fc2_algo after its sweep)
+      rm -rf results/ci logs/ci .snakemake; mkdir -p "$OUT/r1cuda"; printf 'device: cuda\n' > /tmp/cuda.yaml
+      timeout 240 python3 -m snakemake --cores 1 --keep-going results/ci/{modulate_fusion,swiglu_fusion,qkv_ring,fc2_algo}/r1_adversarial.json \
+        --configfile config/ci.yaml config/fc2_algo.yaml /tmp/cuda.yaml > "$OUT/r1cuda/r1cuda.log" 2>&1; echo "r1 rc=$?"
+      for c in modulate_fusion swiglu_fusion qkv_ring fc2_algo; do cp results/ci/$c/r1_adversarial.json "$OUT/r1cuda/r1_$c.json"; done
+      cp results/ci/fc2_algo/study/fc2_sweep.json "$OUT/r1cuda/fc2_sweep_ci.json"
+      python3 -m h3gates status --configfile config/config.yaml config/ci.yaml config/fc2_algo.yaml /tmp/cuda.yaml 2>&1 | head -8 | cut -c1-60
+      (cd "$OUT" && tar czf r1cuda.tgz r1cuda && rm -rf r1cuda) ;;
+    canon2)  # canonical ladders of modulate_fusion and fc2_algo together, within this call's time (a next call continues)
+      python3 -m snakemake --unlock --configfile config/canonical.yaml config/fc2_algo.yaml > /dev/null 2>&1
+      left=$(( ${CALL_BUDGET:-585} - SECONDS )); echo "canonical for ${left}s"
+      timeout "$left" python3 -m snakemake --cores 1 --keep-going --rerun-incomplete promote_modulate_fusion promote_fc2_algo \
+        --configfile config/canonical.yaml config/fc2_algo.yaml > "$OUT/canon2_$(date +%H%M%S).log" 2>&1
+      echo "snakemake rc=$?"; grep -hE "REFUSED|FAILED|rung [0-9] |promoted|steps" "$OUT"/canon2_*.log | tail -12
+      mkdir -p /tmp/canon && rm -rf /tmp/canon/* && cp -r results/canonical logs/canonical /tmp/canon/ 2>/dev/null; find /tmp/canon -name "*.pt" -size +4M -delete
+      (cd /tmp && tar czf "$OUT/canon2.tgz" canon) ;;
     canon)  # canonical ladder of CANON_CANDIDATE (promote target; continues a climb a previous call left)
       python3 -m snakemake --unlock --configfile config/canonical.yaml ${CANON_CONFIGS:-} > /dev/null 2>&1
       timeout "${CANON_TIMEOUT:-540}" python3 -m snakemake --cores 1 --rerun-incomplete promote_${CANON_CANDIDATE} --configfile config/canonical.yaml ${CANON_CONFIGS:-} > "$OUT/canon_${CANON_CANDIDATE}.log" 2>&1
