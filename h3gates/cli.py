@@ -1,5 +1,5 @@
 """`python -m h3gates`: the user's commands (status, verify, replay, candidates, fc2) and the ones the
-workflow's rules run (rung, token, promote, plot, profile-target). Each command imports only what it
+workflow's rules run (rung, baseline, token, promote, plot, profile-target). Each command imports only what it
 needs, so a pass token or a record check costs a Python start, and a rung's code fingerprint is what
 its own module imports (h3gates.provenance)."""
 
@@ -30,7 +30,7 @@ def _version() -> str:
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="h3gates", description="NVFP4 kernel validation ladder: status, verify and replay its gates.",
                                  epilog=EXIT_CODES + "\n\nThe workflow itself runs through snakemake (see README.md); the commands "
-                                 "rung, token, promote, plot and profile-target are what its rules call.",
+                                 "rung, baseline, token, promote, plot and profile-target are what its rules call.",
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--version", action="version", version=f"h3gates {_version()}")
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="{status,verify,replay,candidates,fc2}")
@@ -57,6 +57,9 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--out", required=True)
     g.add_argument("--block", type=int)
     g.add_argument("--upstream", nargs="*", default=[])
+    b = sub.add_parser("baseline")
+    b.add_argument("--context", required=True)
+    b.add_argument("--out", required=True)
     t = sub.add_parser("token")
     t.add_argument("--out", required=True)
     t.add_argument("--revoke", nargs="*", default=[])
@@ -109,6 +112,11 @@ def _run(a) -> int:
         context = json.loads(a.context)
         revoke(*promotion_paths(context["profile"], context["candidate"]))  # a gate reruns: the old promotion is void
         rungs.run(a.rung, context, a.out, a.block, a.upstream)
+        return 0
+    if a.cmd == "baseline":
+        from .baseline import compute
+
+        compute(json.loads(a.context), a.out)
         return 0
     if a.cmd == "token":
         from .tokens import Refusal, revoke, token

@@ -53,7 +53,14 @@ def rung_context(config, candidate: str, rung: int) -> dict:
         "rung": rung,
         "rung_params": rung_params(config, rung),
         "artifacts": {c: a for c in (candidate, *acc) if (a := registry.artifacts(c, cand_config(config, c), config["profile"]))},
+        **({"baseline_artifact": _baseline_artifact(config, rung)} if rung in (5, 6, 7) else {}),
     }
+
+
+def _baseline_artifact(config, rung: int) -> str:
+    from . import baseline  # it imports this module
+
+    return baseline.path(baseline.context(config, rung))
 
 
 def candidate_config(config, candidate: str) -> dict:
@@ -77,13 +84,25 @@ def file_sha256(path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
+def _content_sha(path: Path) -> bytes:
+    """SHA-256 of a file's content, cached per (path, mtime, size): the DAG asks for the same files
+    many times per run (an edit changes mtime or size, so it is never served stale)."""
+    st = path.stat()
+    return _content_sha_cached(str(path), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=4096)
+def _content_sha_cached(path: str, mtime_ns: int, size: int) -> bytes:
+    return hashlib.sha256(Path(path).read_bytes()).digest()
+
+
 def files_digest(files, root=None) -> str:
     """SHA-256 over the names and contents of files: a rule param that reruns a gate on an edit,
     never on a touch; and the code fingerprint reports record."""
     h = hashlib.sha256()
     for f in files:
         h.update(str(f).encode())
-        h.update(hashlib.sha256(Path(root or ROOT, f).read_bytes()).digest())
+        h.update(_content_sha(Path(root or ROOT, f)))
     return h.hexdigest()
 
 
@@ -97,9 +116,11 @@ def kernel_files(ctx: dict, root=None) -> list[str]:
 
 
 def artifact_files(ctx: dict) -> list[str]:
-    """Workflow artifacts the candidate (and the accepted candidates under it) read, e.g. a sweep:
-    inputs of every rung, recorded among the report's upstream digests."""
-    return [p for arts in ctx.get("artifacts", {}).values() for p in arts.values()]
+    """Workflow artifacts the rung reads -- the candidate's (and the accepted candidates') own, e.g. a
+    sweep, and for rungs 5-7 the shared baseline artifact (h3gates/baseline.py): inputs of the rung,
+    recorded among the report's upstream digests."""
+    out = [p for arts in ctx.get("artifacts", {}).values() for p in arts.values()]
+    return out + ([ctx["baseline_artifact"]] if "baseline_artifact" in ctx else [])
 
 
 def rung_module(rung: int) -> str:

@@ -6,6 +6,7 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.io import is_flagged
 
+from h3gates import baseline as H3baseline
 from h3gates import config as H3config
 from h3gates import paths as H3paths
 from h3gates import profiles as H3profiles
@@ -71,6 +72,16 @@ def fc2_study(wildcards):
         f"--rows {prof.rows} --n {n} --k {k} --seed {config['seed']} --max-candidates {p['sweep_candidates']} "
         f"--max-explicit {p['sweep_explicit']} --rounds {p['sweep_rounds']}"
     )
+
+
+def baseline_context(wc):
+    """The baseline context whose artifact key is wc.key (one of the enabled candidates' rungs 5-7)."""
+    bctx = H3baseline.context(config, int(wc.brung))
+    if H3baseline.key(bctx) != wc.key:
+        raise WorkflowError(
+            f"no baseline of this configuration has key {wc.key} (this one's is {H3baseline.key(bctx)})"
+        )
+    return bctx
 
 
 def fingerprint(rung):

@@ -224,3 +224,25 @@ rule r8_profile:
         fingerprint=fingerprint(8),
     shell:
         "python -m h3gates rung 8 --context {params.context:q} --out {output} --upstream {input.upstream} {input.artifacts} > {log} 2>&1"
+
+
+# The baseline side of rungs 5-7, computed once per baseline and read by every candidate's rung
+# (h3gates/baseline.py): its path carries a key of the baseline context and the files computing it.
+rule baseline_artifact:
+    input:
+        files=lambda wc: H3baseline.files(baseline_context(wc)),
+    output:
+        f"{RES}/baseline/r{{brung}}-{{key}}.pt",
+    log:
+        f"{LOGS}/baseline/r{{brung}}-{{key}}.log",
+    wildcard_constraints:
+        brung="[5-7]",
+        key="[0-9a-f]{16}",
+    conda:
+        "../envs/h3gates.yaml"
+    resources:
+        gpu=GPU,
+    params:
+        context=lambda wc: json.dumps(baseline_context(wc), sort_keys=True),
+    shell:
+        "python -m h3gates baseline --context {params.context:q} --out {output} > {log} 2>&1"

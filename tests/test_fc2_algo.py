@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from h3gates import baseline
 from h3gates import config as C
 from h3gates import paths, pins, promotion, provenance, registry, report, rungs, tokens
 from h3gates.fc2 import pinning
@@ -162,6 +163,8 @@ def _climb(cfg: dict, cand: str) -> None:
     upstream: list[str] = []
     for rung in range(1, 9):
         ctx = provenance.rung_context(cfg, cand, rung)
+        if "baseline_artifact" in ctx and not Path(ctx["baseline_artifact"]).exists():  # what rule baseline_artifact runs
+            baseline.compute(baseline.context_of(ctx), ctx["baseline_artifact"])
         outs = paths.report_paths(cfg["profile"], cand, cfg["blocks"])[rung]
         for out, block in zip(outs, cfg["blocks"] if rung in paths.PER_BLOCK else [None]):
             rungs.run(rung, ctx, out, block, upstream)

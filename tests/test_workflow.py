@@ -54,6 +54,24 @@ def test_every_candidate_promoted_as_rehearsal(ladder):
     assert all(state["state"] == "pass" for row in _status(ladder).values() for state in row.values())
 
 
+def test_baseline_artifacts_are_shared_and_in_the_digest_chain(ws):
+    """Rungs 5-7 read one baseline artifact each, shared by the three candidates; editing one is a
+    broken digest chain for every record that rests on it."""
+    import torch
+
+    arts = sorted((ws / RES / "baseline").glob("r*.pt"))
+    assert [a.name[:3] for a in arts] == ["r5-", "r6-", "r7-"]
+    for cand in CANDS:
+        r7 = json.loads((ws / RES / cand / "r7_trajectory.json").read_text())
+        assert any(u.startswith(f"{RES}/baseline/r7-") for u in r7["upstream"])
+        assert r7["measurements"]["baseline_artifact"]["path"] == str(arts[2].relative_to(ws))
+    d = torch.load(arts[2], weights_only=True)
+    d["meta"]["wall_s"] += 1.0
+    torch.save(d, arts[2])
+    p = h3gates(ws, "verify", f"{RES}/promotion/qkv_ring.json")
+    _refused(p, "digest chain broken", f"{RES}/baseline/r7-")
+
+
 def test_report_and_plots_build(ws):
     snakemake(ws, "plots", check=True)
     snakemake(ws, "--report", "report.html", check=True)

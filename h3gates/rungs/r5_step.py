@@ -1,19 +1,31 @@
-"""Rung 5: all blocks of one denoiser step with the candidate's roles equal the baseline's output."""
+"""Rung 5: all blocks of one denoiser step with the candidate's roles equal the baseline's output (the
+baseline side read from the shared baseline artifact, h3gates/baseline.py)."""
 
 from __future__ import annotations
 
-from .. import nvfp4
+from .. import baseline, nvfp4
 from .gate import Gate, progress
 
 
 def run(ctx, out, block=None, upstream=()):
     gate = Gate(ctx, 5, upstream=upstream)
+    art = baseline.load(ctx)
     m = gate.model
     x = m.initial_hidden(0)
     every = lambda name: lambda i: progress(f"{name} block {i + 1}/{m.config.blocks}") if i % 10 == 9 else None
-    yb = m.step_forward(x, 0, gate.baseline, progress=every("baseline"))
     yc = m.step_forward(x, 0, gate.with_candidate(), progress=every("candidate"))
-    cmp = nvfp4.compare_outputs(yc, yb)
+    want = art["meta"]["outputs"]["step"]
+    if "step" in art["tensors"]:
+        cmp = nvfp4.compare_outputs(yc, art["tensors"]["step"].to(yc.device))
+    elif nvfp4.sha256(yc) == want["sha256"] and list(yc.shape) == want["shape"]:
+        n = yc.numel() * yc.element_size()
+        cmp = {"equal": True, "bytes_compared": n, "bytes_differing": 0, "elements_differing": 0, "candidate_sha256": want["sha256"],
+               "reference_sha256": want["sha256"], "shape": want["shape"], "max_abs_diff": 0.0, "mean_abs_diff": 0.0,
+               "compared_by": "sha256 of the baseline artifact"}
+    else:  # the artifact keeps only the hash of a large output: recompute the baseline here to say where it differs
+        yb = m.step_forward(x, 0, gate.baseline, progress=every("baseline (recomputed)"))
+        cmp = nvfp4.compare_outputs(yc, yb)
     if not cmp["equal"]:
         gate.fail(f"{m.config.blocks}-block step output differs in {cmp['elements_differing']} elements")
-    return gate.write(out, {"output": cmp, "bytes_compared": cmp["bytes_compared"], "bytes_differing": cmp["bytes_differing"]})
+    return gate.write(out, {"output": cmp, "bytes_compared": cmp["bytes_compared"], "bytes_differing": cmp["bytes_differing"],
+                            "baseline_artifact": {"path": ctx["baseline_artifact"], "wall_s": art["meta"]["wall_s"]}})

@@ -1,10 +1,11 @@
-"""Sampler trajectories of baseline and candidate, latents compared bit for bit (rungs 6 and 7)."""
+"""The candidate's sampler trajectory against the baseline's from the shared baseline artifact
+(h3gates/baseline.py), latents compared bit for bit (rungs 6 and 7)."""
 
 from __future__ import annotations
 
 import time
 
-from .. import nvfp4
+from .. import baseline, nvfp4
 from .gate import progress
 
 
@@ -16,18 +17,18 @@ def _sync(device):
 
 
 def trajectories(gate, steps):
+    art = baseline.load(gate.ctx)
     m = gate.model
-    res, times = {}, {}
-    for name, roles in (("baseline", gate.baseline), ("candidate", gate.with_candidate())):
-        _sync(gate.device)
-        t0 = time.perf_counter()
-        res[name] = m.trajectory(steps, roles, progress=lambda s, n=name: progress(f"{n} step {s + 1}/{steps}"))
-        _sync(gate.device)
-        times[name] = time.perf_counter() - t0
-    video = nvfp4.compare_outputs(res["candidate"][0], res["baseline"][0])
-    audio = nvfp4.compare_outputs(res["candidate"][1], res["baseline"][1])
+    _sync(gate.device)
+    t0 = time.perf_counter()
+    video_c, audio_c = m.trajectory(steps, gate.with_candidate(), progress=lambda s: progress(f"candidate step {s + 1}/{steps}"))
+    _sync(gate.device)
+    times = {"baseline": art["meta"]["wall_s"], "candidate": time.perf_counter() - t0}
+    video = nvfp4.compare_outputs(video_c, art["tensors"]["video"].to(video_c.device))
+    audio = nvfp4.compare_outputs(audio_c, art["tensors"]["audio"].to(audio_c.device))
     for what, c in (("video", video), ("audio", audio)):
         if not c["equal"]:
             gate.fail(f"{steps}-step {what} latent differs (sha256 {c['candidate_sha256'][:12]} vs {c['reference_sha256'][:12]})")
     return {"steps": steps, "video": video, "audio": audio, "bytes_compared": video["bytes_compared"] + audio["bytes_compared"],
-            "bytes_differing": video["bytes_differing"] + audio["bytes_differing"]}, times
+            "bytes_differing": video["bytes_differing"] + audio["bytes_differing"],
+            "baseline_artifact": {"path": gate.ctx["baseline_artifact"], "wall_s": times["baseline"]}}, times

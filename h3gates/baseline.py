@@ -1,0 +1,143 @@
+"""Baseline artifacts: the baseline side of rungs 5-7 (the 50-block step output, the two-step and the
+configured trajectory's latents, and their wall times), computed once per baseline and read by every
+candidate's rung instead of being recomputed for each.
+
+An artifact is keyed by everything its bytes depend on (`context`: profile, device, semantics, seed,
+the accepted baseline with its configs, the rung and its parameters) plus the contents of the files
+that compute it (`files`: the accepted candidates' kernels and the h3gates modules the computation
+imports): `results/<profile>/baseline/r<N>-<key>.pt`, where key is the first 16 hex digits of the
+digest of both. Adding a candidate reruns nothing of it; changing the accepted baseline, the seed or
+a module it runs gives a new key. A rung reads it through its context (`baseline_artifact`), records
+its SHA-256 among its upstream digests (promotion and verify check it like any upstream report), and
+checks that the artifact says it was made from the same context.
+
+Sizes at canonical size (37,810 tokens): r5 keeps the SHA-256 and shape of the step output, not the
+406 MB tensor (a rung that finds a different hash recomputes the baseline in its own process to say
+where it differs); r6 and r7 keep the video and audio latents (about 9.6 MB each). No torch import at
+module level (the Snakefile computes keys).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from . import registry
+from .config import cand_config, resolve_device
+from .paths import RESULTS
+from .provenance import ROOT, digest, files_digest, imported
+
+RUNGS = (5, 6, 7)
+ENTRY = "h3gates/baseline.py"
+KEEP_LIMIT = 64 << 20  # bytes of output tensors an artifact keeps (beyond: SHA-256 and shape only)
+
+
+def context(config: dict, rung: int) -> dict:
+    """What the baseline side of rung 5, 6 or 7 depends on, besides code."""
+    acc = config["baseline"]["accepted"]
+    return {
+        "profile": config["profile"],
+        "user_profiles": {config["profile"]: config["profiles"][config["profile"]]} if config["profile"] in config["profiles"] else {},
+        "device": resolve_device(config),
+        "semantics": config["semantics"],
+        "rcp_table": config["rcp_table"],
+        "seed": config["seed"],
+        "baseline": {"accepted": acc, "candidates": {a: cand_config(config, a) for a in acc}},
+        "rung": rung,
+        "steps": {5: None, 6: 2, 7: config["trajectory"]["steps"]}[rung],
+    }
+
+
+def files(bctx: dict, root=None) -> list[str]:
+    """The accepted candidates' kernel files and the h3gates modules the computation imports."""
+    out = []
+    for acc in bctx["baseline"]["accepted"]:
+        out += [f for f in registry.sources(acc, bctx["baseline"]["candidates"][acc], bctx["device"], root) if f not in out]
+    entries = (ENTRY, *[f for f in out if f.endswith(".py")])
+    return out + [f for f in imported(entries, str(root or ROOT)) if f not in out]
+
+
+def key(bctx: dict, root=None) -> str:
+    return digest({"context": bctx, "files": files_digest(files(bctx, root), root)})[:16]
+
+
+def path(bctx: dict, root=None) -> str:
+    return f"{RESULTS}/{bctx['profile']}/baseline/r{bctx['rung']}-{key(bctx, root)}.pt"
+
+
+# ------------------------------------------------------------------ computing and reading (torch)
+def compute(bctx: dict, out: str) -> dict:
+    """Run the baseline side of the rung and write the artifact (atomically)."""
+    import torch
+
+    from . import nvfp4
+    from .candidates import baseline_roles
+    from .model import build, load_profile
+    from .reference import Reference
+    from .rungs.gate import progress, resolve_device
+
+    device = resolve_device(bctx["device"])
+    ref = Reference(device, bctx["semantics"], bctx["rcp_table"])
+    prof = load_profile(bctx["profile"], bctx.get("user_profiles"))
+    roles = baseline_roles(bctx, device, ref, prof)
+    progress(f"baseline r{bctx['rung']}: building the {prof.name} model on {device}")
+    model = build(prof, seed=bctx["seed"], device=device, reference=ref)
+    _sync(device)
+    t0 = time.perf_counter()
+    if bctx["rung"] == 5:
+        y = model.step_forward(model.initial_hidden(0), 0, roles,
+                               progress=lambda i: progress(f"baseline block {i + 1}/{prof.blocks}") if i % 10 == 9 else None)
+        outputs = {"step": y}
+    else:
+        steps = bctx["steps"]
+        video, audio = model.trajectory(steps, roles, progress=lambda s: progress(f"baseline step {s + 1}/{steps}"))
+        outputs = {"video": video, "audio": audio}
+    _sync(device)
+    wall = time.perf_counter() - t0
+    meta = {"context": bctx, "key": key(bctx), "files": {f: _sha(f) for f in files(bctx)}, "wall_s": wall,
+            "outputs": {k: {"shape": list(v.shape), "dtype": str(v.dtype).replace("torch.", ""), "sha256": nvfp4.sha256(v)} for k, v in outputs.items()},
+            "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    kept = {k: v.cpu() for k, v in outputs.items() if v.numel() * v.element_size() <= KEEP_LIMIT}
+    p = Path(out)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.tmp")
+    torch.save({"meta": meta, "tensors": kept}, tmp)
+    tmp.replace(p)
+    progress(f"baseline r{bctx['rung']}: {p} ({wall:.1f} s)")
+    return meta
+
+
+class ArtifactError(RuntimeError):
+    """An artifact that is not the one its rung's context names (a ladder bug, never a candidate's)."""
+
+
+def load(ctx: dict) -> dict:
+    """The artifact a rung's context names, checked to be made from that context: {meta, tensors}."""
+    import torch
+
+    p = Path(ctx["baseline_artifact"])
+    d = torch.load(p, weights_only=True)
+    want = context_of(ctx)
+    if d["meta"]["context"] != want:
+        raise ArtifactError(f"{p} was made from another baseline context than this rung's")
+    return d
+
+
+def context_of(ctx: dict) -> dict:
+    """The baseline context inside a rung's context."""
+    return {k: ctx[k] for k in ("profile", "user_profiles", "device", "semantics", "rcp_table", "seed", "baseline")} | {
+        "rung": ctx["rung"], "steps": {5: None, 6: 2, 7: ctx["rung_params"].get("steps")}[ctx["rung"]]}
+
+
+def _sha(f) -> str:
+    import hashlib
+
+    return hashlib.sha256(Path(ROOT, f).read_bytes()).hexdigest()
+
+
+def _sync(device):
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
