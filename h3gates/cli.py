@@ -111,12 +111,21 @@ def _run(a) -> int:
 
         context = json.loads(a.context)
         revoke(*promotion_paths(context["profile"], context["candidate"]))  # a gate reruns: the old promotion is void
+        if context["device"] == "cuda":
+            from .lease import acquire
+
+            acquire(f"rung {a.rung} {context['candidate']}" + ("" if a.block is None else f" block {a.block}"))
         rungs.run(a.rung, context, a.out, a.block, a.upstream)
         return 0
     if a.cmd == "baseline":
         from .baseline import compute
 
-        compute(json.loads(a.context), a.out)
+        context = json.loads(a.context)
+        if context["device"] == "cuda":
+            from .lease import acquire
+
+            acquire(f"baseline r{context['rung']}")
+        compute(context, a.out)
         return 0
     if a.cmd == "token":
         from .tokens import Refusal, revoke, token

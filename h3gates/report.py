@@ -48,6 +48,11 @@ def environment(device) -> dict:
            "host": platform.machine(), "device_type": dev.type}
     if dev.type == "cuda":
         p = torch.cuda.get_device_properties(dev)
+        from .lease import current
+
+        lease = current()
+        env["gpu_lease"] = None if lease is None else {"index": lease.index, "uuid": lease.uuid, "waited_s": round(lease.waited_s, 3)}
+        env["gpu_uuid"] = str(getattr(p, "uuid", "")) or None
         env.update(gpu=p.name, sm_count=p.multi_processor_count, capability=f"{p.major}.{p.minor}", cuda=torch.version.cuda,
                    cublas=str(torch.backends.cuda.preferred_blas_library()) if hasattr(torch.backends.cuda, "preferred_blas_library") else None,
                    driver=_driver())

@@ -92,6 +92,9 @@ def main(argv=None) -> int:
         except (SpecError, OSError, json.JSONDecodeError) as e:
             return _fail(f"--algorithm: {e}")
 
+    from ..lease import acquire
+
+    acquire(f"fc2 {a.mode}")  # one free GPU of this host, before CUDA starts
     import torch
 
     if not torch.cuda.is_available():

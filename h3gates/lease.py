@@ -1,0 +1,118 @@
+"""GPU leases: one device per GPU job on a host with several, so that `snakemake --cores N
+--resources gpu=2` runs two rungs (or candidates) at once without two of them sharing a GPU.
+
+Snakemake counts the `gpu` resource but never says which device a job gets. A GPU job (`python -m
+h3gates rung|baseline|fc2 ...`) calls `acquire()` before CUDA is initialised: it takes an exclusive
+`flock` on one lock file per visible device (keyed by the device's UUID, under H3GATES_LEASE_DIR,
+default /tmp/h3gates-gpu-leases: locks are per host) and sets CUDA_VISIBLE_DEVICES to that device
+alone. The kernel drops the lock when the process exits, also on a crash or a kill, so a lease is
+never left behind. Devices already restricted by CUDA_VISIBLE_DEVICES (a SLURM allocation) are the
+ones leased from. Each lease appends its start and end to H3GATES_LEASE_LOG (default
+logs/gpu_leases.jsonl): which job ran on which device, when. No torch import.
+"""
+
+from __future__ import annotations
+
+import atexit
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+_HELD: list = []  # the open lock file of this process's lease (kept for the process's lifetime)
+
+
+@dataclass(frozen=True)
+class Lease:
+    index: int  # nvidia-smi's index on this host
+    uuid: str
+    job: str
+    acquired_at: float
+    waited_s: float
+
+
+class LeaseError(RuntimeError):
+    pass
+
+
+def devices() -> list[tuple[int, str]]:
+    """(index, UUID) of this host's GPUs that this process may use (nvidia-smi; CUDA_VISIBLE_DEVICES
+    narrows them, by index or UUID)."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return []
+    try:
+        out = subprocess.run([smi, "--query-gpu=index,uuid", "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    found = []
+    for line in out.stdout.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 2 and parts[0].isdigit():
+            found.append((int(parts[0]), parts[1]))
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() != "":
+        allowed = [v.strip() for v in visible.split(",") if v.strip()]
+        found = [(i, u) for i, u in found if str(i) in allowed or u in allowed]
+    return found
+
+
+def _lock_dir() -> Path:
+    d = Path(os.environ.get("H3GATES_LEASE_DIR", "/tmp/h3gates-gpu-leases"))
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _log(event: dict) -> None:
+    path = Path(os.environ.get("H3GATES_LEASE_LOG", "logs/gpu_leases.jsonl"))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as f:
+            f.write(json.dumps(event, sort_keys=True) + "\n")
+    except OSError:
+        pass  # the timeline is a record, never a reason to fail a gate
+
+
+def current() -> Lease | None:
+    return _HELD[0][1] if _HELD else None
+
+
+def acquire(job: str, timeout: float = 3600.0, poll: float = 0.5) -> Lease | None:
+    """Lease one free visible GPU for this process (None where there is no GPU); waits up to
+    `timeout` seconds when every device is leased (more GPU jobs than `--resources gpu=N` allows)."""
+    if _HELD:
+        return _HELD[0][1]
+    held = os.environ.get("H3GATES_LEASE_HELD")
+    if held and os.environ.get("CUDA_VISIBLE_DEVICES") == held:
+        return None  # a child of a leaseholder (rung 8's Nsight Compute target): the parent's lease covers it
+    devs = devices()
+    if not devs:
+        return None
+    start = time.time()
+    while True:
+        for index, uuid in devs:
+            f = open(_lock_dir() / f"{uuid}.lock", "a+")
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                f.close()
+                continue
+            f.seek(0)
+            f.truncate()
+            f.write(json.dumps({"pid": os.getpid(), "job": job, "since": time.time()}))
+            f.flush()
+            lease = Lease(index, uuid, job, time.time(), time.time() - start)
+            _HELD.append((f, lease))
+            os.environ["CUDA_VISIBLE_DEVICES"] = uuid
+            os.environ["H3GATES_LEASE_HELD"] = uuid  # children run inside this lease
+            _log({"event": "start", "pid": os.getpid(), **asdict(lease)})
+            atexit.register(lambda: _log({"event": "end", "pid": os.getpid(), "job": job, "index": index, "uuid": uuid, "at": time.time()}))
+            return lease
+        if time.time() - start > timeout:
+            raise LeaseError(f"no GPU free for {job} after {timeout:.0f} s: all of {[i for i, _ in devs]} are leased "
+                             f"(locks in {_lock_dir()}); run with --resources gpu=N, N at most the number of GPUs")
+        time.sleep(poll)
