@@ -19,7 +19,6 @@ module level (the Snakefile computes keys).
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
