@@ -23,9 +23,8 @@ import time
 from pathlib import Path
 
 from . import registry
-from .config import cand_config, resolve_device
 from .paths import RESULTS
-from .provenance import ROOT, digest, files_digest, imported
+from .provenance import ROOT, digest, files_digest, imported, shared_context
 
 RUNGS = (5, 6, 7)
 ENTRY = "h3gates/baseline.py"
@@ -34,18 +33,7 @@ KEEP_LIMIT = 64 << 20  # bytes of output tensors an artifact keeps (beyond: SHA-
 
 def context(config: dict, rung: int) -> dict:
     """What the baseline side of rung 5, 6 or 7 depends on, besides code."""
-    acc = config["baseline"]["accepted"]
-    return {
-        "profile": config["profile"],
-        "user_profiles": {config["profile"]: config["profiles"][config["profile"]]} if config["profile"] in config["profiles"] else {},
-        "device": resolve_device(config),
-        "semantics": config["semantics"],
-        "rcp_table": config["rcp_table"],
-        "seed": config["seed"],
-        "baseline": {"accepted": acc, "candidates": {a: cand_config(config, a) for a in acc}},
-        "rung": rung,
-        "steps": {5: None, 6: 2, 7: config["trajectory"]["steps"]}[rung],
-    }
+    return {**shared_context(config), "rung": rung, "steps": {5: None, 6: 2, 7: config["trajectory"]["steps"]}[rung]}
 
 
 def files(bctx: dict, root=None) -> list[str]:

@@ -37,8 +37,9 @@ def rung_params(config, rung: int) -> dict:
     return {}
 
 
-def rung_context(config, candidate: str, rung: int) -> dict:
-    """Everything a rung's result depends on besides code: this is what its config digest covers."""
+def shared_context(config) -> dict:
+    """What every rung and every baseline artifact depends on: the model profile, the device and its
+    reference semantics, the seed, and the accepted baseline with its candidates' configs."""
     acc = config["baseline"]["accepted"]
     return {
         "profile": config["profile"],
@@ -47,9 +48,17 @@ def rung_context(config, candidate: str, rung: int) -> dict:
         "semantics": config["semantics"],
         "rcp_table": config["rcp_table"],
         "seed": config["seed"],
+        "baseline": {"accepted": acc, "candidates": {a: cand_config(config, a) for a in acc}},
+    }
+
+
+def rung_context(config, candidate: str, rung: int) -> dict:
+    """Everything a rung's result depends on besides code: this is what its config digest covers."""
+    acc = config["baseline"]["accepted"]
+    return {
+        **shared_context(config),
         "candidate": candidate,
         "candidate_config": cand_config(config, candidate),
-        "baseline": {"accepted": acc, "candidates": {a: cand_config(config, a) for a in acc}},
         "rung": rung,
         "rung_params": rung_params(config, rung),
         "artifacts": {c: a for c in (candidate, *acc) if (a := registry.artifacts(c, cand_config(config, c), config["profile"]))},

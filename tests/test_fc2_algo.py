@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from h3gates import baseline
 from h3gates import config as C
-from h3gates import paths, pins, promotion, provenance, registry, report, rungs, tokens
+from h3gates import paths, pins, promotion, provenance, registry, report, tokens
 from h3gates.fc2 import pinning
+from inprocess import climb
 from workflow_util import CI_CONFIG, ROOT, make_workspace, merge
 
 BASE = yaml.safe_load((ROOT / "config/config.yaml").read_text())
@@ -160,23 +160,10 @@ def pinned(tmp_path, monkeypatch):
     return C.validate_config(cfg)
 
 
-def _climb(cfg: dict, cand: str) -> None:
-    upstream: list[str] = []
-    for rung in range(1, 9):
-        ctx = provenance.rung_context(cfg, cand, rung)
-        if "baseline_artifact" in ctx and not Path(ctx["baseline_artifact"]).exists():  # what rule baseline_artifact runs
-            baseline.compute(baseline.context_of(ctx), ctx["baseline_artifact"])
-        outs = paths.report_paths(cfg["profile"], cand, cfg["blocks"])[rung]
-        for out, block in zip(outs, cfg["blocks"] if rung in paths.PER_BLOCK else [None]):
-            rungs.run(rung, ctx, out, block, upstream)
-        tokens.token(outs, paths.token_path(cfg["profile"], cand, rung))
-        upstream = outs
-
-
 @pytest.mark.slow
 def test_pinned_candidate_promotes_on_its_machine_and_verify_refuses_elsewhere(pinned, monkeypatch):
     cand = "swiglu_fusion"
-    _climb(pinned, cand)
+    assert climb(pinned, cand) == (0, "")
     r3 = json.loads(Path(paths.report_path("ci", cand, 3, 0)).read_text())
     assert r3["pins"] == {"fc2": PIN}
     record, flag = paths.promotion_paths("ci", cand)

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from h3gates import baseline
 from h3gates import config as C
-from h3gates import paths, provenance, rungs, tokens
+from h3gates import paths
+from inprocess import climb
 from workflow_util import CI_CONFIG, ROOT, merge
 
 pytestmark = pytest.mark.slow
@@ -94,22 +94,7 @@ def _plant(tree: Path, code: str) -> dict:
 
 
 def _climb(tree: Path, cfg: dict) -> tuple[int, str]:
-    """Rung after rung with its pass token, as the workflow chains them -> (failing rung, refusal)."""
-    cand = "modulate_fusion"
-    upstream: list[str] = []
-    for rung in range(1, 9):
-        ctx = provenance.rung_context(cfg, cand, rung)
-        if "baseline_artifact" in ctx and not Path(ctx["baseline_artifact"]).exists():  # what rule baseline_artifact runs
-            baseline.compute(baseline.context_of(ctx), ctx["baseline_artifact"])
-        outs = paths.report_paths(cfg["profile"], cand, cfg["blocks"])[rung]
-        for out, block in zip(outs, cfg["blocks"] if rung in paths.PER_BLOCK else [None]):
-            rungs.run(rung, ctx, out, block, upstream)
-        try:
-            tokens.token(outs, paths.token_path(cfg["profile"], cand, rung))
-        except tokens.Refusal as e:
-            return rung, e.reasons[0]
-        upstream = outs
-    return 0, ""
+    return climb(cfg, "modulate_fusion")
 
 
 def test_state_kept_between_calls_is_caught_at_rung_5(tree):
