@@ -24,9 +24,27 @@ CANDS = ("modulate_fusion", "swiglu_fusion", "qkv_ring")
 
 
 @pytest.fixture(scope="session")
-def ladder(tmp_path_factory):
-    ws = make_workspace(tmp_path_factory.mktemp("ladder") / "ws")
-    snakemake(ws, "all", check=True)
+def ladder(tmp_path_factory, worker_id):
+    """The CI ladder of the three candidates, climbed once per test run: pytest-xdist workers share
+    one build (the first builds it under a lock, the others wait and read it; tests that change
+    anything work on a copy, `ws`)."""
+    if worker_id == "master":
+        ws = make_workspace(tmp_path_factory.mktemp("ladder") / "ws")
+        snakemake(ws, "all", check=True)
+        return ws
+    import fcntl
+
+    shared = tmp_path_factory.getbasetemp().parent / "ladder_shared"
+    shared.mkdir(exist_ok=True)
+    with open(shared / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        ws = shared / "ws"
+        if not (shared / "built").exists():
+            if ws.exists():
+                shutil.rmtree(ws)  # a build that failed in another worker
+            make_workspace(ws)
+            snakemake(ws, "all", check=True)
+            (shared / "built").touch()
     return ws
 
 
