@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run on the H200 device machine from the repository root, with .devsite/ (pack-site core) carried.
-# Usage: bash scripts/device_run.sh STEP...   (steps: tests gpucheck r1cuda canon2 canon evidence ncu profile canonical4 tune model ladder
+# Usage: bash scripts/device_run.sh STEP...   (steps: tests gpucheck r1cuda canon2 canonx2 canon evidence ncu profile canonical4 tune model ladder
 #        ncuquery ladderci fc2); with BUNDLE=name the outputs also come back as one $OUT/name.tgz
 set -uo pipefail
 mkdir -p /tmp/site && for z in .devsite/*.zip; do python3 -m zipfile -e "$z" /tmp/site; done
@@ -47,8 +47,16 @@ PY
       timeout "$left" python3 -m snakemake --cores 1 --keep-going --rerun-incomplete promote_modulate_fusion promote_fc2_algo \
         --configfile config/canonical.yaml config/fc2_algo.yaml > "$OUT/canon2_$(date +%H%M%S).log" 2>&1
       echo "snakemake rc=$?"; grep -hE "REFUSED|FAILED|rung [0-9] |promoted|steps" "$OUT"/canon2_*.log | tail -12
-      mkdir -p /tmp/canon && rm -rf /tmp/canon/* && cp -r results/canonical logs/canonical /tmp/canon/ 2>/dev/null; find /tmp/canon -name "*.pt" -size +4M -delete
+      mkdir -p /tmp/canon && rm -rf /tmp/canon/* && cp -r results/canonical logs/canonical /tmp/canon/ 2>/dev/null; find /tmp/canon \( -name "*.pt" -size +4M -o -name "*.ncu-rep" \) -delete
       (cd /tmp && tar czf "$OUT/canon2.tgz" canon) ;;
+    canonx2)  # every enabled candidate's canonical ladder on all GPUs of the host (one lease per job), with the lease timeline
+      n=$(nvidia-smi -L | wc -l); python3 -m snakemake --unlock --configfile config/canonical.yaml > /dev/null 2>&1
+      left=$(( ${CALL_BUDGET:-585} - SECONDS ))
+      timeout "$left" python3 -m snakemake --cores $((4 * n)) --resources gpu=$n --keep-going --rerun-incomplete all \
+        --configfile config/canonical.yaml > "$OUT/canonx2_$(date +%H%M%S).log" 2>&1; echo "snakemake rc=$?"
+      python3 scripts/lease_timeline.py logs/gpu_leases.jsonl --json "$OUT/lease_timeline.json" | tail -30
+      mkdir -p /tmp/canon && rm -rf /tmp/canon/* && cp -r results/canonical logs /tmp/canon/ 2>/dev/null; find /tmp/canon -name "*.pt" -size +4M -delete
+      find /tmp/canon -name "*.ncu-rep" -delete; (cd /tmp && tar czf "$OUT/canonx2.tgz" canon) ;;
     canon)  # canonical ladder of CANON_CANDIDATE (promote target; continues a climb a previous call left)
       python3 -m snakemake --unlock --configfile config/canonical.yaml ${CANON_CONFIGS:-} > /dev/null 2>&1
       timeout "${CANON_TIMEOUT:-540}" python3 -m snakemake --cores 1 --rerun-incomplete promote_${CANON_CANDIDATE} --configfile config/canonical.yaml ${CANON_CONFIGS:-} > "$OUT/canon_${CANON_CANDIDATE}.log" 2>&1

@@ -86,3 +86,15 @@ def test_no_gpu_no_lease(tmp_path):
     e = {**os.environ, "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-c", "from h3gates import lease; print(lease.acquire('x'))"], env=e, capture_output=True, text=True)
     assert out.stdout.strip() == "None" and lease.current() is None
+
+
+def test_the_timeline_shows_which_job_ran_where_and_the_overlap(env, tmp_path):
+    a, _ = _start(env, "rung 7 modulate_fusion", hold=3.0)
+    b, _ = _start(env, "rung 7 swiglu_fusion", hold=3.0)
+    assert a.wait(10) == 0 and b.wait(10) == 0
+    out = subprocess.run([sys.executable, str(ROOT / "scripts/lease_timeline.py"), str(tmp_path / "leases.jsonl"), "--json", str(tmp_path / "t.json")],
+                         capture_output=True, text=True)
+    t = json.loads((tmp_path / "t.json").read_text())
+    assert out.returncode == 0 and t["gpus"] == [0, 1] and not t["unfinished"]
+    assert {j["job"] for j in t["jobs"]} == {"rung 7 modulate_fusion", "rung 7 swiglu_fusion"}
+    assert t["parallelism"] > 1.2  # both held a GPU at once
