@@ -9,7 +9,8 @@ imports): `results/<profile>/baseline/r<N>-<key>.pt`, where key is the first 16 
 digest of both. Adding a candidate reruns nothing of it; changing the accepted baseline, the seed or
 a module it runs gives a new key. A rung reads it through its context (`baseline_artifact`), records
 its SHA-256 among its upstream digests (promotion and verify check it like any upstream report), and
-checks that the artifact says it was made from the same context.
+checks that the artifact says it was made from the same context, on the same GPU model and with the same
+torch, CUDA and comfy-kitchen (a mismatch is refused, naming what differs and the file to remove).
 
 Sizes at canonical size (37,810 tokens): r5 keeps the SHA-256 and shape of the step output, not the
 406 MB tensor (a rung that finds a different hash recomputes the baseline in its own process to say
@@ -82,10 +83,10 @@ def compute(bctx: dict, out: str) -> dict:
         outputs = {"video": video, "audio": audio}
     _sync(device)
     wall = time.perf_counter() - t0
-    meta = {"context": bctx, "key": key(bctx), "files": {f: _sha(f) for f in files(bctx)}, "wall_s": wall,
+    meta = {"context": bctx, "key": key(bctx), "files": {f: _sha(f) for f in files(bctx)}, "wall_s": wall, "environment": environment(device),
             "outputs": {k: {"shape": list(v.shape), "dtype": str(v.dtype).replace("torch.", ""), "sha256": nvfp4.sha256(v)} for k, v in outputs.items()},
             "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    kept = {k: v.cpu() for k, v in outputs.items() if v.numel() * v.element_size() <= KEEP_LIMIT}
+    kept = {k: v.cpu() for k, v in outputs.items() if bctx["rung"] != 5 or v.numel() * v.element_size() <= KEEP_LIMIT}  # latents always
     p = Path(out)
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_name(f".{p.name}.tmp")
@@ -106,9 +107,27 @@ def load(ctx: dict) -> dict:
     p = Path(ctx["baseline_artifact"])
     d = torch.load(p, weights_only=True)
     want = context_of(ctx)
-    if d["meta"]["context"] != want:
+    if d["meta"]["context"] != want or not p.name.endswith(f"-{d['meta']['key']}.pt"):
         raise ArtifactError(f"{p} was made from another baseline context than this rung's")
+    here, then = environment(ctx["device"]), d["meta"].get("environment")
+    if then != here:
+        changed = sorted(k for k in set(here) | set(then or {}) if (then or {}).get(k) != here.get(k))
+        raise ArtifactError(f"{p} was computed with another {', '.join(changed)} ({ {k: (then or {}).get(k) for k in changed} } vs here "
+                            f"{ {k: here.get(k) for k in changed} }): its bytes need not hold here; remove it (rm {p}) and rerun")
     return d
+
+
+def environment(device: str) -> dict:
+    """What a baseline's bytes depend on besides its context and files: the GPU and the libraries."""
+    import torch
+
+    from .nvfp4 import oracle
+
+    env = {"torch": str(torch.__version__), "comfy_kitchen": oracle.comfy_version(), "gpu": None, "sm_count": None, "cuda": None}
+    if device == "cuda" and torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(torch.cuda.current_device())
+        env.update(gpu=str(p.name), sm_count=int(p.multi_processor_count), cuda=str(torch.version.cuda))
+    return env
 
 
 def context_of(ctx: dict) -> dict:

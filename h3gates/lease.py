@@ -62,9 +62,25 @@ def devices() -> list[tuple[int, str]]:
 
 
 def _lock_dir() -> Path:
+    """Shared by every user of the host (mode 1777, lock files 0666): leases are per device, not per user."""
     d = Path(os.environ.get("H3GATES_LEASE_DIR", "/tmp/h3gates-gpu-leases"))
-    d.mkdir(parents=True, exist_ok=True)
+    if not d.is_dir():
+        d.mkdir(parents=True, exist_ok=True)
+        try:
+            d.chmod(0o1777)
+        except OSError:
+            pass
     return d
+
+
+def _open_lock(path: Path):
+    old = os.umask(0)
+    try:
+        return open(os.open(path, os.O_RDWR | os.O_CREAT, 0o666), "r+")
+    except PermissionError as e:
+        raise LeaseError(f"cannot open the lease lock {path} ({e}): set H3GATES_LEASE_DIR to a folder every GPU job of this host can write") from None
+    finally:
+        os.umask(old)
 
 
 def _log(event: dict) -> None:
@@ -81,9 +97,10 @@ def current() -> Lease | None:
     return _HELD[0][1] if _HELD else None
 
 
-def acquire(job: str, timeout: float = 3600.0, poll: float = 0.5) -> Lease | None:
-    """Lease one free visible GPU for this process (None where there is no GPU); waits up to
-    `timeout` seconds when every device is leased (more GPU jobs than `--resources gpu=N` allows)."""
+def acquire(job: str, timeout: float | None = None, poll: float = 0.5) -> Lease | None:
+    """Lease one free visible GPU for this process (None where there is no GPU); when every device is
+    leased (more GPU jobs than GPUs: `--resources gpu=N` prevents it) it waits, without limit unless
+    `timeout` seconds are given, saying so every minute."""
     if _HELD:
         return _HELD[0][1]
     held = os.environ.get("H3GATES_LEASE_HELD")
@@ -91,11 +108,15 @@ def acquire(job: str, timeout: float = 3600.0, poll: float = 0.5) -> Lease | Non
         return None  # a child of a leaseholder (rung 8's Nsight Compute target): the parent's lease covers it
     devs = devices()
     if not devs:
+        import sys
+
+        print(f"h3gates lease: no GPU listed by nvidia-smi for {job}: running without a lease (nothing keeps another job off this GPU)",
+              file=sys.stderr)
         return None
     start = time.time()
     while True:
         for index, uuid in devs:
-            f = open(_lock_dir() / f"{uuid}.lock", "a+")
+            f = _open_lock(_lock_dir() / f"{uuid}.lock")
             try:
                 fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
@@ -112,7 +133,12 @@ def acquire(job: str, timeout: float = 3600.0, poll: float = 0.5) -> Lease | Non
             _log({"event": "start", "pid": os.getpid(), **asdict(lease)})
             atexit.register(lambda: _log({"event": "end", "pid": os.getpid(), "job": job, "index": index, "uuid": uuid, "at": time.time()}))
             return lease
-        if time.time() - start > timeout:
+        waited = time.time() - start
+        if int(waited) // 60 != int(waited - poll) // 60:
+            import sys
+
+            print(f"h3gates lease: {job} waits for a GPU ({waited:.0f} s): all of {[i for i, _ in devs]} are leased", file=sys.stderr)
+        if timeout is not None and waited > timeout:
             raise LeaseError(f"no GPU free for {job} after {timeout:.0f} s: all of {[i for i, _ in devs]} are leased "
                              f"(locks in {_lock_dir()}); run with --resources gpu=N, N at most the number of GPUs")
         time.sleep(poll)

@@ -18,7 +18,7 @@ from . import pins as P
 from . import registry, report
 from .config import ConfigError, diff, enforce_perf, resolve_device, validate_config
 from .paths import RESULTS, RUNG_NAMES, report_paths
-from .provenance import ROOT, candidate_config, digest, file_sha256, provenance, rung_context
+from .provenance import ROOT, candidate_config, config_digest, file_sha256, provenance, rung_context
 from .tokens import Refusal, revoke
 
 RECORD_SCHEMA_VERSION = 2
@@ -122,8 +122,11 @@ def promote(config: dict, candidate: str, record: str, flag: str, configfiles: l
     docs = {p: d for p, (_, _, d) in results.items()}
     pins, disagree = P.agree(docs)
     if disagree or (reasons := P.check(pins)):
+        # the reports hold only where they were gated: move them aside so that rerunning the gates
+        # here makes reports (and pins) of this machine, instead of refusing the same ones again
         revoke(record)
-        raise Refusal(disagree or reasons, fix=_fix(candidate, configfiles, []) + "   (on the machine the pins name)")
+        moved = quarantine({p: ("stale", [], d) for p, d in docs.items()}, candidate, config["profile"])
+        raise Refusal(disagree or reasons, fix=_fix(candidate, configfiles, moved))
     deployable = config["profile"] in config["deployable_profiles"]
     enforced = enforce_perf(config)
     notes = []
@@ -140,7 +143,7 @@ def promote(config: dict, candidate: str, record: str, flag: str, configfiles: l
         "deployable": deployable, "device": any_doc["device"], "reference": any_doc["reference"],
         "reports": {p: file_sha256(p) for p in docs}, "verdicts": {p: d["verdict"] for p, d in docs.items()},
         "kernel_fingerprint": {f: h for d in docs.values() for f, h in d["kernel_fingerprint"].items()},
-        "config_digest": {str(r): digest(rung_context(config, candidate, r)) for r in RUNG_NAMES},
+        "config_digest": {str(r): config_digest(rung_context(config, candidate, r)) for r in RUNG_NAMES},
         "config": {"files": list(configfiles or []), "resolved": _resolved(config, candidate)},
         "flag_file": {"path": flag, "sha256": hashlib.sha256(text.encode()).hexdigest(), "line": text.strip().splitlines()[-1]},
         "pins": pins,
@@ -181,7 +184,11 @@ def verify(record: str, revoke_flag: bool = False, flag: str | None = None, conf
     for p, h in rec["reports"].items():
         if p in results and results[p][0] == "pass" and file_sha256(p) != h:
             reasons.append(f"{p}: differs from the report the record was made from")
-    reasons += P.check(rec.get("pins") or {})
+    gated, disagree = P.agree({p: d for p, (_, _, d) in results.items() if d is not None})
+    reasons += disagree
+    if gated != (rec.get("pins") or {}):
+        reasons.append("the record's pins are not the pins its reports were gated with")
+    reasons += P.check(gated)
     fp = Path(flag)
     if not fp.exists():
         reasons.append(f"flag {flag} is missing (the record says it holds {rec['flag_file']['line']})")

@@ -149,8 +149,15 @@ def provenance(ctx: dict, root=None) -> dict:
     return {
         "kernel_fingerprint": {f: file_sha256(Path(base, f)) for f in kernel_files(ctx, root)},
         "code_fingerprint": files_digest(code_files(ctx, root), base),
-        "config_digest": digest(ctx),
+        "config_digest": config_digest(ctx),
     }
+
+
+def config_digest(ctx: dict) -> str:
+    """The digest of the rung's configuration. The baseline artifact's path is left out: it carries a
+    content key, and the artifact's own SHA-256 is an upstream digest of the report (a module edit is
+    then reported as the code or the artifact that changed, not as a config change)."""
+    return digest({k: v for k, v in ctx.items() if k != "baseline_artifact"})
 
 
 # ------------------------------------------------------------------ the import closure

@@ -162,7 +162,9 @@ def artifacts(name: str, cand_cfg: dict, profile: str, root: str | None = None) 
     if cand.artifacts is None:
         return {}
     params = {**cand.param_defaults(), **cand_cfg.get("params", {})}
-    return {k: f"results/{profile}/{name}/{rel}" for k, rel in cand.artifacts(params).items()}
+    # a relative path is produced by the workflow under the candidate's results; an absolute one is a
+    # user's file the candidate reads (fingerprinted the same way: an input and an upstream digest)
+    return {k: rel if os.path.isabs(rel) else f"results/{profile}/{name}/{rel}" for k, rel in cand.artifacts(params).items()}
 
 
 def missing_imports(name: str, cand_cfg: dict, device: str, root: str | None = None) -> list[str]:

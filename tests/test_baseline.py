@@ -71,3 +71,7 @@ def test_compute_then_load_checks_the_context(tmp_path, monkeypatch):
     with pytest.raises(baseline.ArtifactError, match="another baseline context"):
         baseline.load(wrong)
     assert Path(ctx["baseline_artifact"]).is_file() and not list(Path(ctx["baseline_artifact"]).parent.glob(".*.tmp"))
+    here = baseline.environment("cpu")
+    monkeypatch.setattr(baseline, "environment", lambda device: {**here, "torch": "9.9.9"})
+    with pytest.raises(baseline.ArtifactError, match=r"computed with another torch .*remove it \(rm results/ci/baseline/r6-"):
+        baseline.load(ctx)

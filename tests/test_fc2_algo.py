@@ -38,6 +38,8 @@ def test_declared_cuda_only_with_its_sweep_artifact():
     assert c.implementation("cuda").imports == ("nvmath",)
     assert registry.artifacts("fc2_algo", {"params": {"algorithm": "auto"}}, "canonical") == {"sweep": "results/canonical/fc2_algo/study/fc2_sweep.json"}
     assert registry.artifacts("fc2_algo", {"params": {"algorithm": "heuristic0"}}, "canonical") == {}
+    spec_file = registry.artifacts("fc2_algo", {"params": {"algorithm": "my/algo.json"}}, "canonical")
+    assert spec_file == {"spec_file": os.path.abspath("my/algo.json")}  # its content is an upstream digest of every report
     assert registry.artifacts("modulate_fusion", {}, "canonical") == {}
 
 
@@ -172,7 +174,11 @@ def test_pinned_candidate_promotes_on_its_machine_and_verify_refuses_elsewhere(p
         promotion.promote(pinned, cand, record, flag, [])
     assert "pin of fc2: cuBLASLt version differs: pinned 130100, here 120900" in e.value.reasons
     assert not Path(record).exists() and not Path(flag).exists()
+    # the reports hold only where they were gated: moved aside, so the next run gates on this machine
+    assert not Path(paths.report_path("ci", cand, 3, 0)).exists() and list(Path("results/ci", cand, "refused").rglob("*.json"))
+    assert "reruns the 8 report(s) moved aside" in e.value.fix
     monkeypatch.setattr(pinning, "environment_here", lambda: dict(H200))
+    assert climb(pinned, cand) == (0, "")
     promotion.promote(pinned, cand, record, flag, [])
     rec = json.loads(Path(record).read_text())
     assert rec["pins"] == {"fc2": PIN} and Path(flag).read_text().strip().endswith("H3_NVFP4_SWIGLU_FUSION=1")

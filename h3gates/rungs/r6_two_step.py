@@ -8,5 +8,8 @@ from .trajectory import trajectories
 
 def run(ctx, out, block=None, upstream=()):
     gate = Gate(ctx, 6, upstream=upstream)
-    meas, times = trajectories(gate, 2)
+    got = trajectories(gate, 2)
+    if got is None:
+        return gate.write(out, {"bytes_compared": 0, "bytes_differing": 0})
+    meas, times = got
     return gate.write(out, meas, {"wall_s": times})

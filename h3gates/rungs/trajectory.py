@@ -17,7 +17,13 @@ def _sync(device):
 
 
 def trajectories(gate, steps):
-    art = baseline.load(gate.ctx)
+    """-> (measurements, wall times), or None after failing the gate when the shared baseline
+    artifact cannot be trusted here (the caller writes the failing report)."""
+    try:
+        art = baseline.load(gate.ctx)
+    except baseline.ArtifactError as e:
+        gate.fail(str(e))
+        return None
     m = gate.model
     _sync(gate.device)
     t0 = time.perf_counter()

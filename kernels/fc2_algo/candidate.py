@@ -5,10 +5,15 @@ from h3gates.registry import Candidate, Implementation
 
 
 def artifacts(params: dict) -> dict:
-    """`auto` reads the workflow's sweep (rule fc2_sweep); a JSON file spec is read as it is."""
+    """`auto` reads the workflow's sweep (rule fc2_sweep); a spec given as a JSON file is read as it
+    is, so its content is part of every report's upstream digests (an edit makes them stale)."""
+    import os
+
     algo = params["algorithm"]
     if algo == "auto":
         return {"sweep": "study/fc2_sweep.json"}
+    if isinstance(algo, str) and algo not in ("heuristic0",) and not algo.startswith(("enumerate:", "{")):
+        return {"spec_file": os.path.abspath(algo)}
     return {}
 
 
