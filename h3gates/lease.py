@@ -97,7 +97,7 @@ def current() -> Lease | None:
     return _HELD[0][1] if _HELD else None
 
 
-def acquire(job: str, timeout: float | None = None, poll: float = 0.5) -> Lease | None:
+def acquire(job: str, timeout: float | None = None, poll: float = 0.5, warn: bool = True) -> Lease | None:
     """Lease one free visible GPU for this process (None where there is no GPU); when every device is
     leased (more GPU jobs than GPUs: `--resources gpu=N` prevents it) it waits, without limit unless
     `timeout` seconds are given, saying so every minute."""
@@ -110,8 +110,9 @@ def acquire(job: str, timeout: float | None = None, poll: float = 0.5) -> Lease 
     if not devs:
         import sys
 
-        print(f"h3gates lease: no GPU listed by nvidia-smi for {job}: running without a lease (nothing keeps another job off this GPU)",
-              file=sys.stderr)
+        if warn:
+            print(f"h3gates lease: no GPU listed by nvidia-smi for {job}: running without a lease (nothing keeps another job off this GPU)",
+                  file=sys.stderr)
         return None
     start = time.time()
     while True:

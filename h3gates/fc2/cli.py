@@ -94,7 +94,7 @@ def main(argv=None) -> int:
 
     from ..lease import acquire
 
-    acquire(f"fc2 {a.mode}")  # one free GPU of this host, before CUDA starts
+    acquire(f"fc2 {a.mode}", warn=False)  # one free GPU of this host, before CUDA starts (without one: the line below says so)
     import torch
 
     if not torch.cuda.is_available():
