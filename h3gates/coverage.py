@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from .nvfp4 import formats as F
+
 BLOCK = 16  # values per NVFP4 block
 TILE = 128  # rows per swizzled scale tile
 MROWS = 16  # rows a modulate thread walks per group (modulate_fusion.cu)
@@ -88,7 +90,7 @@ def cuda_block_paths(kernel: str) -> tuple[KernelPath, ...]:
         return (roundup(nb(inp), 4) - nb(inp)) * roundup(r1 - r0, TILE)
 
     def comfy_tail(inp, r0, r1):
-        return 16 if (roundup(r1 - r0, BLOCK) // BLOCK) * nb(inp) % 2 else 0
+        return 16 if F.comfy_tail(r1 - r0, inp.cols) else 0
 
     return (
         KernelPath("vector_block", f"{kernel}: `vec` (row length a multiple of 8, 16-byte aligned) and the block inside the row: two 16-byte loads", vec_full),

@@ -38,6 +38,11 @@ def test_block_paths_count_what_the_cuda_kernels_branch_on():
     assert hits(_mod(17, 72)) == {"vector_block": 68, "scalar_unaligned_row": 0, "scalar_partial_block": 17, "zero_padding_row": 75,
                                   "zero_scale_tile_row": 96 * 8, "zero_scale_column": 3 * 128, "comfy_tail_block": 0}  # 2 * 5 blocks: even
     assert hits(_mod(47, 72))["comfy_tail_block"] == 16 and hits(_mod(48, 64))["comfy_tail_block"] == 0  # 3 * 5 odd; 3 * 4 even
+    from h3gates.nvfp4 import formats as F
+
+    # the canonical activations (37,810 rows: 2364 row groups) never have a tail: the oracle's
+    # zero-followed copy, made only for a tail, stays off rung 4's timed library path
+    assert not any(F.comfy_tail(37810, k) for k in (5376, 14336)) and F.comfy_tail(47, 72)
     h = hits(_mod(16, 62))  # 62 % 8 != 0: no vector loads at all
     assert h["vector_block"] == 0 and h["scalar_unaligned_row"] == 16 * 4 and h["scalar_partial_block"] == 0 and h["zero_padding_row"] == 0
     base = torch.zeros(16 * 64 + 8, dtype=torch.bfloat16)

@@ -20,6 +20,12 @@ def roundup(x: int, multiple: int) -> int:
     return (x + multiple - 1) // multiple * multiple
 
 
+def comfy_tail(rows: int, cols: int) -> bool:
+    """Whether comfy-kitchen 0.2.40's CUDA quantizer runs 16 blocks past the last real one for a
+    rows x cols input: (rows_pad / 16) * (cols_pad / 16) odd (kernels/common/nvfp4.cuh comfy_tail)."""
+    return (roundup(rows, 16) // 16) * (roundup(cols, 16) // 16) % 2 == 1
+
+
 def padded_shape(rows: int, cols: int, pad_16x: bool) -> tuple[int, int]:
     """Data rows/cols after padding: rows and cols rounded to 16 when `pad_16x`."""
     if pad_16x:

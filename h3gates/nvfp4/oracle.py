@@ -7,6 +7,8 @@ import importlib.metadata
 
 import torch
 
+from . import formats as F
+
 
 def comfy_version() -> str | None:
     try:
@@ -25,18 +27,11 @@ def comfy_quantize(x: torch.Tensor, global_scale: torch.Tensor, *, pad_16x: bool
 
     backend = backend or backend_for(x.device)
     g = torch.as_tensor(global_scale, dtype=torch.float32, device=x.device)
-    if backend == "cuda" and x.dim() == 2 and x.is_contiguous() and _has_tail(*x.shape):
-        x = _zero_followed(x)
+    if backend == "cuda" and x.dim() == 2 and x.is_contiguous() and F.comfy_tail(*x.shape):
+        x = _zero_followed(x)  # only there: the timed library path (never a tail at 37,810 rows) stays comfy's own call
     with ck.use_backend(backend):
         q, s = ck.quantize_nvfp4(x, g, pad_16x=pad_16x)
     return q, s.view(torch.uint8)
-
-
-def _has_tail(rows: int, cols: int) -> bool:
-    """Whether comfy's CUDA quantizer runs its 16 extra blocks for this shape: (rows_pad/16) * nb odd.
-    Only then is the input copied (never at the canonical 37,810 rows, whose 2364 row groups are even:
-    the timed library path of rung 4 stays comfy's own call)."""
-    return ((-(-rows // 16)) * (-(-cols // 16))) % 2 == 1
 
 
 def _zero_followed(x: torch.Tensor) -> torch.Tensor:
