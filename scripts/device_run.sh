@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run on the H200 device machine from the repository root, with .devsite/ (pack-site core) carried.
-# Usage: bash scripts/device_run.sh STEP...   (steps: tests gpucheck r1cuda canon2 canonx2 canon evidence ncu profile canonical4 tune model ladder
+# Usage: bash scripts/device_run.sh STEP...   (steps: tests gpucheck r1cuda canon2 canonx2 canon r8swiglu evidence ncu profile canonical4 tune model ladder
 #        ncuquery ladderci fc2); with BUNDLE=name the outputs also come back as one $OUT/name.tgz
 set -uo pipefail
 mkdir -p /tmp/site && for z in .devsite/*.zip; do python3 -m zipfile -e "$z" /tmp/site; done
@@ -63,6 +63,27 @@ PY
       echo "snakemake rc=$?"; grep -E "REFUSED|FAILED|Error|steps|rung [0-9]|promoted" "$OUT/canon_${CANON_CANDIDATE}.log" | tail -14
       mkdir -p /tmp/canon && cp -r results logs /tmp/canon/ 2>/dev/null; find /tmp/canon -name "*.pt" -size +4M -delete
       (cd /tmp && tar czf "$OUT/canon_${CANON_CANDIDATE}.tgz" canon) ;;
+    r8swiglu)  # canonical rung 8 (Nsight Compute, block 24) of R8_CANDIDATE (swiglu_fusion) in-process, if >= R8_MIN_S of the call remain
+      left=$(( ${CALL_BUDGET:-585} - SECONDS )); echo "r8 ${R8_CANDIDATE:-swiglu_fusion}: ${left}s left"
+      if [ "$left" -ge "${R8_MIN_S:-330}" ]; then
+        mkdir -p "$OUT/r8"
+        timeout "$left" python3 - "${R8_CANDIDATE:-swiglu_fusion}" "$OUT/r8" ${R8_CONFIGS:-config/config.yaml config/canonical.yaml} <<'PY' 2>&1 | tee "$OUT/r8/r8.log" | grep -v "==PROF==" | tail -8
+import json, sys, time
+from pathlib import Path
+from h3gates import config as C, rungs
+from h3gates.provenance import rung_context
+cand, out, files = sys.argv[1], Path(sys.argv[2]), sys.argv[3:]
+cfg = C.load_config(files)
+path = out / f"{cand}_r8_profile.json"
+t0 = time.time()
+rungs.run(8, rung_context(cfg, cand, 8), str(path))
+d = json.loads(path.read_text())
+diff = ((d.get("timing") or {}).get("nsight") or {}).get("diff", {})
+print(f"{cand} rung 8 ({cfg['profile']}): {d['verdict']} in {time.time() - t0:.0f}s; reasons {d.get('reasons')}; notes {d.get('notes')}")
+print("totals", json.dumps({k: diff.get(k) for k in ("baseline", "candidate")}))
+PY
+        echo "r8 rc=${PIPESTATUS[0]}"; find "$OUT/r8" -name "*.ncu-rep" -delete  # a kept workdir (ncu failed): its logs come back
+      else echo "r8 skipped: too little time left"; fi ;;
     evidence) python3 scripts/gpu_evidence.py --out "$OUT" --sections ${SECTIONS:-numerics kernels bench} 2>&1 | tee "$OUT/evidence.log" ;;
     ncu) ncu --clock-control none --csv --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,smsp__inst_executed.sum,launch__registers_per_thread,dram__throughput.avg.pct_of_peak_sustained_elapsed \
            python3 scripts/ncu_kernels.py > "$OUT/ncu.csv" 2> "$OUT/ncu.err"; grep -E "quantize|amax|modulate|swiglu|finalize|silu" "$OUT/ncu.csv" | cut -c1-400 | tail -40 ;;
