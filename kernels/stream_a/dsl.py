@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import cutlass
 import cutlass.cute as cute
-import cutlass.utils as utils
+from cutlass.tensor_utils import LayoutEnum
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass._mlir.dialects import llvm
 from cutlass._mlir import ir
@@ -121,8 +121,8 @@ class PackedGemm:
         self.tiled_mma = sm90_utils.make_trivial_tiled_mma(
             cutlass.BFloat16, cutlass.BFloat16, cute.nvgpu.OperandMajorMode.K,
             cute.nvgpu.OperandMajorMode.K, cutlass.Float32, (2, 1, 1), tiler_mn=(64, self.tile_n))
-        a_layout = sm90_utils.make_smem_layout_a(utils.LayoutEnum.ROW_MAJOR, self.tile_shape_mnk, cutlass.BFloat16, STAGES)
-        b_layout = sm90_utils.make_smem_layout_b(utils.LayoutEnum.ROW_MAJOR, self.tile_shape_mnk, cutlass.BFloat16, STAGES)
+        a_layout = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, self.tile_shape_mnk, cutlass.BFloat16, STAGES)
+        b_layout = sm90_utils.make_smem_layout_b(LayoutEnum.ROW_MAJOR, self.tile_shape_mnk, cutlass.BFloat16, STAGES)
 
         @cute.struct
         class Storage:
