@@ -129,29 +129,33 @@ def test_declared_paths_and_base_gemm_fallback_on_cpu():
 @needs_dsl
 def test_operand_views_refuse_non_contiguous():
     cuda = load_module(ROOT / "kernels/stream_a/cuda.py")
-    p, w = _operands(32, 64, 128)
-    out = torch.empty(128, 64, dtype=torch.bfloat16)
-    cuda.operands(p.qdata, p.scales, w.qdata, w.scales, out)
+    p, _ = _operands(32, 64, 128)
+    views = cuda._views({"a_q": p.qdata.view(torch.int32), "a_s": p.scales.reshape(-1).view(torch.int32)})
+    assert set(views) == {"a_q", "a_s"}
     with pytest.raises(ValueError, match="contiguous"):
-        cuda.operands(p.qdata[:, :32], p.scales, w.qdata, w.scales, out)
+        cuda._views({"a_q": p.qdata.view(torch.int32)[:, :8]})
 
 
 @needs_dsl
-@pytest.mark.parametrize("n,k,tile_n", [(768, 192, 256), (192, 256, 64), (32, 64, 32), (1024, 192, 128)])
-def test_kernel_compiles_for_sm90a(n, k, tile_n):
-    """The CuTe DSL kernel lowers to PTX and ptxas assembles it for sm_90a, on a machine with no GPU."""
+@pytest.mark.parametrize("n,k,tile_n,phase,modulate,export", [
+    (768, 192, 256, "p0", False, False), (192, 256, 64, "p0", False, False), (32, 64, 32, "p0", False, False),
+    (1024, 192, 128, "p0", False, False), (768, 192, 256, "p1", True, False), (192, 256, 64, "p1", False, False),
+    (32, 192, 32, "p1", True, True)])
+def test_kernel_compiles_for_sm90a(n, k, tile_n, phase, modulate, export):
+    """The CuTe DSL kernel of each phase lowers to PTX and ptxas assembles it for sm_90a, on a
+    machine with no GPU."""
     import cuda.bindings.driver as drv
-    import cutlass
     import cutlass.cute as cute
-    from cutlass.cute.runtime import make_fake_compact_tensor
 
     d = _dsl()
-    fake = lambda dt, shape, order=(0,): make_fake_compact_tensor(dt, shape, stride_order=order, assumed_align=16)
-    args = (fake(cutlass.Int32, (cute.sym_int32(), k // 8), (1, 0)), fake(cutlass.Int32, (cute.sym_int32(),)),
-            fake(cutlass.Int32, (cute.sym_int32(), k // 8), (1, 0)), fake(cutlass.Int32, (cute.sym_int32(),)),
-            fake(cutlass.BFloat16, (cute.sym_int32(), n), (1, 0)))
-    fn = cute.compile(d.PackedGemm(n, k, tile_n), *args, cutlass.Float32(1.0), drv.CUstream(0))
+    fn = cute.compile(d.PackedGemm(n, k, tile_n, phase, modulate, export), *d.fake_arguments(n, k), drv.CUstream(0))
     assert fn is not None
+
+
+@needs_dsl
+def test_phase_is_checked():
+    with pytest.raises(ValueError, match="phase must be p0 or p1"):
+        _dsl().PackedGemm(256, 64, 256, "p2")
 
 
 def test_config_refuses_stream_a_on_a_cpu(tmp_path):
@@ -195,3 +199,37 @@ def test_a_wrong_scale_layout_is_caught():
     shifted = Packed(p.global_scale, p.qdata, torch.roll(p.scales, 128, dims=0), p.rows)
     got, want = cuda.OwnedGemm(ReferenceGemm(), 256)(shifted, w), ReferenceGemm()(p, w)
     assert not nvfp4.compare_outputs(got, want)["equal"]
+
+
+def _modulated(rows, k, seed):
+    from h3gates.nvfp4 import catalogue as CAT
+    from h3gates.roles import Modulated
+
+    h = CAT.random_tensor("outliers", (rows, k), seed=seed).cuda()
+    gen = torch.Generator().manual_seed(seed + 1)
+    shift = (torch.randn(3, k, generator=gen) * 0.5).to(torch.bfloat16).cuda()
+    scale = (torch.randn(3, k, generator=gen) * 0.5).to(torch.bfloat16).cuda()
+    b1, b2 = rows // 7, rows // 3
+    return Modulated(h, shift, scale, ((0, b1), (b1, b2), (b2, rows)))
+
+
+@gpu
+@pytest.mark.parametrize("rows,k,modulated", [(250, 192, True), (37, 64, False), (1000, 256, True), (128, 128, False)])
+def test_p1_exported_tiles_and_projection_equal_the_library_path(rows, k, modulated):
+    from h3gates.nvfp4 import catalogue as CAT
+    from h3gates.reference import Reference
+    from h3gates.roles import Plain, reference_roles
+    from h3gates.rungs.inputs import weight
+
+    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+    cuda = load_module(ROOT / "kernels/stream_a/cuda.py")
+    ref = Reference("cuda")
+    base = reference_roles(ref)
+    role = cuda.build({"phase": "p1", "tile_n": 256}, ref, base)["qkv"]
+    inp = _modulated(rows, k, seed=rows) if modulated else Plain(CAT.random_tensor("wide", (rows, k), seed=rows).cuda())
+    got = next(role.producer.produce(inp))[1]
+    want = next(base["qkv"].producer.produce(inp))[1]
+    assert nvfp4.compare_packed(got.as_dict(), want.as_dict(), rows, k)["equal"]
+    assert torch.equal(got.qdata[:rows], want.qdata[:rows]) and torch.equal(F.unswizzle(got.scales, rows, k // 16), F.unswizzle(want.scales, rows, k // 16))
+    w = weight(768, k, "cuda", ref, "normal", seed=1)
+    assert nvfp4.compare_outputs(role.project(inp, w), base["qkv"].project(inp, w))["equal"]
