@@ -162,7 +162,7 @@ def p1_exactness(cases_out: list, canonical_rows: int, shapes: dict, bounds) -> 
 def timings(rounds: int, canonical_rows: int, shapes: dict, bandwidth: float, bounds) -> dict:
     ref = Reference("cuda")
     base = reference_roles(ref)
-    p1 = CUDA.build({"phase": "p1", "tile_n": 256}, ref, base)
+    p1 = {t: CUDA.build({"phase": "p1", "tile_n": t}, ref, base) for t in (64, 128, 256)}  # P2: A-tile reuse = tile_n
     fused = MODF.build({}, ref, base)
     out = {}
     for role, (n, k) in shapes.items():
@@ -173,11 +173,15 @@ def timings(rounds: int, canonical_rows: int, shapes: dict, bandwidth: float, bo
         b = w.block_values()
         al = alpha(p.global_scale, w.global_scale)
         owned = CUDA.OwnedGemm(ReferenceGemm(), 256)
+        owned128 = CUDA.OwnedGemm(ReferenceGemm(), 128)
         producer = fused[role].producer if role in fused else base[role].producer
         sides = {"cublas_gemm_on_bf16": lambda: mm_alpha(a, b, al), "library_projection": lambda: base[role].project(inp, w),
-                 "p0_gemm": lambda: owned(p, w), "p0_after_fused_producer": lambda: Role(producer, owned).project(inp, w)}
+                 "p0_gemm": lambda: owned(p, w), "p0_gemm_t128": lambda: owned128(p, w),
+                 "p0_after_fused_producer": lambda: Role(producer, owned).project(inp, w)}
         if role != "fc2":
-            sides["p1_projection"] = lambda: p1[role].project(inp, w)
+            sides["p1_projection"] = lambda: p1[256][role].project(inp, w)
+            sides["p1_projection_t128"] = lambda: p1[128][role].project(inp, w)
+            sides["p1_projection_t64"] = lambda: p1[64][role].project(inp, w)
         ms = {s_: [] for s_ in sides}
         for f in sides.values():
             f()
