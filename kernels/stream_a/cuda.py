@@ -119,11 +119,13 @@ class OwnedGemm:
 
 
 def _takes(inp) -> bool:
-    """Inputs the p1 kernel takes: bf16 Plain or Modulated (at most 3 segments), K a multiple of 64."""
+    """Inputs the p1 kernel takes: bf16 Plain or Modulated (at most 3 segments), contiguous and
+    16-byte aligned, K a multiple of 64."""
     if not isinstance(inp, (Plain, Modulated)) or inp.cols % 64:
         return False
     t = inp.h if isinstance(inp, Modulated) else inp.x
-    return t.dtype == torch.bfloat16 and t.is_cuda and (not isinstance(inp, Modulated) or len(inp.bounds) <= 3)
+    return (t.dtype == torch.bfloat16 and t.is_cuda and t.is_contiguous() and t.data_ptr() % 16 == 0
+            and (not isinstance(inp, Modulated) or len(inp.bounds) <= 3))
 
 
 def _p1_inputs(inp) -> dict:
@@ -151,7 +153,7 @@ class StreamProducer:
                          lambda inp, r0, r1: (r1 - r0) if _takes(inp) and isinstance(inp, Modulated) else 0),
             V.KernelPath("p1_zero_filled_rows", "rows of the last 128-row tile past the activation: zero values, their codes not exported",
                          lambda inp, r0, r1: (-(r1 - r0)) % 128 if _takes(inp) else 0),
-            V.KernelPath("base_producer", "other inputs (fp16, K % 64 != 0, SwiGLU): the base producer",
+            V.KernelPath("base_producer", "other inputs (fp16, K % 64 != 0, unaligned, SwiGLU): the base producer",
                          lambda inp, r0, r1: (r1 - r0) if not _takes(inp) else 0),
         )
 
