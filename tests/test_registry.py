@@ -14,7 +14,7 @@ from h3gates import provenance as P
 from h3gates import registry
 
 ROOT = Path(__file__).resolve().parent.parent
-SHIPPED = ("fc2_algo", "modulate_fusion", "qkv_ring", "swiglu_fusion")
+SHIPPED = ("fc2_algo", "modulate_fusion", "qkv_ring", "stream_a", "swiglu_fusion")
 
 
 def test_the_shipped_candidates_declare_themselves():

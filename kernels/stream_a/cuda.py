@@ -1,0 +1,209 @@
+"""stream_a, CUDA: the owned CuTe DSL GEMM (dsl.PackedGemm) behind the role interface.
+
+p0  the GEMM: (the producer's packed activation, packed weight) -> bf16 [rows, N], both operands
+    dequantized in-kernel (OwnedGemm); the producer stays the base's.
+p1  the whole projection (StreamRole.project): the bf16 activation goes into the kernel, which
+    modulates it per row segment (qkv, fc1), quantizes each consumed A tile exactly as comfy's CUDA
+    quantizer does and dequantizes it into shared memory; no packed activation exists in global
+    memory. The activation's global scale is computed first (phase 1: the base producer's own
+    global scale, the fused abs-max pass where modulate_fusion is accepted). The role's producer is
+    the same kernel with `export` (it also writes the QDATA and scale bytes of every consumed tile),
+    which is what rungs 1-3 compare with comfy's bytes; its GEMM is p0's, for rung 1's GEMM cases.
+
+One kernel is compiled per (N, K, tile_n, phase flags) on first use, rows being a runtime argument.
+Shapes or inputs a kernel does not take run the base path: every branch is a declared path.
+Constraints: CUDA (sm_90a) with nvidia-cutlass-dsl; contiguous operands (torch's allocator aligns).
+"""
+
+from pathlib import Path
+
+import torch
+
+from h3gates import coverage as V
+from h3gates.nvfp4 import formats as F
+from h3gates.nvfp4.gemm import alpha
+from h3gates.nvfp4.layout import Packed
+from h3gates.nvfp4.quantize import NVFP4InputError
+from h3gates.registry import load_module
+from h3gates.roles import Modulated, Plain, Role, check_k
+
+dsl = load_module(Path(__file__).with_name("dsl.py"))
+_COMPILED: dict = {}
+
+
+def _launch(key: tuple, args: list, device) -> None:
+    """Compile dsl.PackedGemm(*key) on first use (per process), then launch it on torch's stream."""
+    import cuda.bindings.driver as drv
+    import cutlass.cute as cute
+
+    stream = drv.CUstream(torch.cuda.current_stream(device).cuda_stream)
+    fn = _COMPILED.get(key)
+    if fn is None:
+        fn = _COMPILED[key] = cute.compile(dsl.PackedGemm(*key), *args, stream)
+    fn(*args, stream)
+
+
+def _views(tensors: dict) -> dict:
+    """The kernel's argument views: 2-D tensors as int32 words with the rows dynamic, 1-D flat
+    (dynamic length); all contiguous and 16-byte aligned."""
+    from cutlass.cute.runtime import from_dlpack
+
+    out = {}
+    for name, t in tensors.items():
+        if not t.is_contiguous() or t.data_ptr() % 16:
+            raise ValueError(f"stream_a: {name} must be contiguous and 16-byte aligned")
+        v = from_dlpack(t, assumed_align=16)
+        out[name] = v.mark_compact_shape_dynamic(mode=0, stride_order=(0, 1)) if t.dim() == 2 else v.mark_compact_shape_dynamic(mode=0)
+    return out
+
+
+def _placeholders(device) -> dict:
+    z = lambda *s, dt=torch.int32: torch.zeros(*s, dtype=dt, device=device)  # noqa: E731
+    return {"a_q": z(1, 4), "a_s": z(4), "x": z(1, 4), "s1": z(1, 4), "sh": z(1, 4), "gs": z(4, dt=torch.float32),
+            "dq": z(1, 4), "ds": z(16, dt=torch.uint8)}
+
+
+def _words(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view(torch.int32)
+
+
+def run(n, k, tile_n, phase, *, b_q, b_s, out, alpha_value=1.0, a_q=None, a_s=None, x=None, s1=None, sh=None, gs=None,
+        seg=(0, 0), dq=None, ds=None, modulate=False, export=False) -> None:
+    import cutlass
+
+    t = {**_placeholders(out.device), "b_q": _words(b_q), "b_s": b_s.reshape(-1).view(torch.int32), "c": out}
+    if a_q is not None:
+        t.update(a_q=_words(a_q), a_s=a_s.reshape(-1).view(torch.int32))
+    if x is not None:
+        t.update(x=_words(x), gs=gs)
+        if modulate:
+            t.update(s1=_words(s1), sh=_words(sh))
+        if export:
+            t.update(dq=_words(dq), ds=ds.reshape(-1))
+    v = _views(t)
+    args = [v[k_] for k_ in ("a_q", "a_s", "x", "s1", "sh", "gs", "b_q", "b_s", "c", "dq", "ds")]
+    args += [cutlass.Int32(seg[0]), cutlass.Int32(seg[1]), cutlass.Float32(alpha_value)]
+    _launch((n, k, tile_n, phase, modulate and phase == "p1", export and phase == "p1"), args, out.device)
+
+
+class OwnedGemm:
+    """p0: the GEMM on the packed activation and packed weight."""
+
+    def __init__(self, base, tile_n: int = 256):
+        self.base, self.tile_n = base, tile_n
+        self.name = f"stream_a p0: CuTe DSL WGMMA on packed NVFP4 (tile 128 x <= {tile_n} x 64), else {getattr(base, 'name', type(base).__name__)}"
+        self.paths = (
+            V.KernelPath("owned_kernel", "K % 64 == 0 and N % 32 == 0: the CuTe DSL kernel (per 128-row x tile_n output tile)",
+                         lambda p, w: self._tiles(p, w)),
+            V.KernelPath("zero_filled_rows", "owned kernel and QDATA rows % 128 != 0: rows of the last tile past the QDATA are zero-filled",
+                         lambda p, w: (-p.qdata.shape[0]) % 128 if self.tile_for(w) else 0),
+            V.KernelPath("base_gemm", "K % 64 != 0 or N % 32 != 0: the base GEMM", lambda p, w: int(self.tile_for(w) is None)),
+        )
+
+    def tile_for(self, w) -> int | None:
+        return dsl.pick_tile_n(w.n, w.k, self.tile_n)
+
+    def _tiles(self, p, w) -> int:
+        t = self.tile_for(w)
+        return 0 if t is None else -(-p.qdata.shape[0] // 128) * (w.n // t)
+
+    def __call__(self, p, w):
+        check_k(p, w)
+        t = self.tile_for(w)
+        if t is None:
+            return self.base(p, w)
+        out = torch.empty(F.roundup(p.qdata.shape[0], 128), w.n, dtype=torch.bfloat16, device=p.qdata.device)
+        run(w.n, w.k, t, "p0", a_q=p.qdata, a_s=p.scales, b_q=w.qdata, b_s=w.scales, out=out,
+            alpha_value=float(alpha(p.global_scale, w.global_scale)))
+        return out[: p.rows]
+
+
+def _takes(inp) -> bool:
+    """Inputs the p1 kernel takes: bf16 Plain or Modulated (at most 3 segments), contiguous and
+    16-byte aligned, K a multiple of 64."""
+    if not isinstance(inp, (Plain, Modulated)) or inp.cols % 64:
+        return False
+    t = inp.h if isinstance(inp, Modulated) else inp.x
+    return (t.dtype == torch.bfloat16 and t.is_cuda and t.is_contiguous() and t.data_ptr() % 16 == 0
+            and (not isinstance(inp, Modulated) or len(inp.bounds) <= 3))
+
+
+def _p1_inputs(inp) -> dict:
+    if isinstance(inp, Plain):
+        return {"x": inp.x, "modulate": False}
+    segs = len(inp.bounds)
+    starts = [inp.bounds[i][0] if i < segs else inp.rows for i in (1, 2)]
+    s1 = torch.zeros(3, inp.cols, dtype=torch.bfloat16, device=inp.h.device)
+    sh = torch.zeros_like(s1)
+    s1[:segs] = inp.scale + 1  # RN(scale + 1) in bf16, as roles.modulate
+    sh[:segs] = inp.shift
+    return {"x": inp.h, "modulate": True, "s1": s1, "sh": sh, "seg": tuple(starts)}
+
+
+class StreamProducer:
+    """p1's producer: the p1 kernel with `export` against a 32-row zero weight, yielding the packed
+    bytes of every tile it consumed (one chunk); inputs the kernel does not take go to `base`."""
+
+    def __init__(self, base, tile_n: int):
+        self.base, self.tile_n = base, tile_n
+        self.paths = (
+            V.KernelPath("p1_in_kernel_quantize", "bf16 Plain/Modulated input, K % 64 == 0: blocks quantized in the GEMM kernel",
+                         lambda inp, r0, r1: (r1 - r0) * (inp.cols // 16) if _takes(inp) else 0),
+            V.KernelPath("p1_modulated_rows", "Modulated input: rows modulated per segment in-kernel (segment by row >= its first row)",
+                         lambda inp, r0, r1: (r1 - r0) if _takes(inp) and isinstance(inp, Modulated) else 0),
+            V.KernelPath("p1_zero_filled_rows", "rows of the last 128-row tile past the activation: zero values, their codes not exported",
+                         lambda inp, r0, r1: (-(r1 - r0)) % 128 if _takes(inp) else 0),
+            V.KernelPath("base_producer", "other inputs (fp16, K % 64 != 0, unaligned, SwiGLU): the base producer",
+                         lambda inp, r0, r1: (r1 - r0) if not _takes(inp) else 0),
+        )
+
+    def global_scale(self, inp):
+        return inp.static_scale if inp.static_scale is not None else self.base.global_scale(inp)
+
+    def produce(self, inp):
+        if not _takes(inp):
+            yield from self.base.produce(inp)
+            return
+        dev = (inp.h if isinstance(inp, Modulated) else inp.x).device
+        g = self.global_scale(inp).reshape(1).float()
+        p = Packed.empty(inp.rows, inp.cols, dev, g)
+        zq = torch.zeros(32, inp.cols // 2, dtype=torch.uint8, device=dev)
+        zs = torch.zeros(F.scales_shape(32, inp.cols), dtype=torch.uint8, device=dev)
+        out = torch.empty(F.roundup(inp.rows, 128), 32, dtype=torch.bfloat16, device=dev)
+        gs = torch.cat([g, torch.ones(1, device=dev)])
+        run(32, inp.cols, 32, "p1", b_q=zq, b_s=zs, out=out, gs=gs, dq=p.qdata, ds=p.scales, export=True, **_p1_inputs(inp))
+        yield 0, p
+
+
+class StreamRole(Role):
+    """p1's projection: one kernel from the bf16 activation (after its global scale) to the output."""
+
+    def __init__(self, producer: StreamProducer, gemm: OwnedGemm):
+        super().__init__(producer, gemm)
+
+    def project(self, inp, w):
+        t = self.gemm.tile_for(w)
+        if t is None or not _takes(inp):
+            return super().project(inp, w)
+        if inp.cols != w.k:
+            raise NVFP4InputError(f"activation K {inp.cols} != weight K {w.k}")
+        dev = w.qdata.device
+        g = self.producer.global_scale(inp).reshape(1).float()
+        gs = torch.cat([g, torch.as_tensor(w.global_scale, device=dev).reshape(1).float()])
+        out = torch.empty(F.roundup(inp.rows, 128), w.n, dtype=torch.bfloat16, device=dev)
+        run(w.n, w.k, t, "p1", b_q=w.qdata, b_s=w.scales, out=out, gs=gs, **_p1_inputs(inp))
+        return out[: inp.rows]
+
+
+def build(params, reference, base):
+    phase, tile_n = params.get("phase", "p0"), params.get("tile_n", 256)
+    roles = {}
+    for role in ("qkv", "out", "fc1"):
+        gemm = OwnedGemm(base[role].gemm, tile_n)
+        if phase == "p0":
+            roles[role] = Role(base[role].producer, gemm)
+        elif phase == "p1":
+            roles[role] = StreamRole(StreamProducer(base[role].producer, tile_n), gemm)
+        else:
+            raise ValueError(f"stream_a phase {phase!r} is not built (p0, p1)")
+    return roles

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# stream_a on the H200 device machine, from the repository root. The CuTe DSL (~95 MB) travels in
+# two calls made back to back (../shared/device/README.md), then the project's packages:
+#   call 1 (carry .dsa):     bash scripts/device_stream_a.sh unpack-a
+#   call 2 (carry .dsb):     bash scripts/device_stream_a.sh unpack-b
+#   call 3 (carry .devsite): bash scripts/device_stream_a.sh run [bench] [tests] [r3]
+# `run` writes under $OUT: stream_a_p0.json (scripts/stream_a_bench.py), the GPU test log, and the
+# CI-profile rungs 1-3 of stream_a on CUDA for each phase (reports and snakemake logs).
+set -uo pipefail
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+case "${1:-}" in
+  unpack-a) mkdir -p /tmp/site && python3 -m zipfile -e .dsa/cutedsl-a.zip /tmp/site && echo "unpacked a" ;;
+  unpack-b) python3 -m zipfile -e .dsb/cutedsl-b.zip /tmp/site && sh /tmp/site/.parts/join.sh && echo "unpacked b" ;;
+  run)
+    shift
+    for z in .devsite/*.zip; do python3 -m zipfile -e "$z" /tmp/site; done
+    export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PWD PYTHONUNBUFFERED=1 PATH=/tmp/site/bin:$PATH
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+    python3 -c "import cutlass, torch; print('cutlass dsl', getattr(cutlass, '__version__', '?'), 'torch', torch.__version__)"
+    steps=("$@"); [ ${#steps[@]} -eq 0 ] && steps=(bench tests r3)
+    for step in "${steps[@]}"; do
+      case "$step" in
+        bench) timeout "${BENCH_TIMEOUT:-300}" python3 scripts/stream_a_bench.py --out "$OUT" 2>&1 | tee "$OUT/stream_a_bench.log" | tail -40 ;;
+        tests) timeout 200 python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/test_stream_a.py 2>&1 | tee "$OUT/stream_a_gpu_tests.log" | tail -8 ;;
+        r3)
+          printf 'device: cuda\n' > /tmp/cuda.yaml
+          for phase in p0 p1; do
+            printf 'candidates:\n  stream_a:\n    params:\n      phase: %s\n' "$phase" > /tmp/phase.yaml
+            timeout "${R3_TIMEOUT:-150}" python3 -m snakemake --cores 1 --keep-going results/ci/stream_a/tokens/r3.pass \
+              --configfile config/ci.yaml config/stream_a.yaml /tmp/cuda.yaml /tmp/phase.yaml > "$OUT/ci_r3_$phase.log" 2>&1
+            echo "stream_a $phase rungs 1-3 (CI profile, CUDA): rc=$?"; grep -hE "REFUSED|FAILED|rung [0-9] |Error" "$OUT/ci_r3_$phase.log" | tail -5
+            mkdir -p "$OUT/ci_$phase" && cp results/ci/stream_a/r1_adversarial.json results/ci/stream_a/r2_tiles.json "$OUT/ci_$phase/" 2>/dev/null
+            cp -r results/ci/stream_a/r3_projection "$OUT/ci_$phase/" 2>/dev/null
+          done ;;
+      esac
+    done ;;
+  *) echo "usage: $0 unpack-a|unpack-b|run [bench] [tests] [r3]"; exit 2 ;;
+esac
