@@ -24,7 +24,7 @@ case "${1:-}" in
         tests) timeout 200 python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/test_stream_a.py 2>&1 | tee "$OUT/stream_a_gpu_tests.log" | tail -8 ;;
         r3)
           printf 'device: cuda\n' > /tmp/cuda.yaml
-          for phase in p0 p1; do
+          for phase in ${PHASES:-p0 p1}; do
             printf 'candidates:\n  stream_a:\n    params:\n      phase: %s\n' "$phase" > /tmp/phase.yaml
             timeout "${R3_TIMEOUT:-150}" python3 -m snakemake --cores 1 --keep-going results/ci/stream_a/tokens/r3.pass \
               --configfile config/ci.yaml config/stream_a.yaml /tmp/cuda.yaml /tmp/phase.yaml > "$OUT/ci_r3_$phase.log" 2>&1

@@ -144,9 +144,9 @@ class StreamProducer:
     """p1's producer: the p1 kernel with `export` against a 32-row zero weight, yielding the packed
     bytes of every tile it consumed (one chunk); inputs the kernel does not take go to `base`."""
 
-    def __init__(self, base, tile_n: int):
+    def __init__(self, base, tile_n: int, modulated: bool = True):
         self.base, self.tile_n = base, tile_n
-        self.paths = (
+        paths = (
             V.KernelPath("p1_in_kernel_quantize", "bf16 Plain/Modulated input, K % 64 == 0: blocks quantized in the GEMM kernel",
                          lambda inp, r0, r1: (r1 - r0) * (inp.cols // 16) if _takes(inp) else 0),
             V.KernelPath("p1_modulated_rows", "Modulated input: rows modulated per segment in-kernel (segment by row >= its first row)",
@@ -156,6 +156,8 @@ class StreamProducer:
             V.KernelPath("base_producer", "other inputs (fp16, K % 64 != 0, unaligned, SwiGLU): the base producer",
                          lambda inp, r0, r1: (r1 - r0) if not _takes(inp) else 0),
         )
+        # the modulation branch exists only where the role's input is Modulated (qkv, fc1; not out)
+        self.paths = tuple(p for p in paths if modulated or p.name != "p1_modulated_rows")
 
     def global_scale(self, inp):
         return inp.static_scale if inp.static_scale is not None else self.base.global_scale(inp)
@@ -203,7 +205,7 @@ def build(params, reference, base):
         if phase == "p0":
             roles[role] = Role(base[role].producer, gemm)
         elif phase == "p1":
-            roles[role] = StreamRole(StreamProducer(base[role].producer, tile_n), gemm)
+            roles[role] = StreamRole(StreamProducer(base[role].producer, tile_n, modulated=role != "out"), gemm)
         else:
             raise ValueError(f"stream_a phase {phase!r} is not built (p0, p1)")
     return roles
