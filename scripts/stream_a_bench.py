@@ -92,7 +92,7 @@ def exactness(cases_out: list, canonical_rows: int, shapes: dict) -> None:
         yc = g(p, w)
         torch.cuda.synchronize()
         yr = ref(p, w)
-        r = {"case": name, "rows": p.rows, "n": w.n, "k": w.k, "tile_n": g.tile_for(w), "paths": {pa.name: int(pa.hits(p, w)) for pa in g.paths},
+        r = {"case": name, "rows": p.rows, "n": w.n, "k": w.k, "tile_n": g.tile_for(p.rows, w), "paths": {pa.name: int(pa.hits(p, w)) for pa in g.paths},
              **equal(yc, yr), "wall_s": round(time.time() - t0, 3)}
         cases_out.append(r)
         print(f"{name:46s} {p.rows:6d} x {w.n:6d} x {w.k:6d} tile {r['tile_n']}: {'EQUAL' if r['equal'] else 'DIFFERS'} ({r['differing']} of {r['elements']})", flush=True)

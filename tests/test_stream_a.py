@@ -127,6 +127,29 @@ def test_declared_paths_and_base_gemm_fallback_on_cpu():
 
 
 @needs_dsl
+def test_the_owned_kernel_runs_at_the_model_shapes_only():
+    """cuBLAS splits K on small problems (evidence/h200/stream_a_2026-12-01/split_probe.json): in the
+    ladder the owned GEMM takes the profile's rows x N x K of its role and nothing else."""
+    from h3gates.candidates import Workflow
+    from h3gates.profiles import load_profile
+    from h3gates.reference import Reference
+    from h3gates.roles import reference_roles
+
+    cuda = load_module(ROOT / "kernels/stream_a/cuda.py")
+    prof = load_profile("tiny")
+    roles = cuda.build({"phase": "p0", "tile_n": 256}, Reference("cpu"), reference_roles(Reference("cpu")), workflow=Workflow(prof, {}))
+    n, k = prof.gemm_shapes()["out"]
+    g = roles["out"].gemm
+    assert g.tile_for(prof.rows, Weight(None, None, None, n, k)) == 64
+    assert g.tile_for(37, Weight(None, None, None, n, k)) is None  # rung 1's 37-row case: the library's GEMM
+    p, w = _operands(37, n, k)
+    assert {pa.name: pa.hits(p, w) for pa in g.paths}["base_gemm"] == 1
+    anyshape = cuda.build({"phase": "p0", "tile_n": 256, "owned_shapes": "any"}, Reference("cpu"), reference_roles(Reference("cpu")),
+                          workflow=Workflow(prof, {}))["out"].gemm
+    assert anyshape.tile_for(37, w) == 64
+
+
+@needs_dsl
 def test_operand_views_refuse_non_contiguous():
     cuda = load_module(ROOT / "kernels/stream_a/cuda.py")
     p, _ = _operands(32, 64, 128)

@@ -22,6 +22,9 @@ CANDIDATE = Candidate(
         "phase": {"type": "string", "enum": ["p0", "p1"], "default": "p0",
                   "description": "p0: the base producer's packed activation and the packed weight, both dequantized in-kernel; "
                   "p1: the activation quantized inside the GEMM kernel (no packed activation in memory)"},
+        "owned_shapes": {"type": "string", "enum": ["model", "any"], "default": "model",
+                         "description": "model: the owned kernel at the model's projection shapes only (rows x N x K of each role), the "
+                         "base GEMM elsewhere, where cuBLAS may split K; any: every shape it can tile"},
         "tile_n": {"type": "integer", "enum": [32, 64, 128, 256], "default": 256,
                    "description": "widest output-N tile (WGMMA n); a role whose N it does not divide takes the widest that does"},
     },

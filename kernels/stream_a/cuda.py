@@ -11,7 +11,13 @@ p1  the whole projection (StreamRole.project): the bf16 activation goes into the
     which is what rungs 1-3 compare with comfy's bytes; its GEMM is p0's, for rung 1's GEMM cases.
 
 One kernel is compiled per (N, K, tile_n, phase flags) on first use, rows being a runtime argument.
-Shapes or inputs a kernel does not take run the base path: every branch is a declared path.
+The owned GEMM runs at the model's projection shapes (the profile's rows x N x K of each role) and
+the base GEMM at any other (`owned_shapes: model`, the default): the library's cuBLAS splits K on
+small problems (few output tiles), a reduction order one accumulator cannot reproduce, and a 37-row
+fc1 GEMM differed by one bf16 on the H200 while every model shape was byte-exact
+(evidence/h200/stream_a_2026-12-01/split_probe.json). `owned_shapes: any` takes every shape (the
+bench's sweeps; rung 1 refuses it at canonical size). Shapes or inputs a kernel does not take run
+the base path: every branch is a declared path.
 Constraints: CUDA (sm_90a) with nvidia-cutlass-dsl; contiguous operands (torch's allocator aligns).
 """
 
@@ -89,27 +95,32 @@ def run(n, k, tile_n, phase, *, b_q, b_s, out, alpha_value=1.0, a_q=None, a_s=No
 class OwnedGemm:
     """p0: the GEMM on the packed activation and packed weight."""
 
-    def __init__(self, base, tile_n: int = 256):
+    def __init__(self, base, tile_n: int = 256, shapes=None):
         self.base, self.tile_n = base, tile_n
-        self.name = f"stream_a p0: CuTe DSL WGMMA on packed NVFP4 (tile 128 x <= {tile_n} x 64), else {getattr(base, 'name', type(base).__name__)}"
+        self.shapes = None if shapes is None else frozenset(tuple(x) for x in shapes)  # (rows, N, K) it owns; None: every shape
+        where = "any shape" if self.shapes is None else "rows x N x K in " + ", ".join("x".join(map(str, x)) for x in sorted(self.shapes))
+        self.name = f"stream_a: CuTe DSL WGMMA on NVFP4 (tile 128 x <= {tile_n} x 64) at {where}, else {getattr(base, 'name', type(base).__name__)}"
         self.paths = (
-            V.KernelPath("owned_kernel", "K % 64 == 0 and N % 32 == 0: the CuTe DSL kernel (per 128-row x tile_n output tile)",
-                         lambda p, w: self._tiles(p, w)),
+            V.KernelPath("owned_kernel", f"{where}, K % 64 == 0, N % 32 == 0: the CuTe DSL kernel (per 128-row x tile_n output tile)",
+                         lambda p, w: self._tiles(p.rows, p.qdata.shape[0], w)),
             V.KernelPath("zero_filled_rows", "owned kernel and QDATA rows % 128 != 0: rows of the last tile past the QDATA are zero-filled",
-                         lambda p, w: (-p.qdata.shape[0]) % 128 if self.tile_for(w) else 0),
-            V.KernelPath("base_gemm", "K % 64 != 0 or N % 32 != 0: the base GEMM", lambda p, w: int(self.tile_for(w) is None)),
+                         lambda p, w: (-p.qdata.shape[0]) % 128 if self.tile_for(p.rows, w) else 0),
+            V.KernelPath("base_gemm", "any other shape: the base GEMM (the library's own algorithm for that problem)",
+                         lambda p, w: int(self.tile_for(p.rows, w) is None)),
         )
 
-    def tile_for(self, w) -> int | None:
+    def tile_for(self, rows: int, w) -> int | None:
+        if self.shapes is not None and (rows, w.n, w.k) not in self.shapes:
+            return None
         return dsl.pick_tile_n(w.n, w.k, self.tile_n)
 
-    def _tiles(self, p, w) -> int:
-        t = self.tile_for(w)
-        return 0 if t is None else -(-p.qdata.shape[0] // 128) * (w.n // t)
+    def _tiles(self, rows: int, qrows: int, w) -> int:
+        t = self.tile_for(rows, w)
+        return 0 if t is None else -(-qrows // 128) * (w.n // t)
 
     def __call__(self, p, w):
         check_k(p, w)
-        t = self.tile_for(w)
+        t = self.tile_for(p.rows, w)
         if t is None:
             return self.base(p, w)
         out = torch.empty(F.roundup(p.qdata.shape[0], 128), w.n, dtype=torch.bfloat16, device=p.qdata.device)
@@ -184,7 +195,7 @@ class StreamRole(Role):
         super().__init__(producer, gemm)
 
     def project(self, inp, w):
-        t = self.gemm.tile_for(w)
+        t = self.gemm.tile_for(inp.rows, w)
         if t is None or not _takes(inp):
             return super().project(inp, w)
         if inp.cols != w.k:
@@ -197,11 +208,18 @@ class StreamRole(Role):
         return out[: inp.rows]
 
 
-def build(params, reference, base):
+def model_shapes(profile) -> dict:
+    """{role: (rows, N, K)} of the model's projections in this profile."""
+    return {role: (profile.rows, n, k) for role, (n, k) in profile.gemm_shapes().items()}
+
+
+def build(params, reference, base, workflow=None):
     phase, tile_n = params.get("phase", "p0"), params.get("tile_n", 256)
+    owned_any = params.get("owned_shapes", "model") == "any" or workflow is None or workflow.profile is None
+    shapes = None if owned_any else model_shapes(workflow.profile)
     roles = {}
     for role in ("qkv", "out", "fc1"):
-        gemm = OwnedGemm(base[role].gemm, tile_n)
+        gemm = OwnedGemm(base[role].gemm, tile_n, None if shapes is None else [shapes[role]])
         if phase == "p0":
             roles[role] = Role(base[role].producer, gemm)
         elif phase == "p1":
