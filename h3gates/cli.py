@@ -180,7 +180,10 @@ def _run(a) -> int:
         ratio_plot([(f"{d['candidate']} block {d['block']}", d["timing"]) for d in docs], a.out)
         return 0
     if a.cmd == "profile-target":
+        from .nsight import exit_with_parent
         from .rungs.r8_profile import target
+
+        exit_with_parent()
 
         target(json.loads(a.context), a.side)
         return 0

@@ -19,6 +19,8 @@ import re
 import shutil
 import signal
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 # The seeds' counters (spec/ladder.md, "Rung 8 on a GPU").
@@ -109,15 +111,64 @@ def _tail(text: str, lines: int = TAIL_LINES) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
+def die_with_parent() -> None:
+    """Linux: have the kernel SIGKILL this process when its parent dies (prctl PR_SET_PDEATHSIG), so
+    neither ncu nor its target outlives the rung that started it. No-op elsewhere."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def exit_with_parent(poll_s: float = 1.0) -> None:
+    """For the profiled target (started by ncu): a daemon thread that ends this process when its
+    parent (ncu) is gone, so a killed capture never leaves a model holding the GPU."""
+    parent = os.getppid()
+
+    def watch():
+        while True:
+            time.sleep(poll_s)
+            if os.getppid() != parent:
+                os._exit(137)
+
+    threading.Thread(target=watch, daemon=True, name="h3gates-exit-with-parent").start()
+
+
+def _child_setup() -> None:
+    die_with_parent()
+
+
 def _run(argv: list[str], timeout: float, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=None) -> tuple[int, str, str]:
-    """Run argv in its own session so a timeout kills ncu *and* the target it launched."""
-    proc = subprocess.Popen(argv, stdout=stdout, stderr=stderr, text=True, start_new_session=True, env=env)
+    """Run argv in its own session so a timeout kills ncu *and* the target it launched. The session
+    also dies with this process: a SIGTERM/SIGINT/SIGHUP here (snakemake stopping the job, a
+    `timeout` around the workflow) kills the whole group before this process ends, and the child
+    carries PR_SET_PDEATHSIG for a SIGKILL (a leftover ncu once held 93 GiB of the GPU and crashed
+    the next rung: evidence/h200/canonical_climb2_2026-12-01/)."""
+    proc = subprocess.Popen(argv, stdout=stdout, stderr=stderr, text=True, start_new_session=True, env=env, preexec_fn=_child_setup)
+
+    def kill_group(signum, frame):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            previous[sig] = signal.signal(sig, kill_group)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
         raise NcuError(f"`{' '.join(argv[:3])} ...` timed out after {timeout:g} s; killed with its target") from None
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     return proc.returncode, out or "", err or ""
 
 

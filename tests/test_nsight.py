@@ -213,3 +213,68 @@ def test_module_needs_no_torch():
     code = "import sys, h3gates.nsight; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parent.parent)
     jsonschema.Draft202012Validator.check_schema(SCHEMA)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie (exited, not yet reaped by its parent) counts as gone
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL"])
+def test_a_stopped_capture_leaves_no_process_behind(tmp_path, sig):
+    """The rung process running ncu is stopped (snakemake's SIGTERM, or SIGKILL): ncu's whole session
+    goes with it (a left-over capture once held 93 GiB of the H200 and crashed the next rung)."""
+    import signal as S
+    import subprocess
+    import sys
+    import time
+
+    pidfile = tmp_path / "grandchild.pid"
+    code = ("import sys; from h3gates import nsight; "
+            f"nsight._run([sys.executable, '-c', \"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(120)\"], 120)")
+    rung = subprocess.Popen([sys.executable, "-c", code], cwd=str(Path(__file__).resolve().parent.parent))
+    for _ in range(200):
+        if pidfile.exists() and pidfile.read_text():
+            break
+        time.sleep(0.05)
+    child = int(pidfile.read_text())
+    assert _alive(child)
+    rung.send_signal(getattr(S, sig))
+    rung.wait(timeout=10)
+    for _ in range(100):
+        if not _alive(child):
+            break
+        time.sleep(0.05)
+    assert not _alive(child), f"the capture's process outlived its rung after {sig}"
+
+
+def test_the_profiled_target_exits_when_ncu_is_gone(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    pidfile = tmp_path / "target.pid"
+    code = ("import os, subprocess, sys, time; "
+            "p = subprocess.Popen([sys.executable, '-c', "
+            f"\"import os, time; from h3gates import nsight; nsight.exit_with_parent(0.05); open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(120)\"]); "
+            "time.sleep(120)")
+    ncu_like = subprocess.Popen([sys.executable, "-c", code], cwd=str(Path(__file__).resolve().parent.parent))
+    for _ in range(200):
+        if pidfile.exists() and pidfile.read_text():
+            break
+        time.sleep(0.05)
+    target = int(pidfile.read_text())
+    ncu_like.kill()
+    ncu_like.wait()
+    for _ in range(100):
+        if not _alive(target):
+            break
+        time.sleep(0.05)
+    assert not _alive(target)
