@@ -67,3 +67,47 @@ def test_quantize_into_refuses_wrong_buffers():
         nvfp4.quantize_into(x, torch.tensor(1.0), torch.empty(32, 16, dtype=torch.uint8), torch.empty(128, 4, dtype=torch.uint8))
     with pytest.raises(nvfp4.NVFP4InputError, match="do not fit"):
         nvfp4.quantize_into(x, torch.tensor(1.0), torch.empty(32, 32, dtype=torch.uint8), torch.empty(128, 4, dtype=torch.uint8), dest_row=16)
+
+
+def test_block_values_equals_the_plain_decode_bit_for_bit():
+    """The fast block_values (one bf16 lookup per QDATA byte, scales unswizzled by a view, one bf16
+    multiply) against the plain fp32 decode, on every QDATA byte with every E4M3 scale byte (NaN,
+    negative, subnormal and zero included), at row counts that do and do not fill a 128-row tile."""
+    from h3gates.nvfp4 import formats as F
+    from h3gates.nvfp4.quantize import block_values, block_values_reference
+
+    for rows, cols in ((256, 4096), (37, 64), (250, 192), (129, 256)):
+        gen = torch.Generator().manual_seed(rows + cols)
+        q = torch.randint(0, 256, (F.roundup(rows, 16), cols // 2), generator=gen, dtype=torch.uint8)
+        if rows == 256:  # every (byte, scale byte) pair: byte = column, scale byte = row of 16-blocks
+            q = torch.arange(256, dtype=torch.uint8).repeat(256, cols // 2 // 256)
+        s = torch.randint(0, 256, F.scales_shape(rows, cols), generator=gen, dtype=torch.uint8)
+        if rows == 256:
+            s = F.swizzle(torch.arange(256, dtype=torch.uint8).repeat_interleave(1).reshape(256, 1).repeat(1, cols // 16))
+        for scales in (s, torch.where((s & 0x7F) == 0x7F, s ^ 0x01, s)):  # with NaN scales (the plain path) and without
+            got, want = block_values(q, scales, rows), block_values_reference(q, scales, rows)
+            assert got.shape == want.shape and got.dtype == want.dtype == torch.bfloat16
+            assert torch.equal(got.view(torch.int16), want.view(torch.int16)), f"{rows} x {cols}"
+
+
+def test_unswizzled_view_equals_the_offset_gather():
+    from h3gates.nvfp4 import formats as F
+    from h3gates.nvfp4.quantize import unswizzled
+
+    for rows, nb in ((1, 1), (37, 12), (128, 4), (300, 33)):
+        buf = torch.randint(0, 256, (F.roundup(rows, 128), F.roundup(nb, 4)), dtype=torch.uint8)
+        assert torch.equal(unswizzled(buf, rows, nb), F.unswizzle(buf, rows, nb))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_block_values_equals_the_plain_decode_on_the_gpu():
+    from h3gates.nvfp4 import formats as F
+    from h3gates.nvfp4.quantize import block_values, block_values_reference
+
+    for rows, cols in ((37810, 7168), (250, 192)):
+        gen = torch.Generator().manual_seed(rows)
+        q = torch.randint(0, 256, (F.roundup(rows, 16), cols // 2), generator=gen, dtype=torch.uint8).cuda()
+        s = torch.randint(0, 0x7F, F.scales_shape(rows, cols), generator=gen, dtype=torch.uint8).cuda()
+        for scales in (s, s | 0x7F):  # finite scales (the fast path), then every scale NaN (the plain path)
+            got, want = block_values(q, scales, rows), block_values_reference(q, scales, rows)
+            assert torch.equal(got.view(torch.int16), want.view(torch.int16))

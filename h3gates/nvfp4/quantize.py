@@ -191,13 +191,59 @@ def rcp_sensitive(x: torch.Tensor, g: torch.Tensor, *, pad_16x: bool = True, tab
 
 
 def block_values(qdata: torch.Tensor, scales: torch.Tensor, rows: int | None = None) -> torch.Tensor:
-    """code value * E4M3 block scale, WITHOUT the global scale, as bf16 (exact) [rows, C_pad]."""
+    """code value * E4M3 block scale, WITHOUT the global scale, as bf16 (exact) [rows, C_pad].
+
+    Three passes, none in int64 or fp32 at the activation's size (the emulated GEMM runs this on
+    every packed activation: the first version's unpack / int64 lookup / gather / fp32 multiply
+    chain took ~25 ms of a 151 ms canonical block on the H200, evidence/h200/canonical_climb2_2026-12-01/
+    swiglu_fusion_r8_profile.json): one lookup of both codes of each QDATA byte as bf16, the scales
+    unswizzled by a view (a permute of the 128x4 tiles, no offsets), one bf16 multiply. Exact: E2M1
+    values and E4M3 scales are bf16 values, their product has at most 6 significant bits.
+    `block_values_reference` is the plain decode it is tested against, byte for byte. A NaN scale
+    byte (0x7F, 0xFF) takes the plain decode: torch's bf16 multiply and its fp32-to-bf16 copy write
+    different NaN patterns, and the reference's are the plain decode's."""
+    rows = qdata.shape[0] if rows is None else rows
+    cols = qdata.shape[1] * 2
+    nb = cols // F.BLOCK
+    sb = unswizzled(scales, rows, nb)
+    if bool(((sb & 0x7F) == 0x7F).any()):
+        return block_values_reference(qdata, scales, rows)
+    v = torch.nn.functional.embedding(qdata[:rows].to(torch.int32), _pair_lut(qdata.device))  # [rows, C/2, 2]
+    s = sb.view(torch.float8_e4m3fn).to(torch.bfloat16)
+    return (v.view(rows, nb, F.BLOCK) * s.unsqueeze(-1)).view(rows, cols)
+
+
+def block_values_reference(qdata: torch.Tensor, scales: torch.Tensor, rows: int | None = None) -> torch.Tensor:
+    """The plain decode (codes unpacked, fp32 value x fp32 scale, rounded to bf16): what block_values
+    must equal bit for bit (tests/test_nvfp4_gemm_and_inputs.py)."""
     rows = qdata.shape[0] if rows is None else rows
     cols = qdata.shape[1] * 2
     codes = F.unpack_hi_first(qdata[:rows])
     s = F.e4m3_decode(F.unswizzle(scales, rows, cols // F.BLOCK))
     v = F.e2m1_decode(codes).reshape(rows, cols // F.BLOCK, F.BLOCK) * s.unsqueeze(-1)
     return v.reshape(rows, cols).to(torch.bfloat16)
+
+
+_PAIR_LUTS: dict = {}
+
+
+def _pair_lut(device) -> torch.Tensor:
+    """[256, 2] bf16: the two E2M1 values of a QDATA byte (even element in the high nibble)."""
+    key = str(device)
+    lut = _PAIR_LUTS.get(key)
+    if lut is None:
+        b = torch.arange(256)
+        lut = _PAIR_LUTS[key] = F.e2m1_decode(torch.stack([b >> 4, b & 0xF], -1)).to(torch.bfloat16).to(device)
+    return lut
+
+
+def unswizzled(scales: torch.Tensor, rows: int, nb: int) -> torch.Tensor:
+    """Scale bytes [rows, nb] of a 128x4-swizzled buffer, by a permute of its tiles (formats.swizzle_offsets:
+    byte ((r/128 * nbp/4 + c/4) * 32 + r%32) * 16 + (r%128)/32 * 4 + c%4)."""
+    buf = scales.contiguous().view(torch.uint8)
+    rp, nbp = buf.shape
+    t = buf.reshape(rp // 128, nbp // 4, 32, 4, 4).permute(0, 3, 2, 1, 4)  # (r/128, (r%128)/32, r%32, c/4, c%4)
+    return t.reshape(rp, nbp)[:rows, :nb]
 
 
 def dequantize(qdata, scales, global_scale, shape, dtype=torch.bfloat16) -> torch.Tensor:
