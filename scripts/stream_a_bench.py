@@ -86,8 +86,8 @@ def equal(a, b) -> dict:
 def exactness(cases_out: list, canonical_rows: int, shapes: dict) -> None:
     ref = ReferenceGemm()
 
-    def run(name, p, w, tile_n=256):
-        g = CUDA.OwnedGemm(ref, tile_n)
+    def run(name, p, w, tile_n=256, b_operand="packed"):
+        g = CUDA.OwnedGemm(ref, tile_n, b_operand=b_operand)
         t0 = time.time()
         yc = g(p, w)
         torch.cuda.synchronize()
@@ -112,7 +112,9 @@ def exactness(cases_out: list, canonical_rows: int, shapes: dict) -> None:
             run(f"tile_n_{tn}", packed(x), weight(n, k, "normal", seed=n * 2 + k), tile_n=tn)
     for role, (n, k) in shapes.items():
         x = CAT.random_tensor("outliers", (canonical_rows, k), seed=11).cuda()
-        run(f"canonical_{role}", packed(x), weight(n, k, "normal", seed=12))
+        p, w = packed(x), weight(n, k, "normal", seed=12)
+        run(f"canonical_{role}", p, w)
+        run(f"canonical_{role}_bf16_b", p, w, b_operand="bf16")
 
 
 def modulated(rows, k, seed, bounds=None):
@@ -174,14 +176,17 @@ def timings(rounds: int, canonical_rows: int, shapes: dict, bandwidth: float, bo
         al = alpha(p.global_scale, w.global_scale)
         owned = CUDA.OwnedGemm(ReferenceGemm(), 256)
         owned128 = CUDA.OwnedGemm(ReferenceGemm(), 128)
+        owned_bf16b = CUDA.OwnedGemm(ReferenceGemm(), 256, b_operand="bf16")  # the weight's block values copied, not dequantized
+        p1_bf16b = CUDA.build({"phase": "p1", "tile_n": 256, "b_operand": "bf16"}, ref, base)
         producer = fused[role].producer if role in fused else base[role].producer
         sides = {"cublas_gemm_on_bf16": lambda: mm_alpha(a, b, al), "library_projection": lambda: base[role].project(inp, w),
-                 "p0_gemm": lambda: owned(p, w), "p0_gemm_t128": lambda: owned128(p, w),
+                 "p0_gemm": lambda: owned(p, w), "p0_gemm_t128": lambda: owned128(p, w), "p0_gemm_bf16_b": lambda: owned_bf16b(p, w),
                  "p0_after_fused_producer": lambda: Role(producer, owned).project(inp, w)}
         if role != "fc2":
             sides["p1_projection"] = lambda: p1[256][role].project(inp, w)
             sides["p1_projection_t128"] = lambda: p1[128][role].project(inp, w)
             sides["p1_projection_t64"] = lambda: p1[64][role].project(inp, w)
+            sides["p1_projection_bf16_b"] = lambda: p1_bf16b[role].project(inp, w)
         ms = {s_: [] for s_ in sides}
         for f in sides.values():
             f()

@@ -160,18 +160,18 @@ def test_operand_views_refuse_non_contiguous():
 
 
 @needs_dsl
-@pytest.mark.parametrize("n,k,tile_n,phase,modulate,export", [
-    (768, 192, 256, "p0", False, False), (192, 256, 64, "p0", False, False), (32, 64, 32, "p0", False, False),
-    (1024, 192, 128, "p0", False, False), (768, 192, 256, "p1", True, False), (192, 256, 64, "p1", False, False),
-    (32, 192, 32, "p1", True, True)])
-def test_kernel_compiles_for_sm90a(n, k, tile_n, phase, modulate, export):
+@pytest.mark.parametrize("n,k,tile_n,phase,modulate,export,b_source", [
+    (768, 192, 256, "p0", False, False, "packed"), (192, 256, 64, "p0", False, False, "packed"), (32, 64, 32, "p0", False, False, "packed"),
+    (1024, 192, 128, "p0", False, False, "packed"), (768, 192, 256, "p1", True, False, "packed"), (192, 256, 64, "p1", False, False, "packed"),
+    (32, 192, 32, "p1", True, True, "packed"), (768, 192, 256, "p0", False, False, "bf16"), (192, 256, 64, "p1", True, False, "bf16")])
+def test_kernel_compiles_for_sm90a(n, k, tile_n, phase, modulate, export, b_source):
     """The CuTe DSL kernel of each phase lowers to PTX and ptxas assembles it for sm_90a, on a
     machine with no GPU."""
     import cuda.bindings.driver as drv
     import cutlass.cute as cute
 
     d = _dsl()
-    fn = cute.compile(d.PackedGemm(n, k, tile_n, phase, modulate, export), *d.fake_arguments(n, k), drv.CUstream(0))
+    fn = cute.compile(d.PackedGemm(n, k, tile_n, phase, modulate, export, b_source), *d.fake_arguments(n, k, b_source), drv.CUstream(0))
     assert fn is not None
 
 
@@ -204,12 +204,13 @@ def _gpu_case(rows, n, k, seed, scale_hi=256):
 
 
 @gpu
+@pytest.mark.parametrize("b_operand", ["packed", "bf16"])
 @pytest.mark.parametrize("rows,n,k,tile_n", [(37, 32, 64, 256), (128, 64, 64, 256), (250, 192, 256, 256), (1000, 768, 192, 256), (300, 512, 512, 128)])
-def test_owned_gemm_bytes_equal_the_emulated_gemm(rows, n, k, tile_n):
+def test_owned_gemm_bytes_equal_the_emulated_gemm(rows, n, k, tile_n, b_operand):
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
     cuda = load_module(ROOT / "kernels/stream_a/cuda.py")
     p, w = _gpu_case(rows, n, k, seed=rows + n)
-    got, want = cuda.OwnedGemm(ReferenceGemm(), tile_n)(p, w), ReferenceGemm()(p, w)
+    got, want = cuda.OwnedGemm(ReferenceGemm(), tile_n, b_operand=b_operand)(p, w), ReferenceGemm()(p, w)
     assert nvfp4.compare_outputs(got, want)["equal"]
 
 
@@ -237,8 +238,9 @@ def _modulated(rows, k, seed):
 
 
 @gpu
+@pytest.mark.parametrize("b_operand", ["packed", "bf16"])
 @pytest.mark.parametrize("rows,k,modulated", [(250, 192, True), (37, 64, False), (1000, 256, True), (128, 128, False)])
-def test_p1_exported_tiles_and_projection_equal_the_library_path(rows, k, modulated):
+def test_p1_exported_tiles_and_projection_equal_the_library_path(rows, k, modulated, b_operand):
     from h3gates.nvfp4 import catalogue as CAT
     from h3gates.reference import Reference
     from h3gates.roles import Plain, reference_roles
@@ -248,7 +250,7 @@ def test_p1_exported_tiles_and_projection_equal_the_library_path(rows, k, modula
     cuda = load_module(ROOT / "kernels/stream_a/cuda.py")
     ref = Reference("cuda")
     base = reference_roles(ref)
-    role = cuda.build({"phase": "p1", "tile_n": 256}, ref, base)["qkv"]
+    role = cuda.build({"phase": "p1", "tile_n": 256, "b_operand": b_operand}, ref, base)["qkv"]
     inp = _modulated(rows, k, seed=rows) if modulated else Plain(CAT.random_tensor("wide", (rows, k), seed=rows).cuda())
     got = next(role.producer.produce(inp))[1]
     want = next(base["qkv"].producer.produce(inp))[1]

@@ -22,6 +22,9 @@ CANDIDATE = Candidate(
         "phase": {"type": "string", "enum": ["p0", "p1"], "default": "p0",
                   "description": "p0: the base producer's packed activation and the packed weight, both dequantized in-kernel; "
                   "p1: the activation quantized inside the GEMM kernel (no packed activation in memory)"},
+        "b_operand": {"type": "string", "enum": ["packed", "bf16"], "default": "packed",
+                      "description": "packed: the kernel dequantizes the packed weight in every CTA (the issue's P0); bf16: it copies the "
+                      "weight's exact bf16 block values, dequantized once and cached as the library GEMM caches them"},
         "owned_shapes": {"type": "string", "enum": ["model", "any"], "default": "model",
                          "description": "model: the owned kernel at the model's projection shapes only (rows x N x K of each role), the "
                          "base GEMM elsewhere, where cuBLAS may split K; any: every shape it can tile"},

@@ -74,10 +74,14 @@ def _words(t: torch.Tensor) -> torch.Tensor:
 
 
 def run(n, k, tile_n, phase, *, b_q, b_s, out, alpha_value=1.0, a_q=None, a_s=None, x=None, s1=None, sh=None, gs=None,
-        seg=(0, 0), dq=None, ds=None, modulate=False, export=False) -> None:
+        seg=(0, 0), dq=None, ds=None, modulate=False, export=False, b_values=None) -> None:
+    """Launch (compiling on first use) the kernel for these operands. b_values: the weight's bf16
+    block values [N, K] (b_source=bf16: copied into shared memory instead of dequantizing b_q/b_s)."""
     import cutlass
 
     t = {**_placeholders(out.device), "b_q": _words(b_q), "b_s": b_s.reshape(-1).view(torch.int32), "c": out}
+    if b_values is not None:
+        t.update(b_q=_words(b_values))
     if a_q is not None:
         t.update(a_q=_words(a_q), a_s=a_s.reshape(-1).view(torch.int32))
     if x is not None:
@@ -89,17 +93,18 @@ def run(n, k, tile_n, phase, *, b_q, b_s, out, alpha_value=1.0, a_q=None, a_s=No
     v = _views(t)
     args = [v[k_] for k_ in ("a_q", "a_s", "x", "s1", "sh", "gs", "b_q", "b_s", "c", "dq", "ds")]
     args += [cutlass.Int32(seg[0]), cutlass.Int32(seg[1]), cutlass.Float32(alpha_value)]
-    _launch((n, k, tile_n, phase, modulate and phase == "p1", export and phase == "p1"), args, out.device)
+    _launch((n, k, tile_n, phase, modulate and phase == "p1", export and phase == "p1", "packed" if b_values is None else "bf16"), args, out.device)
 
 
 class OwnedGemm:
     """p0: the GEMM on the packed activation and packed weight."""
 
-    def __init__(self, base, tile_n: int = 256, shapes=None):
-        self.base, self.tile_n = base, tile_n
+    def __init__(self, base, tile_n: int = 256, shapes=None, b_operand: str = "packed"):
+        self.base, self.tile_n, self.b_operand = base, tile_n, b_operand
         self.shapes = None if shapes is None else frozenset(tuple(x) for x in shapes)  # (rows, N, K) it owns; None: every shape
         where = "any shape" if self.shapes is None else "rows x N x K in " + ", ".join("x".join(map(str, x)) for x in sorted(self.shapes))
-        self.name = f"stream_a: CuTe DSL WGMMA on NVFP4 (tile 128 x <= {tile_n} x 64) at {where}, else {getattr(base, 'name', type(base).__name__)}"
+        self.name = (f"stream_a: CuTe DSL WGMMA on NVFP4 (tile 128 x <= {tile_n} x 64, B {b_operand}) at {where}, "
+                     f"else {getattr(base, 'name', type(base).__name__)}")
         self.paths = (
             V.KernelPath("owned_kernel", f"{where}, K % 64 == 0, N % 32 == 0: the CuTe DSL kernel (per 128-row x tile_n output tile)",
                          lambda p, w: self._tiles(p.rows, p.qdata.shape[0], w)),
@@ -108,6 +113,11 @@ class OwnedGemm:
             V.KernelPath("base_gemm", "any other shape: the base GEMM (the library's own algorithm for that problem)",
                          lambda p, w: int(self.tile_for(p.rows, w) is None)),
         )
+
+    def b_values(self, w):
+        """The weight's exact bf16 block values (cached on the weight, as the library GEMM caches them) when
+        b_operand is bf16; None: the kernel dequantizes the packed weight itself."""
+        return w.block_values() if self.b_operand == "bf16" else None
 
     def tile_for(self, rows: int, w) -> int | None:
         if self.shapes is not None and (rows, w.n, w.k) not in self.shapes:
@@ -125,7 +135,7 @@ class OwnedGemm:
             return self.base(p, w)
         out = torch.empty(F.roundup(p.qdata.shape[0], 128), w.n, dtype=torch.bfloat16, device=p.qdata.device)
         run(w.n, w.k, t, "p0", a_q=p.qdata, a_s=p.scales, b_q=w.qdata, b_s=w.scales, out=out,
-            alpha_value=float(alpha(p.global_scale, w.global_scale)))
+            alpha_value=float(alpha(p.global_scale, w.global_scale)), b_values=self.b_values(w))
         return out[: p.rows]
 
 
@@ -204,7 +214,7 @@ class StreamRole(Role):
         g = self.producer.global_scale(inp).reshape(1).float()
         gs = torch.cat([g, torch.as_tensor(w.global_scale, device=dev).reshape(1).float()])
         out = torch.empty(F.roundup(inp.rows, 128), w.n, dtype=torch.bfloat16, device=dev)
-        run(w.n, w.k, t, "p1", b_q=w.qdata, b_s=w.scales, out=out, gs=gs, **_p1_inputs(inp))
+        run(w.n, w.k, t, "p1", b_q=w.qdata, b_s=w.scales, out=out, gs=gs, b_values=self.gemm.b_values(w), **_p1_inputs(inp))
         return out[: inp.rows]
 
 
@@ -214,12 +224,12 @@ def model_shapes(profile) -> dict:
 
 
 def build(params, reference, base, workflow=None):
-    phase, tile_n = params.get("phase", "p0"), params.get("tile_n", 256)
+    phase, tile_n, b_operand = params.get("phase", "p0"), params.get("tile_n", 256), params.get("b_operand", "packed")
     owned_any = params.get("owned_shapes", "model") == "any" or workflow is None or workflow.profile is None
     shapes = None if owned_any else model_shapes(workflow.profile)
     roles = {}
     for role in ("qkv", "out", "fc1"):
-        gemm = OwnedGemm(base[role].gemm, tile_n, None if shapes is None else [shapes[role]])
+        gemm = OwnedGemm(base[role].gemm, tile_n, None if shapes is None else [shapes[role]], b_operand)
         if phase == "p0":
             roles[role] = Role(base[role].producer, gemm)
         elif phase == "p1":

@@ -198,10 +198,14 @@ class PackedGemm:
       b_q, b_s  B as A in p0;  c: bf16 [roundup(M,128), N];  dq, ds: the export (int32 [Mq, K/8], uint8 flat)
       seg1, seg2: first rows of segments 1 and 2 (p1 modulation);  alpha: p0's alpha"""
 
-    def __init__(self, n: int, k: int, tile_n: int = 256, phase: str = "p0", modulate: bool = False, export: bool = False):
+    def __init__(self, n: int, k: int, tile_n: int = 256, phase: str = "p0", modulate: bool = False, export: bool = False,
+                 b_source: str = "packed"):
         check_shape(n, k, tile_n)
         if phase not in ("p0", "p1"):
             raise ValueError(f"phase must be p0 or p1, got {phase!r}")
+        if b_source not in ("packed", "bf16"):
+            raise ValueError(f"b_source must be packed or bf16, got {b_source!r}")
+        self.b_source = b_source  # bf16: b_q holds the weight's exact bf16 block values as words [N, K/2], copied, not dequantized
         self.n, self.k, self.tile_n = n, k, tile_n
         self.phase, self.modulate, self.export = phase, bool(modulate) and phase == "p1", bool(export) and phase == "p1"
         self.k_tiles = k // TILE_K
@@ -259,6 +263,23 @@ class PackedGemm:
             cute.autovec_copy(cute.recast_tensor(out, cutlass.BFloat16), dtile[0, None])
 
     @cute.jit
+    def stage_copy(self, v: cute.Tensor, row0: Int32, tile_rows: cutlass.Constexpr, kt: Int32, tidx: Int32, dst: cute.Tensor):
+        """K tile kt of rows row0.. of a bf16 operand given as words [rows, K/2] copied into dst (the
+        b_source=bf16 variant: the weight's block values, dequantized once, no ALU work per tile)."""
+        tpr = THREADS // tile_rows
+        words = 32 // tpr
+        r = tidx // tpr
+        part = tidx % tpr
+        vals = cute.make_rmem_tensor((words,), cutlass.Int32)
+        cute.autovec_copy(cute.local_tile(v, (1, words), (row0 + r, kt * tpr + part))[0, None], vals)
+        for j in cutlass.range_constexpr(words // 4):
+            out = cute.make_rmem_tensor((4,), cutlass.Int32)
+            for b in cutlass.range_constexpr(4):
+                out[b] = vals[4 * j + b]
+            chunk = part * (words // 4) + j
+            cute.autovec_copy(cute.recast_tensor(out, cutlass.BFloat16), cute.local_tile(dst, (1, 8), (r, chunk))[0, None])
+
+    @cute.jit
     def stage_a_bf16(self, x: cute.Tensor, s1: cute.Tensor, sh: cute.Tensor, seg1: Int32, seg2: Int32, g: Uint32, rg: Uint32,
                      dq: cute.Tensor, ds: cute.Tensor, row0: Int32, kt: Int32, tidx: Int32, dst: cute.Tensor):
         """P1: K tile kt of A produced from the bf16 activation (modulated per row segment when
@@ -314,7 +335,10 @@ class PackedGemm:
             self.stage_operand(a_q, a_s, a_q.shape[0], row0, TILE_M, kt, tidx, sA[None, None, nxt])
         else:
             self.stage_a_bf16(x, s1, sh, seg1, seg2, g, rg, dq, ds, row0, kt, tidx, sA[None, None, nxt])
-        self.stage_operand(b_q, b_s, self.n, col0, self.tile_n, kt, tidx, sB[None, None, nxt])
+        if cutlass.const_expr(self.b_source == "bf16"):
+            self.stage_copy(b_q, col0, self.tile_n, kt, tidx, sB[None, None, nxt])
+        else:
+            self.stage_operand(b_q, b_s, self.n, col0, self.tile_n, kt, tidx, sB[None, None, nxt])
 
     @cute.kernel
     def kernel(self, a_q: cute.Tensor, a_s: cute.Tensor, x: cute.Tensor, s1: cute.Tensor, sh: cute.Tensor, gs: cute.Tensor,
@@ -398,7 +422,7 @@ def pick_tile_n(n: int, k: int, preferred: int = 256) -> int | None:
     return None
 
 
-def fake_arguments(n: int, k: int):
+def fake_arguments(n: int, k: int, b_source: str = "packed"):
     """Compile-time stand-ins of every kernel argument (rows dynamic), for `cute.compile` on a
     machine without a GPU (tests, CUTE_DSL_ARCH=sm_90a)."""
     from cutlass.cute.runtime import make_fake_compact_tensor
@@ -409,6 +433,6 @@ def fake_arguments(n: int, k: int):
     rows = lambda: cute.sym_int32()  # noqa: E731
     return (t(cutlass.Int32, (rows(), k // 8), (1, 0)), t(cutlass.Int32, (rows(),)),
             t(cutlass.Int32, (rows(), k // 2), (1, 0)), t(cutlass.Int32, (rows(), k // 2), (1, 0)), t(cutlass.Int32, (rows(), k // 2), (1, 0)),
-            t(cutlass.Float32, (2,)), t(cutlass.Int32, (rows(), k // 8), (1, 0)), t(cutlass.Int32, (rows(),)),
+            t(cutlass.Float32, (2,)), t(cutlass.Int32, (rows(), k // 8 if b_source == "packed" else k // 2), (1, 0)), t(cutlass.Int32, (rows(),)),
             t(cutlass.BFloat16, (rows(), n), (1, 0)), t(cutlass.Int32, (rows(), k // 8), (1, 0)), t(cutlass.Uint8, (rows(),)),
             Int32(0), Int32(0), cutlass.Float32(1.0))
