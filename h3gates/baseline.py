@@ -1,6 +1,7 @@
 """Baseline artifacts: the baseline side of rungs 5-7 (the 50-block step output, the two-step and the
-configured trajectory's latents, and their wall times), computed once per baseline and read by every
-candidate's rung instead of being recomputed for each.
+configured trajectory's latents, and their wall times) and, on a GPU, rung 8's Nsight Compute capture
+of one baseline block, computed once per baseline and read by every candidate's rung instead of being
+recomputed for each (at canonical size the capture alone is about 2.5 minutes of a candidate's rung 8).
 
 An artifact is keyed by everything its bytes depend on (`context`: profile, device, semantics, seed,
 the accepted baseline with its configs, the rung and its parameters) plus the contents of the files
@@ -27,14 +28,23 @@ from . import registry
 from .paths import RESULTS
 from .provenance import ROOT, digest, files_digest, imported, shared_context
 
-RUNGS = (5, 6, 7)
+RUNGS = (5, 6, 7, 8)
 ENTRY = "h3gates/baseline.py"
 KEEP_LIMIT = 64 << 20  # bytes of output tensors an artifact keeps (beyond: SHA-256 and shape only)
 
 
 def context(config: dict, rung: int) -> dict:
-    """What the baseline side of rung 5, 6 or 7 depends on, besides code."""
-    return {**shared_context(config), "rung": rung, "steps": {5: None, 6: 2, 7: config["trajectory"]["steps"]}[rung]}
+    """What the baseline side of rung 5, 6, 7 or 8 depends on, besides code."""
+    ctx = {**shared_context(config), "rung": rung, "steps": {5: None, 6: 2, 7: config["trajectory"]["steps"], 8: None}[rung]}
+    if rung == 8:
+        ctx["profile_rung"] = {k: config["profile_rung"][k] for k in ("block", "ncu_timeout")}
+    return ctx
+
+
+def shared_for(config: dict, rung: int) -> bool:
+    """Whether a rung reads a baseline artifact: rungs 5-7 always, rung 8 on a GPU (its Nsight
+    Compute capture; on a CPU rung 8 is a torch-profiler capture of both sides in its own process)."""
+    return rung in (5, 6, 7) or (rung == 8 and shared_context(config)["device"] == "cuda")
 
 
 def files(bctx: dict, root=None) -> list[str]:
@@ -58,6 +68,9 @@ def path(bctx: dict, root=None) -> str:
 def compute(bctx: dict, out: str) -> dict:
     """Run the baseline side of the rung and write the artifact (atomically)."""
     import torch
+
+    if bctx["rung"] == 8:
+        return _compute_capture(bctx, out)
 
     from . import nvfp4
     from .candidates import baseline_roles
@@ -96,6 +109,71 @@ def compute(bctx: dict, out: str) -> dict:
     return meta
 
 
+def _compute_capture(bctx: dict, out: str) -> dict:
+    """Rung 8's baseline side on a GPU: Nsight Compute over one baseline block (profile_target in a
+    child). A capture that fails with ncu installed writes no artifact (the rule fails and can be
+    rerun); without ncu the artifact records that, as the rung's report would."""
+    import json
+    import sys
+    import tempfile
+
+    import torch
+
+    from . import nsight
+    from .rungs.gate import progress
+
+    work = Path(tempfile.mkdtemp(prefix="baseline-r8.", dir=Path(out).parent if Path(out).parent.exists() else None))
+    progress("baseline r8: Nsight Compute over one baseline block")
+    argv = [sys.executable, "-m", "h3gates", "profile-target", "--context", json.dumps(bctx), "--side", "baseline-artifact"]
+    t0 = time.perf_counter()
+    cap = nsight.capture(argv, nsight.DEFAULT_METRICS, workdir=work, timeout=bctx["profile_rung"]["ncu_timeout"], name="baseline")
+    wall = time.perf_counter() - t0
+    if not cap["available"] and nsight.find_ncu() is not None:
+        raise ArtifactError(f"the baseline block's Nsight Compute capture failed: {cap['reason']} (logs in {work})")
+    import shutil
+
+    shutil.rmtree(work, ignore_errors=True)
+    cap["report_file"] = None  # removed with the workdir; the kernels are parsed into the capture
+    meta = {"context": bctx, "key": key(bctx), "files": {f: _sha(f) for f in files(bctx)}, "wall_s": wall,
+            "environment": environment(bctx["device"], 8), "outputs": {}, "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    p = Path(out)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.tmp")
+    torch.save({"meta": meta, "tensors": {}, "capture": json.dumps(cap)}, tmp)
+    tmp.replace(p)
+    progress(f"baseline r8: {p} ({wall:.1f} s)")
+    return meta
+
+
+def profile_target(bctx: dict) -> None:
+    """The profiled process of the rung-8 artifact: one baseline block inside the profiled range,
+    after two warm-up calls, exactly as rung 8's own target does for a side."""
+    from . import nsight
+    from .candidates import baseline_roles
+    from .model import build, load_profile
+    from .reference import Reference
+    from .rungs.gate import resolve_device
+
+    device = resolve_device(bctx["device"])
+    ref = Reference(device, bctx["semantics"], bctx["rcp_table"])
+    prof = load_profile(bctx["profile"], bctx.get("user_profiles"))
+    roles = baseline_roles(bctx, device, ref, prof)
+    model = build(prof, seed=bctx["seed"], device=device, reference=ref)
+    block = bctx["profile_rung"]["block"]
+    x = model.capture(block).x
+    for _ in range(2):
+        model.block_forward(block, x, 0, roles)
+    with nsight.profiled_range():
+        model.block_forward(block, x, 0, roles)
+
+
+def capture_of(ctx: dict) -> dict:
+    """Rung 8's baseline capture from the artifact its context names (checked like any artifact)."""
+    import json
+
+    return json.loads(load(ctx)["capture"])
+
+
 class ArtifactError(RuntimeError):
     """An artifact that is not the one its rung's context names (a ladder bug, never a candidate's)."""
 
@@ -109,7 +187,7 @@ def load(ctx: dict) -> dict:
     want = context_of(ctx)
     if d["meta"]["context"] != want or not p.name.endswith(f"-{d['meta']['key']}.pt"):
         raise ArtifactError(f"{p} was made from another baseline context than this rung's")
-    here, then = environment(ctx["device"]), d["meta"].get("environment")
+    here, then = environment(ctx["device"], ctx["rung"]), d["meta"].get("environment")
     if then != here:
         changed = sorted(k for k in set(here) | set(then or {}) if (then or {}).get(k) != here.get(k))
         raise ArtifactError(f"{p} was computed with another {', '.join(changed)} ({ {k: (then or {}).get(k) for k in changed} } vs here "
@@ -117,8 +195,9 @@ def load(ctx: dict) -> dict:
     return d
 
 
-def environment(device: str) -> dict:
-    """What a baseline's bytes depend on besides its context and files: the GPU and the libraries."""
+def environment(device: str, rung: int | None = None) -> dict:
+    """What a baseline's bytes depend on besides its context and files: the GPU and the libraries
+    (and, for rung 8's capture, the Nsight Compute version)."""
     import torch
 
     from .nvfp4 import oracle
@@ -127,13 +206,21 @@ def environment(device: str) -> dict:
     if device == "cuda" and torch.cuda.is_available():
         p = torch.cuda.get_device_properties(torch.cuda.current_device())
         env.update(gpu=str(p.name), sm_count=int(p.multi_processor_count), cuda=str(torch.version.cuda))
+    if rung == 8:
+        from . import nsight
+
+        ncu = nsight.find_ncu()
+        env["ncu"] = nsight.ncu_version(ncu) if ncu else None
     return env
 
 
 def context_of(ctx: dict) -> dict:
     """The baseline context inside a rung's context."""
-    return {k: ctx[k] for k in ("profile", "user_profiles", "device", "semantics", "rcp_table", "seed", "baseline")} | {
-        "rung": ctx["rung"], "steps": {5: None, 6: 2, 7: ctx["rung_params"].get("steps")}[ctx["rung"]]}
+    out = {k: ctx[k] for k in ("profile", "user_profiles", "device", "semantics", "rcp_table", "seed", "baseline")} | {
+        "rung": ctx["rung"], "steps": {5: None, 6: 2, 7: ctx["rung_params"].get("steps"), 8: None}[ctx["rung"]]}
+    if ctx["rung"] == 8:
+        out["profile_rung"] = {k: ctx["rung_params"][k] for k in ("block", "ncu_timeout")}
+    return out
 
 
 def _sha(f) -> str:

@@ -75,7 +75,8 @@ def parser() -> argparse.ArgumentParser:
     pl.add_argument("reports", nargs="+")
     pt = sub.add_parser("profile-target")
     pt.add_argument("--context", required=True)
-    pt.add_argument("--side", choices=("baseline", "candidate"), required=True)
+    pt.add_argument("--side", choices=("baseline", "candidate", "baseline-artifact"), required=True,
+                    help="baseline-artifact: --context is a baseline context (rule baseline_artifact, rung 8)")
     return ap
 
 

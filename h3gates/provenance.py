@@ -62,8 +62,14 @@ def rung_context(config, candidate: str, rung: int) -> dict:
         "rung": rung,
         "rung_params": rung_params(config, rung),
         "artifacts": {c: a for c in (candidate, *acc) if (a := registry.artifacts(c, cand_config(config, c), config["profile"]))},
-        **({"baseline_artifact": _baseline_artifact(config, rung)} if rung in (5, 6, 7) else {}),
+        **({"baseline_artifact": _baseline_artifact(config, rung)} if _shared(config, rung) else {}),
     }
+
+
+def _shared(config, rung: int) -> bool:
+    from . import baseline  # it imports this module
+
+    return baseline.shared_for(config, rung)
 
 
 def _baseline_artifact(config, rung: int) -> str:
@@ -126,7 +132,7 @@ def kernel_files(ctx: dict, root=None) -> list[str]:
 
 def artifact_files(ctx: dict) -> list[str]:
     """Workflow artifacts the rung reads -- the candidate's (and the accepted candidates') own, e.g. a
-    sweep, and for rungs 5-7 the shared baseline artifact (h3gates/baseline.py): inputs of the rung,
+    sweep, and for rungs 5-7 (and 8 on a GPU) the shared baseline artifact (h3gates/baseline.py): inputs of the rung,
     recorded among the report's upstream digests."""
     out = [p for arts in ctx.get("artifacts", {}).values() for p in arts.values()]
     return out + ([ctx["baseline_artifact"]] if "baseline_artifact" in ctx else [])

@@ -226,7 +226,8 @@ rule r8_profile:
         "python -m h3gates rung 8 --context {params.context:q} --out {output} --upstream {input.upstream} {input.artifacts} > {log} 2>&1"
 
 
-# The baseline side of rungs 5-7, computed once per baseline and read by every candidate's rung
+# The baseline side of rungs 5-7 (and rung 8's Nsight Compute capture on a GPU), computed once per
+# baseline and read by every candidate's rung
 # (h3gates/baseline.py): its path carries a key of the baseline context and the files computing it.
 rule baseline_artifact:
     input:
@@ -236,7 +237,7 @@ rule baseline_artifact:
     log:
         f"{LOGS}/baseline/r{{brung}}-{{key}}.log",
     wildcard_constraints:
-        brung="[5-7]",
+        brung="[5-8]",
         key="[0-9a-f]{16}",
     conda:
         "../envs/h3gates.yaml"

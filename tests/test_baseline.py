@@ -20,7 +20,7 @@ BASE = C.validate_config(merge(yaml.safe_load((ROOT / "config/config.yaml").read
 
 
 def test_one_artifact_per_baseline_shared_by_every_candidate():
-    for rung in baseline.RUNGS:
+    for rung in (5, 6, 7):
         paths = {P.rung_context(BASE, cand, rung)["baseline_artifact"] for cand in C.enabled(BASE)}
         assert len(paths) == 1 and next(iter(paths)).startswith(f"results/ci/baseline/r{rung}-")
     assert "baseline_artifact" not in P.rung_context(BASE, "qkv_ring", 4)
@@ -72,6 +72,63 @@ def test_compute_then_load_checks_the_context(tmp_path, monkeypatch):
         baseline.load(wrong)
     assert Path(ctx["baseline_artifact"]).is_file() and not list(Path(ctx["baseline_artifact"]).parent.glob(".*.tmp"))
     here = baseline.environment("cpu")
-    monkeypatch.setattr(baseline, "environment", lambda device: {**here, "torch": "9.9.9"})
+    monkeypatch.setattr(baseline, "environment", lambda device, rung=None: {**here, "torch": "9.9.9"})
     with pytest.raises(baseline.ArtifactError, match=r"computed with another torch .*remove it \(rm results/ci/baseline/r6-"):
         baseline.load(ctx)
+
+
+CUDA_CFG = C.validate_config(merge(BASE, {"device": "cuda"}))
+
+
+def test_rung8_reads_the_baseline_capture_on_a_gpu_only():
+    """On a GPU the baseline block's Nsight Compute capture is one artifact shared by every candidate's
+    rung 8 (its key covers the profiled block and the ncu timeout); on a CPU rung 8 profiles both sides
+    itself with torch's profiler and reads none."""
+    assert "baseline_artifact" not in P.rung_context(BASE, "modulate_fusion", 8)
+    paths = {P.rung_context(CUDA_CFG, cand, 8)["baseline_artifact"] for cand in C.enabled(CUDA_CFG)}
+    assert len(paths) == 1 and next(iter(paths)).startswith("results/ci/baseline/r8-")
+    ctx = P.rung_context(CUDA_CFG, "modulate_fusion", 8)
+    assert baseline.context_of(ctx) == baseline.context(CUDA_CFG, 8)
+    assert ctx["baseline_artifact"] in P.artifact_files(ctx)
+    other = C.validate_config(merge(CUDA_CFG, {"profile_rung": {"block": 0}}))
+    assert P.rung_context(other, "modulate_fusion", 8)["baseline_artifact"] != ctx["baseline_artifact"]
+
+
+def _fake_capture(kernels=3, available=True, reason=None):
+    ks = [{"name": f"k{i}", "duration_ns": 1000 * (i + 1), "dram_read_bytes": 10, "dram_write_bytes": 5} for i in range(kernels)]
+    return {"available": available, "reason": reason, "kernels": ks if available else [], "metrics": {}, "unavailable": {}, "report_file": "x"}
+
+
+def test_rung8_capture_artifact_is_written_once_read_back_and_a_failed_capture_writes_none(tmp_path, monkeypatch):
+    from h3gates import nsight
+
+    monkeypatch.chdir(tmp_path)
+    ctx = P.rung_context(CUDA_CFG, "modulate_fusion", 8)
+    calls = []
+    monkeypatch.setattr(nsight, "capture", lambda argv, *a, **k: calls.append(argv) or _fake_capture())
+    monkeypatch.setattr(nsight, "find_ncu", lambda: None)
+    meta = baseline.compute(baseline.context_of(ctx), ctx["baseline_artifact"])
+    assert calls and "baseline-artifact" in calls[0] and meta["environment"]["ncu"] is None
+    assert [k["name"] for k in baseline.capture_of(ctx)["kernels"]] == ["k0", "k1", "k2"]
+    Path(ctx["baseline_artifact"]).unlink()
+    monkeypatch.setattr(nsight, "capture", lambda *a, **k: _fake_capture(available=False, reason="ncu exited 1"))
+    monkeypatch.setattr(nsight, "find_ncu", lambda: "/usr/local/cuda/bin/ncu")
+    monkeypatch.setattr(nsight, "ncu_version", lambda ncu: "2025.3.1.0")
+    with pytest.raises(baseline.ArtifactError, match="capture failed: ncu exited 1"):
+        baseline.compute(baseline.context_of(ctx), ctx["baseline_artifact"])
+    assert not Path(ctx["baseline_artifact"]).exists() and not list(Path(ctx["baseline_artifact"]).parent.glob(".*.tmp"))
+
+
+def test_rung8_with_the_shared_capture_profiles_only_the_candidate(tmp_path, monkeypatch):
+    from h3gates import nsight
+    from h3gates.rungs import r8_profile
+
+    sides = []
+    monkeypatch.setattr(nsight, "capture", lambda argv, *a, name, **k: sides.append(name) or _fake_capture(2))
+    ctx = {**P.rung_context(CUDA_CFG, "modulate_fusion", 8)}
+    out = tmp_path / "r8.json"
+    ns = r8_profile._nsight(ctx, out, baseline=_fake_capture(3))
+    assert sides == ["candidate"] and ns["diff"]["baseline"]["kernel_count"] == 3 and ns["diff"]["candidate"]["kernel_count"] == 2
+    sides.clear()
+    r8_profile._nsight(ctx, out)
+    assert sides == ["baseline", "candidate"]

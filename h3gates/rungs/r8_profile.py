@@ -63,10 +63,15 @@ def target(ctx: dict, side: str) -> None:
         gate.model.block_forward(block, x, 0, roles)
 
 
-def _nsight(ctx, out: Path) -> dict:
+def _nsight(ctx, out: Path, baseline=None) -> dict:
+    """Both sides' captures; `baseline`: the baseline's from the shared artifact (only the candidate
+    is then captured here)."""
     work = Path(tempfile.mkdtemp(prefix=out.stem + ".", dir=out.parent))
-    sides = {}
+    sides = {} if baseline is None else {"baseline": baseline}
     for side in ("baseline", "candidate"):
+        if side in sides:
+            progress(f"Nsight Compute of the baseline block: the shared artifact {ctx.get('baseline_artifact')}")
+            continue
         progress(f"Nsight Compute over one block of the {side}")
         argv = [sys.executable, "-m", "h3gates", "profile-target", "--context", json.dumps(ctx), "--side", side]
         sides[side] = nsight.capture(argv, nsight.DEFAULT_METRICS, workdir=work, timeout=ctx["rung_params"]["ncu_timeout"], name=side)
@@ -106,7 +111,14 @@ def run(ctx, out, block=None, upstream=()):
     if gate.device == "cuda":
         gate._model = None  # free the model before the profiled children build theirs
         torch.cuda.empty_cache()
-        ns = _nsight(ctx, Path(out))
+        shared = None
+        if "baseline_artifact" in ctx:
+            from .. import baseline as B
+
+            shared = B.capture_of(ctx)
+        ns = _nsight(ctx, Path(out), shared)
+        if shared is not None:
+            ns["baseline_from"] = ctx["baseline_artifact"]
         for side in ("baseline", "candidate"):
             if not ns[side]["available"]:
                 gate.note(f"Nsight Compute unavailable for the {side}: {ns[side]['reason']}")
