@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run on the H200 device machine from the repository root, with .devsite/ (pack-site core) carried.
-# Usage: bash scripts/device_run.sh STEP...   (steps: tests gpucheck r1cuda canon2 canonx2 canon r8swiglu evidence ncu profile canonical4 tune model ladder
+# Usage: bash scripts/device_run.sh STEP...   (steps: tests gpucheck r1cuda canon2 canonx2 canon r8swiglu perfgate blocktime evidence ncu profile canonical4 tune model ladder
 #        ncuquery ladderci fc2); with BUNDLE=name the outputs also come back as one $OUT/name.tgz
 set -uo pipefail
 mkdir -p /tmp/site && for z in .devsite/*.zip; do python3 -m zipfile -e "$z" /tmp/site; done
@@ -63,6 +63,12 @@ PY
       echo "snakemake rc=$?"; grep -E "REFUSED|FAILED|Error|steps|rung [0-9]|promoted" "$OUT/canon_${CANON_CANDIDATE}.log" | tail -14
       mkdir -p /tmp/canon && cp -r results logs /tmp/canon/ 2>/dev/null; find /tmp/canon -name "*.pt" -size +4M -delete
       (cd /tmp && tar czf "$OUT/canon_${CANON_CANDIDATE}.tgz" canon) ;;
+    perfgate)  # rung 4 alone for the A/A pair, the exact-but-1%-slower fixture and the ring, PG_REPEAT times (issue 11)
+      timeout "${PG_TIMEOUT:-540}" python3 scripts/perfgate_h200.py --out "$OUT/perfgate" --candidates ${PG_CANDIDATES:-aa_identity aa_slow qkv_ring} \
+        --repeat "${PG_REPEAT:-1}" 2>&1 | tail -12 ;;
+    blocktime)  # the canonical block and its parts with the three-pass block_values (issue 12 part 5), and the GPU test of its bytes
+      python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/test_nvfp4_gemm_and_inputs.py -k gpu 2>&1 | tail -3
+      python3 scripts/gpu_model.py --out "$OUT" 2>&1 | tee "$OUT/model.log" | tail -20 ;;
     r8swiglu)  # canonical rung 8 (Nsight Compute, block 24) of R8_CANDIDATE (swiglu_fusion) in-process, if >= R8_MIN_S of the call remain
       left=$(( ${CALL_BUDGET:-585} - SECONDS )); echo "r8 ${R8_CANDIDATE:-swiglu_fusion}: ${left}s left"
       if [ "$left" -ge "${R8_MIN_S:-330}" ]; then

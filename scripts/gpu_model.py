@@ -1,5 +1,7 @@
 """The canonical MiniMax-H3 stand-in on a GPU: build time, one block (with its four GEMMs and
-attention timed alone), peak memory, and a canonical 12-step trajectory with checksums.
+attention timed alone, each beside its anchor in the same run: the bf16 addmm of the GEMM's shape on
+dequantized operands, torch's SDPA on the attention's q/k/v; and block_values alone), peak memory,
+and a canonical 12-step trajectory with checksums.
 
 Rerun (GPU with ~80 GB free, from the repository root, comfy-kitchen 0.2.40 installed):
     python scripts/gpu_model.py --out evidence/h200 [--steps 12]
@@ -67,7 +69,7 @@ def main():
         base = torch.cuda.memory_allocated()
         res["block"] = cuda_ms(lambda: model.block_forward(a.block, x, 0))
         res["block_peak_extra_gb"] = (torch.cuda.max_memory_allocated() - base) / 2**30
-        parts = {}
+        parts, anchors = {}, {}
         for role in ("qkv", "out", "fc1", "fc2"):
             inp = cap.inputs[role]
             prod, gemm = model.baseline[role].producer, model.baseline[role].gemm  # the library path: reference producer, emulated GEMM
@@ -77,11 +79,23 @@ def main():
             parts[f"producer_{role}"] = cuda_ms(lambda: list(prod.produce(inp)))
             n, k = blk.weights[role].n, blk.weights[role].k
             parts[f"gemm_{role}"]["tflops"] = 2 * cfg.rows * n * k / (parts[f"gemm_{role}"]["median_ms"] * 1e-3) / 1e12
+            # its anchor, measured in the same run: the bf16 addmm of that shape on already dequantized operands
+            a_vals = nvfp4.block_values(pk.qdata, pk.scales, pk.rows)
+            b_vals, al = blk.weights[role].block_values(), nvfp4.gemm.alpha(pk.global_scale, blk.weights[role].global_scale)
+            anchors[f"gemm_{role}"] = cuda_ms(lambda: nvfp4.gemm.mm_alpha(a_vals, b_vals, al))
+            parts[f"block_values_{role}"] = cuda_ms(lambda: nvfp4.block_values(pk.qdata, pk.scales, pk.rows))
+            del a_vals
         qkv = model.baseline["qkv"].project(cap.inputs["qkv"], blk.weights["qkv"])
         parts["attention"] = cuda_ms(lambda: model.attention(blk, qkv))
         parts["attention"]["tflops"] = 4 * cfg.rows**2 * cfg.head_dim * cfg.heads / (parts["attention"]["median_ms"] * 1e-3) / 1e12
-        res["block_parts"] = parts
-        res["block_parts_sum_ms"] = sum(v["median_ms"] for v in parts.values())
+        q, k_, v_ = (t.reshape(cfg.rows, cfg.heads, cfg.head_dim).transpose(0, 1).unsqueeze(0).contiguous() for t in qkv.split(cfg.attn, dim=1))
+        anchors["attention"] = cuda_ms(lambda: torch.nn.functional.scaled_dot_product_attention(q, k_, v_, scale=cfg.head_dim ** -0.5))
+        del q, k_, v_
+        res["block_parts"] = {k_: v_ for k_, v_ in parts.items() if not k_.startswith("block_values_")}
+        res["block_values"] = {k_: v_ for k_, v_ in parts.items() if k_.startswith("block_values_")}
+        res["block_parts_sum_ms"] = sum(v["median_ms"] for v in res["block_parts"].values())
+        res["anchors"] = anchors  # issue 12: each part within 10% of its anchor, side by side in this run
+        res["part_over_anchor"] = {k_: parts[k_]["median_ms"] / a_["median_ms"] for k_, a_ in anchors.items()}
         out1 = model.block_forward(a.block, x, 0)
         out2 = model.block_forward(a.block, x, 0)
         res["block_sha256"] = [nvfp4.sha256(out1), nvfp4.sha256(out2)]
@@ -103,7 +117,7 @@ def main():
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "model.json").write_text(json.dumps({"section": "model", "environment": env(), "error": err, "results": res}, indent=1, default=str))
-    keys = ("build_s", "block", "block_parts_sum_ms", "trajectory", "two_step_repeat_equal", "peak_memory_gb")
+    keys = ("build_s", "block", "block_parts_sum_ms", "part_over_anchor", "trajectory", "two_step_repeat_equal", "peak_memory_gb")
     print(json.dumps({k: (res.get(k) if k not in ("block",) else res.get(k, {}).get("median_ms")) for k in keys}, default=str)[:3000])
 
 

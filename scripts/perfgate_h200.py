@@ -1,9 +1,10 @@
 """Rung 4 (block equality + the sequential performance gate) run directly, without the earlier rungs,
 for candidates that validate the gate itself: the A/A pair (tests/fixtures/candidates/aa_identity,
-the baseline under another name, copied into kernels/ for the run) and the ring, at the gated blocks,
-repeated. Writes each rung-4 report and a summary (device, versions, command, decisions, intervals).
+the baseline under another name, copied into kernels/ for the run), the exact-but-slower fixture
+(tests/fixtures/candidates/aa_slow: 1% of a canonical block added on the GPU) and the ring, at the
+gated blocks, repeated. Writes each rung-4 report and a summary (device, versions, command, decisions, intervals).
 
-    python scripts/perfgate_h200.py --out DIR [--candidates aa_identity qkv_ring] [--repeat 1]
+    python scripts/perfgate_h200.py --out DIR [--candidates aa_identity aa_slow qkv_ring] [--repeat 1]
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ def main() -> int:
     ap.add_argument("--configfile", nargs="+", default=["config/config.yaml", "config/canonical.yaml"])
     ap.add_argument("--repeat", type=int, default=1)
     a = ap.parse_args()
-    fixture = ROOT / "tests/fixtures/candidates/aa_identity"
-    if "aa_identity" in a.candidates and not (ROOT / "kernels/aa_identity").exists():
-        shutil.copytree(fixture, ROOT / "kernels/aa_identity")
+    for fixture in (ROOT / "tests/fixtures/candidates").iterdir():  # test candidates named on the command line
+        if fixture.name in a.candidates and not (ROOT / "kernels" / fixture.name).exists():
+            shutil.copytree(fixture, ROOT / "kernels" / fixture.name)
     from h3gates import config as C
     from h3gates import report, rungs
     from h3gates.provenance import rung_context

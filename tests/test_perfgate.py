@@ -152,3 +152,28 @@ def test_a_look_with_too_few_pairs_for_a_bound_continues():
     res, _, _ = fake_gate({"min_rounds": 10, "batch": 10, "max_rounds": 100, "warmup": 2}, lambda: 0.001, lambda: 0.0062)
     assert res["looks"][0]["decision"] == "continue" and res["looks"][0]["upper"] is None
     assert res["decision"] == "fail" and res["rounds"] == 20
+
+
+def test_the_slow_fixture_is_exact_and_slower():
+    """tests/fixtures/candidates/aa_slow (the H200 evidence's exact-but-1%-slower candidate): the
+    baseline's bytes, after a delay."""
+    import time
+    from pathlib import Path
+
+    import torch
+
+    from h3gates.reference import Reference
+    from h3gates.registry import load_module
+    from h3gates.roles import Plain, reference_roles
+    from h3gates.rungs.inputs import weight
+
+    impl = load_module(Path(__file__).resolve().parent / "fixtures/candidates/aa_slow/impl.py")
+    ref = Reference("cpu")
+    base = reference_roles(ref)
+    slow = impl.build({"delay_ms": 30}, ref, base)["fc2"]
+    inp = Plain(torch.randn(37, 64).to(torch.bfloat16))
+    w = weight(32, 64, "cpu", ref)
+    t0 = time.perf_counter()
+    y = slow.project(inp, w)
+    assert time.perf_counter() - t0 >= 0.03
+    assert torch.equal(y.view(torch.int16), base["fc2"].project(inp, w).view(torch.int16))
