@@ -30,6 +30,7 @@ from .provenance import ROOT, digest, files_digest, imported, shared_context
 
 RUNGS = (5, 6, 7, 8)
 ENTRY = "h3gates/baseline.py"
+ENTRY_R8 = "h3gates/rungs/r8_baseline.py"  # rung 8's capture (kept out of this module: every rung imports it, nsight is rung 8's)
 KEEP_LIMIT = 64 << 20  # bytes of output tensors an artifact keeps (beyond: SHA-256 and shape only)
 
 
@@ -52,7 +53,7 @@ def files(bctx: dict, root=None) -> list[str]:
     out = []
     for acc in bctx["baseline"]["accepted"]:
         out += [f for f in registry.sources(acc, bctx["baseline"]["candidates"][acc], bctx["device"], root) if f not in out]
-    entries = (ENTRY, *[f for f in out if f.endswith(".py")])
+    entries = (ENTRY if bctx["rung"] != 8 else ENTRY_R8, *[f for f in out if f.endswith(".py")])
     return out + [f for f in imported(entries, str(root or ROOT)) if f not in out]
 
 
@@ -70,7 +71,7 @@ def compute(bctx: dict, out: str) -> dict:
     import torch
 
     if bctx["rung"] == 8:
-        return _compute_capture(bctx, out)
+        raise ValueError("rung 8's baseline artifact is computed by h3gates.rungs.r8_baseline (the CLI dispatches it)")
 
     from . import nvfp4
     from .candidates import baseline_roles
@@ -109,77 +110,13 @@ def compute(bctx: dict, out: str) -> dict:
     return meta
 
 
-def _compute_capture(bctx: dict, out: str) -> dict:
-    """Rung 8's baseline side on a GPU: Nsight Compute over one baseline block (profile_target in a
-    child). A capture that fails with ncu installed writes no artifact (the rule fails and can be
-    rerun); without ncu the artifact records that, as the rung's report would."""
-    import json
-    import sys
-    import tempfile
-
-    import torch
-
-    from . import nsight
-    from .rungs.gate import progress
-
-    work = Path(tempfile.mkdtemp(prefix="baseline-r8.", dir=Path(out).parent if Path(out).parent.exists() else None))
-    progress("baseline r8: Nsight Compute over one baseline block")
-    argv = [sys.executable, "-m", "h3gates", "profile-target", "--context", json.dumps(bctx), "--side", "baseline-artifact"]
-    t0 = time.perf_counter()
-    cap = nsight.capture(argv, nsight.DEFAULT_METRICS, workdir=work, timeout=bctx["profile_rung"]["ncu_timeout"], name="baseline")
-    wall = time.perf_counter() - t0
-    if not cap["available"] and nsight.find_ncu() is not None:
-        raise ArtifactError(f"the baseline block's Nsight Compute capture failed: {cap['reason']} (logs in {work})")
-    import shutil
-
-    shutil.rmtree(work, ignore_errors=True)
-    cap["report_file"] = None  # removed with the workdir; the kernels are parsed into the capture
-    meta = {"context": bctx, "key": key(bctx), "files": {f: _sha(f) for f in files(bctx)}, "wall_s": wall,
-            "environment": environment(bctx["device"], 8), "outputs": {}, "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    p = Path(out)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.tmp")
-    torch.save({"meta": meta, "tensors": {}, "capture": json.dumps(cap)}, tmp)
-    tmp.replace(p)
-    progress(f"baseline r8: {p} ({wall:.1f} s)")
-    return meta
-
-
-def profile_target(bctx: dict) -> None:
-    """The profiled process of the rung-8 artifact: one baseline block inside the profiled range,
-    after two warm-up calls, exactly as rung 8's own target does for a side."""
-    from . import nsight
-    from .candidates import baseline_roles
-    from .model import build, load_profile
-    from .reference import Reference
-    from .rungs.gate import resolve_device
-
-    device = resolve_device(bctx["device"])
-    ref = Reference(device, bctx["semantics"], bctx["rcp_table"])
-    prof = load_profile(bctx["profile"], bctx.get("user_profiles"))
-    roles = baseline_roles(bctx, device, ref, prof)
-    model = build(prof, seed=bctx["seed"], device=device, reference=ref)
-    block = bctx["profile_rung"]["block"]
-    x = model.capture(block).x
-    for _ in range(2):
-        model.block_forward(block, x, 0, roles)
-    with nsight.profiled_range():
-        model.block_forward(block, x, 0, roles)
-
-
-def capture_of(ctx: dict) -> dict:
-    """Rung 8's baseline capture from the artifact its context names (checked like any artifact)."""
-    import json
-
-    return json.loads(load(ctx)["capture"])
-
-
 class ArtifactError(RuntimeError):
     """An artifact that is not the one its rung's context names (a ladder bug, never a candidate's)."""
 
 
-def load(ctx: dict) -> dict:
-    """The artifact a rung's context names, checked to be made from that context: {meta, tensors}."""
+def load(ctx: dict, here: dict | None = None) -> dict:
+    """The artifact a rung's context names, checked to be made from that context: {meta, tensors}.
+    `here`: the environment to check it against (default: environment(device))."""
     import torch
 
     p = Path(ctx["baseline_artifact"])
@@ -187,7 +124,7 @@ def load(ctx: dict) -> dict:
     want = context_of(ctx)
     if d["meta"]["context"] != want or not p.name.endswith(f"-{d['meta']['key']}.pt"):
         raise ArtifactError(f"{p} was made from another baseline context than this rung's")
-    here, then = environment(ctx["device"], ctx["rung"]), d["meta"].get("environment")
+    here, then = here or environment(ctx["device"]), d["meta"].get("environment")
     if then != here:
         changed = sorted(k for k in set(here) | set(then or {}) if (then or {}).get(k) != here.get(k))
         raise ArtifactError(f"{p} was computed with another {', '.join(changed)} ({ {k: (then or {}).get(k) for k in changed} } vs here "
@@ -195,9 +132,8 @@ def load(ctx: dict) -> dict:
     return d
 
 
-def environment(device: str, rung: int | None = None) -> dict:
-    """What a baseline's bytes depend on besides its context and files: the GPU and the libraries
-    (and, for rung 8's capture, the Nsight Compute version)."""
+def environment(device: str) -> dict:
+    """What a baseline's bytes depend on besides its context and files: the GPU and the libraries."""
     import torch
 
     from .nvfp4 import oracle
@@ -206,11 +142,6 @@ def environment(device: str, rung: int | None = None) -> dict:
     if device == "cuda" and torch.cuda.is_available():
         p = torch.cuda.get_device_properties(torch.cuda.current_device())
         env.update(gpu=str(p.name), sm_count=int(p.multi_processor_count), cuda=str(torch.version.cuda))
-    if rung == 8:
-        from . import nsight
-
-        ncu = nsight.find_ncu()
-        env["ncu"] = nsight.ncu_version(ncu) if ncu else None
     return env
 
 

@@ -119,9 +119,12 @@ def _run(a) -> int:
         rungs.run(a.rung, context, a.out, a.block, a.upstream)
         return 0
     if a.cmd == "baseline":
-        from .baseline import compute
-
         context = json.loads(a.context)
+        if context["rung"] == 8:
+            from .rungs.r8_baseline import compute
+        else:
+            from .baseline import compute
+
         if context["device"] == "cuda":
             from .lease import acquire
 

@@ -72,7 +72,7 @@ def test_compute_then_load_checks_the_context(tmp_path, monkeypatch):
         baseline.load(wrong)
     assert Path(ctx["baseline_artifact"]).is_file() and not list(Path(ctx["baseline_artifact"]).parent.glob(".*.tmp"))
     here = baseline.environment("cpu")
-    monkeypatch.setattr(baseline, "environment", lambda device, rung=None: {**here, "torch": "9.9.9"})
+    monkeypatch.setattr(baseline, "environment", lambda device: {**here, "torch": "9.9.9"})
     with pytest.raises(baseline.ArtifactError, match=r"computed with another torch .*remove it \(rm results/ci/baseline/r6-"):
         baseline.load(ctx)
 
@@ -101,21 +101,25 @@ def _fake_capture(kernels=3, available=True, reason=None):
 
 def test_rung8_capture_artifact_is_written_once_read_back_and_a_failed_capture_writes_none(tmp_path, monkeypatch):
     from h3gates import nsight
+    from h3gates.rungs import r8_baseline
 
     monkeypatch.chdir(tmp_path)
     ctx = P.rung_context(CUDA_CFG, "modulate_fusion", 8)
     calls = []
     monkeypatch.setattr(nsight, "capture", lambda argv, *a, **k: calls.append(argv) or _fake_capture())
     monkeypatch.setattr(nsight, "find_ncu", lambda: None)
-    meta = baseline.compute(baseline.context_of(ctx), ctx["baseline_artifact"])
+    meta = r8_baseline.compute(baseline.context_of(ctx), ctx["baseline_artifact"])
     assert calls and "baseline-artifact" in calls[0] and meta["environment"]["ncu"] is None
-    assert [k["name"] for k in baseline.capture_of(ctx)["kernels"]] == ["k0", "k1", "k2"]
-    Path(ctx["baseline_artifact"]).unlink()
-    monkeypatch.setattr(nsight, "capture", lambda *a, **k: _fake_capture(available=False, reason="ncu exited 1"))
+    assert [k["name"] for k in r8_baseline.capture_of(ctx)["kernels"]] == ["k0", "k1", "k2"]
+    assert "h3gates/nsight.py" in baseline.files(baseline.context_of(ctx)) and "h3gates/rungs/r8_baseline.py" in baseline.files(baseline.context_of(ctx))
     monkeypatch.setattr(nsight, "find_ncu", lambda: "/usr/local/cuda/bin/ncu")
     monkeypatch.setattr(nsight, "ncu_version", lambda ncu: "2025.3.1.0")
+    with pytest.raises(baseline.ArtifactError, match="computed with another ncu"):  # made without ncu, read where there is one
+        r8_baseline.capture_of(ctx)
+    Path(ctx["baseline_artifact"]).unlink()
+    monkeypatch.setattr(nsight, "capture", lambda *a, **k: _fake_capture(available=False, reason="ncu exited 1"))
     with pytest.raises(baseline.ArtifactError, match="capture failed: ncu exited 1"):
-        baseline.compute(baseline.context_of(ctx), ctx["baseline_artifact"])
+        r8_baseline.compute(baseline.context_of(ctx), ctx["baseline_artifact"])
     assert not Path(ctx["baseline_artifact"]).exists() and not list(Path(ctx["baseline_artifact"]).parent.glob(".*.tmp"))
 
 

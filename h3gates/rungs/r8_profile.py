@@ -113,9 +113,9 @@ def run(ctx, out, block=None, upstream=()):
         torch.cuda.empty_cache()
         shared = None
         if "baseline_artifact" in ctx:
-            from .. import baseline as B
+            from .r8_baseline import capture_of
 
-            shared = B.capture_of(ctx)
+            shared = capture_of(ctx)
         ns = _nsight(ctx, Path(out), shared)
         if shared is not None:
             ns["baseline_from"] = ctx["baseline_artifact"]
