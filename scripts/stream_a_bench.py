@@ -86,8 +86,8 @@ def equal(a, b) -> dict:
 def exactness(cases_out: list, canonical_rows: int, shapes: dict) -> None:
     ref = ReferenceGemm()
 
-    def run(name, p, w, tile_n=256, b_operand="packed"):
-        g = CUDA.OwnedGemm(ref, tile_n, b_operand=b_operand)
+    def run(name, p, w, tile_n=256, b_operand="packed", prefetch=1):
+        g = CUDA.OwnedGemm(ref, tile_n, b_operand=b_operand, prefetch=prefetch)
         t0 = time.time()
         yc = g(p, w)
         torch.cuda.synchronize()
@@ -115,6 +115,8 @@ def exactness(cases_out: list, canonical_rows: int, shapes: dict) -> None:
         p, w = packed(x), weight(n, k, "normal", seed=12)
         run(f"canonical_{role}", p, w)
         run(f"canonical_{role}_bf16_b", p, w, b_operand="bf16")
+        run(f"canonical_{role}_prefetch2", p, w, prefetch=2)
+        run(f"canonical_{role}_bf16_b_prefetch2", p, w, b_operand="bf16", prefetch=2)
 
 
 def modulated(rows, k, seed, bounds=None):
@@ -177,10 +179,13 @@ def timings(rounds: int, canonical_rows: int, shapes: dict, bandwidth: float, bo
         owned = CUDA.OwnedGemm(ReferenceGemm(), 256)
         owned128 = CUDA.OwnedGemm(ReferenceGemm(), 128)
         owned_bf16b = CUDA.OwnedGemm(ReferenceGemm(), 256, b_operand="bf16")  # the weight's block values copied, not dequantized
+        owned_pf2 = CUDA.OwnedGemm(ReferenceGemm(), 256, prefetch=2)
+        owned_bf16b_pf2 = CUDA.OwnedGemm(ReferenceGemm(), 256, b_operand="bf16", prefetch=2)
         p1_bf16b = CUDA.build({"phase": "p1", "tile_n": 256, "b_operand": "bf16"}, ref, base)
         producer = fused[role].producer if role in fused else base[role].producer
         sides = {"cublas_gemm_on_bf16": lambda: mm_alpha(a, b, al), "library_projection": lambda: base[role].project(inp, w),
                  "p0_gemm": lambda: owned(p, w), "p0_gemm_t128": lambda: owned128(p, w), "p0_gemm_bf16_b": lambda: owned_bf16b(p, w),
+                 "p0_gemm_prefetch2": lambda: owned_pf2(p, w), "p0_gemm_bf16_b_prefetch2": lambda: owned_bf16b_pf2(p, w),
                  "p0_after_fused_producer": lambda: Role(producer, owned).project(inp, w)}
         if role != "fc2":
             sides["p1_projection"] = lambda: p1[256][role].project(inp, w)

@@ -40,17 +40,19 @@ def main() -> int:
     rows = []
     for role in ("qkv", "out", "fc1"):
         n, k = shapes[role]
-        for phase, modulate in (("p0", False), ("p1", role != "out")):
+        for phase, modulate, b_source, prefetch in (("p0", False, "packed", 1), ("p0", False, "packed", 2), ("p0", False, "bf16", 1),
+                                                    ("p0", False, "bf16", 2), ("p1", role != "out", "packed", 1), ("p1", role != "out", "bf16", 1)):
             for tile_n in (64, 128, 256):
                 for old in Path(DUMP).glob("*"):
                     old.unlink()
-                cute.compile(dsl.PackedGemm(n, k, tile_n, phase, modulate), *dsl.fake_arguments(n, k), drv.CUstream(0))
+                cute.compile(dsl.PackedGemm(n, k, tile_n, phase, modulate, False, b_source, prefetch), *dsl.fake_arguments(n, k, b_source), drv.CUstream(0))
                 ptx = max(Path(DUMP).glob("*.ptx"), key=lambda f: f.stat().st_mtime)
                 log = subprocess.run([a.ptxas, "-arch=sm_90a", "-v", str(ptx), "-o", os.devnull], capture_output=True, text=True).stderr
                 regs = int(re.search(r"Used (\d+) registers", log).group(1))
                 spill = [int(x) for x in re.findall(r"(\d+) bytes spill (?:stores|loads)", log)]
                 smem = dsl.STAGES * (dsl.TILE_M + tile_n) * dsl.TILE_K * 2
-                rows.append({"role": role, "n": n, "k": k, "phase": phase, "modulate": modulate, "tile_n": tile_n, "registers": regs,
+                rows.append({"role": role, "n": n, "k": k, "phase": phase, "modulate": modulate, "b_source": b_source, "prefetch": prefetch,
+                             "tile_n": tile_n, "registers": regs,
                              "spill_bytes": sum(spill), "smem_bytes": smem, "ctas_per_sm_by_smem": 232448 // smem,
                              "a_tile_productions_per_a_tile": n // tile_n})
                 print(rows[-1], flush=True)

@@ -160,18 +160,18 @@ def test_operand_views_refuse_non_contiguous():
 
 
 @needs_dsl
-@pytest.mark.parametrize("n,k,tile_n,phase,modulate,export,b_source", [
-    (768, 192, 256, "p0", False, False, "packed"), (192, 256, 64, "p0", False, False, "packed"), (32, 64, 32, "p0", False, False, "packed"),
-    (1024, 192, 128, "p0", False, False, "packed"), (768, 192, 256, "p1", True, False, "packed"), (192, 256, 64, "p1", False, False, "packed"),
-    (32, 192, 32, "p1", True, True, "packed"), (768, 192, 256, "p0", False, False, "bf16"), (192, 256, 64, "p1", True, False, "bf16")])
-def test_kernel_compiles_for_sm90a(n, k, tile_n, phase, modulate, export, b_source):
+@pytest.mark.parametrize("n,k,tile_n,phase,modulate,export,b_source,prefetch", [
+    (768, 192, 256, "p0", False, False, "packed", 1), (192, 256, 64, "p0", False, False, "packed", 1), (32, 64, 32, "p0", False, False, "packed", 1),
+    (768, 192, 256, "p1", True, False, "packed", 1), (32, 192, 32, "p1", True, True, "packed", 1), (192, 256, 64, "p1", True, False, "bf16", 1),
+    (768, 192, 256, "p0", False, False, "bf16", 2), (1024, 192, 128, "p0", False, False, "packed", 2)])
+def test_kernel_compiles_for_sm90a(n, k, tile_n, phase, modulate, export, b_source, prefetch):
     """The CuTe DSL kernel of each phase lowers to PTX and ptxas assembles it for sm_90a, on a
     machine with no GPU."""
     import cuda.bindings.driver as drv
     import cutlass.cute as cute
 
     d = _dsl()
-    fn = cute.compile(d.PackedGemm(n, k, tile_n, phase, modulate, export, b_source), *d.fake_arguments(n, k, b_source), drv.CUstream(0))
+    fn = cute.compile(d.PackedGemm(n, k, tile_n, phase, modulate, export, b_source, prefetch), *d.fake_arguments(n, k, b_source), drv.CUstream(0))
     assert fn is not None
 
 
@@ -179,6 +179,8 @@ def test_kernel_compiles_for_sm90a(n, k, tile_n, phase, modulate, export, b_sour
 def test_phase_is_checked():
     with pytest.raises(ValueError, match="phase must be p0 or p1"):
         _dsl().PackedGemm(256, 64, 256, "p2")
+    with pytest.raises(ValueError, match="prefetch must be 1, or 2 with phase p0"):
+        _dsl().PackedGemm(256, 64, 256, "p1", prefetch=2)
 
 
 def test_config_refuses_stream_a_on_a_cpu(tmp_path):
@@ -204,13 +206,13 @@ def _gpu_case(rows, n, k, seed, scale_hi=256):
 
 
 @gpu
-@pytest.mark.parametrize("b_operand", ["packed", "bf16"])
+@pytest.mark.parametrize("b_operand,prefetch", [("packed", 1), ("bf16", 1), ("packed", 2), ("bf16", 2)])
 @pytest.mark.parametrize("rows,n,k,tile_n", [(37, 32, 64, 256), (128, 64, 64, 256), (250, 192, 256, 256), (1000, 768, 192, 256), (300, 512, 512, 128)])
-def test_owned_gemm_bytes_equal_the_emulated_gemm(rows, n, k, tile_n, b_operand):
+def test_owned_gemm_bytes_equal_the_emulated_gemm(rows, n, k, tile_n, b_operand, prefetch):
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
     cuda = load_module(ROOT / "kernels/stream_a/cuda.py")
     p, w = _gpu_case(rows, n, k, seed=rows + n)
-    got, want = cuda.OwnedGemm(ReferenceGemm(), tile_n, b_operand=b_operand)(p, w), ReferenceGemm()(p, w)
+    got, want = cuda.OwnedGemm(ReferenceGemm(), tile_n, b_operand=b_operand, prefetch=prefetch)(p, w), ReferenceGemm()(p, w)
     assert nvfp4.compare_outputs(got, want)["equal"]
 
 

@@ -25,6 +25,8 @@ CANDIDATE = Candidate(
         "b_operand": {"type": "string", "enum": ["packed", "bf16"], "default": "packed",
                       "description": "packed: the kernel dequantizes the packed weight in every CTA (the issue's P0); bf16: it copies the "
                       "weight's exact bf16 block values, dequantized once and cached as the library GEMM caches them"},
+        "prefetch": {"type": "integer", "enum": [1, 2], "default": 1,
+                     "description": "p0: 1 loads K tile t+1 while WGMMA(t) runs; 2 issues the loads of t+2 a whole iteration earlier (registers)"},
         "owned_shapes": {"type": "string", "enum": ["model", "any"], "default": "model",
                          "description": "model: the owned kernel at the model's projection shapes only (rows x N x K of each role), the "
                          "base GEMM elsewhere, where cuBLAS may split K; any: every shape it can tile"},

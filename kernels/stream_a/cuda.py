@@ -74,7 +74,7 @@ def _words(t: torch.Tensor) -> torch.Tensor:
 
 
 def run(n, k, tile_n, phase, *, b_q, b_s, out, alpha_value=1.0, a_q=None, a_s=None, x=None, s1=None, sh=None, gs=None,
-        seg=(0, 0), dq=None, ds=None, modulate=False, export=False, b_values=None) -> None:
+        seg=(0, 0), dq=None, ds=None, modulate=False, export=False, b_values=None, prefetch=1) -> None:
     """Launch (compiling on first use) the kernel for these operands. b_values: the weight's bf16
     block values [N, K] (b_source=bf16: copied into shared memory instead of dequantizing b_q/b_s)."""
     import cutlass
@@ -93,14 +93,15 @@ def run(n, k, tile_n, phase, *, b_q, b_s, out, alpha_value=1.0, a_q=None, a_s=No
     v = _views(t)
     args = [v[k_] for k_ in ("a_q", "a_s", "x", "s1", "sh", "gs", "b_q", "b_s", "c", "dq", "ds")]
     args += [cutlass.Int32(seg[0]), cutlass.Int32(seg[1]), cutlass.Float32(alpha_value)]
-    _launch((n, k, tile_n, phase, modulate and phase == "p1", export and phase == "p1", "packed" if b_values is None else "bf16"), args, out.device)
+    _launch((n, k, tile_n, phase, modulate and phase == "p1", export and phase == "p1", "packed" if b_values is None else "bf16",
+             prefetch if phase == "p0" else 1), args, out.device)
 
 
 class OwnedGemm:
     """p0: the GEMM on the packed activation and packed weight."""
 
-    def __init__(self, base, tile_n: int = 256, shapes=None, b_operand: str = "packed"):
-        self.base, self.tile_n, self.b_operand = base, tile_n, b_operand
+    def __init__(self, base, tile_n: int = 256, shapes=None, b_operand: str = "packed", prefetch: int = 1):
+        self.base, self.tile_n, self.b_operand, self.prefetch = base, tile_n, b_operand, prefetch
         self.shapes = None if shapes is None else frozenset(tuple(x) for x in shapes)  # (rows, N, K) it owns; None: every shape
         where = "any shape" if self.shapes is None else "rows x N x K in " + ", ".join("x".join(map(str, x)) for x in sorted(self.shapes))
         self.name = (f"stream_a: CuTe DSL WGMMA on NVFP4 (tile 128 x <= {tile_n} x 64, B {b_operand}) at {where}, "
@@ -135,7 +136,7 @@ class OwnedGemm:
             return self.base(p, w)
         out = torch.empty(F.roundup(p.qdata.shape[0], 128), w.n, dtype=torch.bfloat16, device=p.qdata.device)
         run(w.n, w.k, t, "p0", a_q=p.qdata, a_s=p.scales, b_q=w.qdata, b_s=w.scales, out=out,
-            alpha_value=float(alpha(p.global_scale, w.global_scale)), b_values=self.b_values(w))
+            alpha_value=float(alpha(p.global_scale, w.global_scale)), b_values=self.b_values(w), prefetch=self.prefetch)
         return out[: p.rows]
 
 
@@ -225,11 +226,12 @@ def model_shapes(profile) -> dict:
 
 def build(params, reference, base, workflow=None):
     phase, tile_n, b_operand = params.get("phase", "p0"), params.get("tile_n", 256), params.get("b_operand", "packed")
+    prefetch = params.get("prefetch", 1)
     owned_any = params.get("owned_shapes", "model") == "any" or workflow is None or workflow.profile is None
     shapes = None if owned_any else model_shapes(workflow.profile)
     roles = {}
     for role in ("qkv", "out", "fc1"):
-        gemm = OwnedGemm(base[role].gemm, tile_n, None if shapes is None else [shapes[role]], b_operand)
+        gemm = OwnedGemm(base[role].gemm, tile_n, None if shapes is None else [shapes[role]], b_operand, prefetch if phase == "p0" else 1)
         if phase == "p0":
             roles[role] = Role(base[role].producer, gemm)
         elif phase == "p1":

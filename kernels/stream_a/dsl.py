@@ -199,13 +199,16 @@ class PackedGemm:
       seg1, seg2: first rows of segments 1 and 2 (p1 modulation);  alpha: p0's alpha"""
 
     def __init__(self, n: int, k: int, tile_n: int = 256, phase: str = "p0", modulate: bool = False, export: bool = False,
-                 b_source: str = "packed"):
+                 b_source: str = "packed", prefetch: int = 1):
         check_shape(n, k, tile_n)
         if phase not in ("p0", "p1"):
             raise ValueError(f"phase must be p0 or p1, got {phase!r}")
         if b_source not in ("packed", "bf16"):
             raise ValueError(f"b_source must be packed or bf16, got {b_source!r}")
         self.b_source = b_source  # bf16: b_q holds the weight's exact bf16 block values as words [N, K/2], copied, not dequantized
+        if prefetch not in (1, 2) or (prefetch == 2 and phase != "p0"):
+            raise ValueError(f"prefetch must be 1, or 2 with phase p0; got {prefetch} with {phase}")
+        self.prefetch = prefetch  # 2: the global loads of K tile t+2 are issued at iteration t (registers), not t+1
         self.n, self.k, self.tile_n = n, k, tile_n
         self.phase, self.modulate, self.export = phase, bool(modulate) and phase == "p1", bool(export) and phase == "p1"
         self.k_tiles = k // TILE_K
@@ -233,51 +236,71 @@ class PackedGemm:
             grid=grid, block=[THREADS, 1, 1], stream=stream)
 
     @cute.jit
+    def load_packed(self, q: cute.Tensor, s: cute.Tensor, rows: Int32, row0: Int32, tile_rows: cutlass.Constexpr, kt: Int32,
+                    tidx: Int32, vals: cute.Tensor, sw: cute.Tensor):
+        """Global -> registers: this thread's QDATA words of K tile kt (vals, 8/tpr words; zero for rows
+        at or past `rows`, the QDATA rows) and the scale word of its row's 64-value group (sw[0])."""
+        tpr = THREADS // tile_rows
+        words = 8 // tpr
+        grow = row0 + tidx // tpr
+        # the 4 E4M3 bytes of this row's 64-value group kt (cuBLAS's 128x4 layout, as int32 words)
+        sw[0] = s[((grow // 128) * self.nb4 + kt) * 128 + (grow % 32) * 4 + (grow % 128) // 32]
+        vals.fill(0)
+        if grow < rows:
+            cute.autovec_copy(cute.local_tile(q, (1, words), (grow, kt * tpr + tidx % tpr))[0, None], vals)
+
+    @cute.jit
+    def store_packed(self, vals: cute.Tensor, sw: cute.Tensor, tile_rows: cutlass.Constexpr, tidx: Int32, dst: cute.Tensor):
+        """Registers -> shared: dequantize the words of load_packed into dst [tile_rows, 64] (swizzled)."""
+        tpr = THREADS // tile_rows
+        words = 8 // tpr
+        r = tidx // tpr
+        part = tidx % tpr
+        scw = Uint32(sw[0])
+        for j in cutlass.range_constexpr(words):
+            chunk = part * words + j  # 8-value chunk of the 64-wide tile = QDATA word of the tile
+            sc = scale_f16x2((scw >> ((chunk // 2) * 8)) & 0xFF)  # 16-value block = 2 words
+            out = cute.make_rmem_tensor((4,), cutlass.Int32)
+            d = dequant_word(Uint32(vals[j]), sc)
+            for b in cutlass.range_constexpr(4):
+                out[b] = d[b]
+            cute.autovec_copy(cute.recast_tensor(out, cutlass.BFloat16), cute.local_tile(dst, (1, 8), (r, chunk))[0, None])
+
+    @cute.jit
     def stage_operand(self, q: cute.Tensor, s: cute.Tensor, rows: Int32, row0: Int32, tile_rows: cutlass.Constexpr,
                       kt: Int32, tidx: Int32, dst: cute.Tensor):
         """Dequantize K tile kt of rows row0..row0+tile_rows into dst [tile_rows, 64] (swizzled smem).
         tpr = THREADS / tile_rows threads share a row; each takes 8/tpr QDATA words (8 values, one
         16-byte bf16 chunk of the tile each). Rows at or past `rows` (the QDATA rows) are zero."""
+        vals = cute.make_rmem_tensor((8 // (THREADS // tile_rows),), cutlass.Int32)
+        sw = cute.make_rmem_tensor((1,), cutlass.Int32)
+        self.load_packed(q, s, rows, row0, tile_rows, kt, tidx, vals, sw)
+        self.store_packed(vals, sw, tile_rows, tidx, dst)
+
+    @cute.jit
+    def load_bf16(self, v: cute.Tensor, row0: Int32, tile_rows: cutlass.Constexpr, kt: Int32, tidx: Int32, vals: cute.Tensor):
+        """Global -> registers: this thread's bf16 words of K tile kt of a [rows, K/2]-word operand."""
         tpr = THREADS // tile_rows
-        words = 8 // tpr
-        r = tidx // tpr
-        part = tidx % tpr
-        grow = row0 + r
-        # the 4 E4M3 bytes of this row's 64-value group kt (cuBLAS's 128x4 layout, as int32 words)
-        s_idx = ((grow // 128) * self.nb4 + kt) * 128 + (grow % 32) * 4 + (grow % 128) // 32
-        sw = Uint32(s[s_idx])
-        vals = cute.make_rmem_tensor((words,), cutlass.Int32)
-        vals.fill(0)
-        if grow < rows:
-            src = cute.local_tile(q, (1, words), (grow, kt * tpr + part))
-            cute.autovec_copy(src[0, None], vals)
-        for j in cutlass.range_constexpr(words):
-            chunk = part * words + j  # 8-value chunk of the 64-wide tile = QDATA word of the tile
-            sc = scale_f16x2((sw >> ((chunk // 2) * 8)) & 0xFF)  # 16-value block = 2 words
-            w = Uint32(vals[j])
+        cute.autovec_copy(cute.local_tile(v, (1, 32 // tpr), (row0 + tidx // tpr, kt * tpr + tidx % tpr))[0, None], vals)
+
+    @cute.jit
+    def store_bf16(self, vals: cute.Tensor, tile_rows: cutlass.Constexpr, tidx: Int32, dst: cute.Tensor):
+        tpr = THREADS // tile_rows
+        words = 32 // tpr
+        for j in cutlass.range_constexpr(words // 4):
             out = cute.make_rmem_tensor((4,), cutlass.Int32)
-            d = dequant_word(w, sc)
             for b in cutlass.range_constexpr(4):
-                out[b] = d[b]
-            dtile = cute.local_tile(dst, (1, 8), (r, chunk))
-            cute.autovec_copy(cute.recast_tensor(out, cutlass.BFloat16), dtile[0, None])
+                out[b] = vals[4 * j + b]
+            chunk = (tidx % tpr) * (words // 4) + j
+            cute.autovec_copy(cute.recast_tensor(out, cutlass.BFloat16), cute.local_tile(dst, (1, 8), (tidx // tpr, chunk))[0, None])
 
     @cute.jit
     def stage_copy(self, v: cute.Tensor, row0: Int32, tile_rows: cutlass.Constexpr, kt: Int32, tidx: Int32, dst: cute.Tensor):
         """K tile kt of rows row0.. of a bf16 operand given as words [rows, K/2] copied into dst (the
         b_source=bf16 variant: the weight's block values, dequantized once, no ALU work per tile)."""
-        tpr = THREADS // tile_rows
-        words = 32 // tpr
-        r = tidx // tpr
-        part = tidx % tpr
-        vals = cute.make_rmem_tensor((words,), cutlass.Int32)
-        cute.autovec_copy(cute.local_tile(v, (1, words), (row0 + r, kt * tpr + part))[0, None], vals)
-        for j in cutlass.range_constexpr(words // 4):
-            out = cute.make_rmem_tensor((4,), cutlass.Int32)
-            for b in cutlass.range_constexpr(4):
-                out[b] = vals[4 * j + b]
-            chunk = part * (words // 4) + j
-            cute.autovec_copy(cute.recast_tensor(out, cutlass.BFloat16), cute.local_tile(dst, (1, 8), (r, chunk))[0, None])
+        vals = cute.make_rmem_tensor((32 // (THREADS // tile_rows),), cutlass.Int32)
+        self.load_bf16(v, row0, tile_rows, kt, tidx, vals)
+        self.store_bf16(vals, tile_rows, tidx, dst)
 
     @cute.jit
     def stage_a_bf16(self, x: cute.Tensor, s1: cute.Tensor, sh: cute.Tensor, seg1: Int32, seg2: Int32, g: Uint32, rg: Uint32,
@@ -340,6 +363,102 @@ class PackedGemm:
         else:
             self.stage_operand(b_q, b_s, self.n, col0, self.tile_n, kt, tidx, sB[None, None, nxt])
 
+    @cute.jit
+    def mainloop(self, a_q: cute.Tensor, a_s: cute.Tensor, x: cute.Tensor, s1: cute.Tensor, sh: cute.Tensor, seg1: Int32, seg2: Int32,
+                 g: Uint32, rg: Uint32, dq: cute.Tensor, ds: cute.Tensor, b_q: cute.Tensor, b_s: cute.Tensor, row0: Int32, col0: Int32,
+                 tidx: Int32, sA: cute.Tensor, sB: cute.Tensor, tiled_mma: cute.TiledMma, tCrA: cute.Tensor, tCrB: cute.Tensor,
+                 acc: cute.Tensor):
+        """prefetch 1: K tile t+1 is loaded and staged while WGMMA(t) runs."""
+        self.stage(a_q, a_s, x, s1, sh, seg1, seg2, g, rg, dq, ds, b_q, b_s, row0, col0, 0, tidx, sA, sB)
+        cute.arch.fence_proxy("async.shared", space="cta")
+        cute.arch.sync_threads()
+
+        k_blocks = cute.size(tCrA, mode=[2])
+        # K tile 0, peeled: its first k16 step starts the accumulator (scale-d = 0)
+        tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, False)
+        cute.nvgpu.warpgroup.fence()
+        for kb in cutlass.range_constexpr(k_blocks):
+            cute.gemm(tiled_mma, acc, tCrA[None, None, kb, 0], tCrB[None, None, kb, 0], acc)
+            tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
+        cute.nvgpu.warpgroup.commit_group()
+        for kt in cutlass.range(self.k_tiles, unroll=1):
+            if kt > 0:
+                stage = kt % STAGES
+                cute.nvgpu.warpgroup.fence()
+                for kb in cutlass.range_constexpr(k_blocks):
+                    cute.gemm(tiled_mma, acc, tCrA[None, None, kb, stage], tCrB[None, None, kb, stage], acc)
+                cute.nvgpu.warpgroup.commit_group()
+            # while WGMMA(kt) runs: stage K tile kt+1, then wait for WGMMA(kt-1) and publish the stage
+            if kt + 1 < self.k_tiles:
+                self.stage(a_q, a_s, x, s1, sh, seg1, seg2, g, rg, dq, ds, b_q, b_s, row0, col0, kt + 1, tidx, sA, sB)
+            cute.nvgpu.warpgroup.wait_group(1)
+            cute.arch.fence_proxy("async.shared", space="cta")
+            cute.arch.sync_threads()
+
+    @cute.jit
+    def wgmma_tile(self, tiled_mma: cute.TiledMma, tCrA: cute.Tensor, tCrB: cute.Tensor, acc: cute.Tensor, stage: Int32):
+        cute.nvgpu.warpgroup.fence()
+        for kb in cutlass.range_constexpr(cute.size(tCrA, mode=[2])):
+            cute.gemm(tiled_mma, acc, tCrA[None, None, kb, stage], tCrB[None, None, kb, stage], acc)
+        cute.nvgpu.warpgroup.commit_group()
+
+    @cute.jit
+    def mainloop_prefetch(self, a_q: cute.Tensor, a_s: cute.Tensor, b_q: cute.Tensor, b_s: cute.Tensor, row0: Int32, col0: Int32,
+                          tidx: Int32, sA: cute.Tensor, sB: cute.Tensor, tiled_mma: cute.TiledMma, tCrA: cute.Tensor,
+                          tCrB: cute.Tensor, acc: cute.Tensor):
+        """prefetch 2 (p0): at iteration t, WGMMA(t) is issued, the registers loaded at iteration t-1
+        (K tile t+1) are dequantized/copied into stage (t+1) % 3, and the global loads of K tile t+2 are
+        issued into those registers: each load has a whole iteration to land. Stage (t+1) % 3 was last
+        read by WGMMA(t-2), finished by every warpgroup before the barrier of iteration t-1."""
+        a_words = cute.make_rmem_tensor((8 // (THREADS // TILE_M),), cutlass.Int32)
+        a_sw = cute.make_rmem_tensor((1,), cutlass.Int32)
+        b_sw = cute.make_rmem_tensor((1,), cutlass.Int32)
+        b_words = cute.make_rmem_tensor(((32 if self.b_source == "bf16" else 8) // (THREADS // self.tile_n),), cutlass.Int32)
+        a_rows = a_q.shape[0]
+        # prologue: tile 0 staged, tile 1 in registers
+        self.load_packed(a_q, a_s, a_rows, row0, TILE_M, 0, tidx, a_words, a_sw)
+        self.load_b(b_q, b_s, col0, 0, tidx, b_words, b_sw)
+        self.store_packed(a_words, a_sw, TILE_M, tidx, sA[None, None, 0])
+        self.store_b(b_words, b_sw, tidx, sB[None, None, 0])
+        if self.k_tiles > 1:
+            self.load_packed(a_q, a_s, a_rows, row0, TILE_M, 1, tidx, a_words, a_sw)
+            self.load_b(b_q, b_s, col0, 1, tidx, b_words, b_sw)
+        cute.arch.fence_proxy("async.shared", space="cta")
+        cute.arch.sync_threads()
+        tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, False)
+        cute.nvgpu.warpgroup.fence()
+        for kb in cutlass.range_constexpr(cute.size(tCrA, mode=[2])):
+            cute.gemm(tiled_mma, acc, tCrA[None, None, kb, 0], tCrB[None, None, kb, 0], acc)
+            tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
+        cute.nvgpu.warpgroup.commit_group()
+        for kt in cutlass.range(self.k_tiles, unroll=1):
+            if kt > 0:
+                self.wgmma_tile(tiled_mma, tCrA, tCrB, acc, kt % STAGES)
+            if kt + 1 < self.k_tiles:
+                nxt = (kt + 1) % STAGES
+                self.store_packed(a_words, a_sw, TILE_M, tidx, sA[None, None, nxt])
+                self.store_b(b_words, b_sw, tidx, sB[None, None, nxt])
+            if kt + 2 < self.k_tiles:
+                self.load_packed(a_q, a_s, a_rows, row0, TILE_M, kt + 2, tidx, a_words, a_sw)
+                self.load_b(b_q, b_s, col0, kt + 2, tidx, b_words, b_sw)
+            cute.nvgpu.warpgroup.wait_group(1)
+            cute.arch.fence_proxy("async.shared", space="cta")
+            cute.arch.sync_threads()
+
+    @cute.jit
+    def load_b(self, b_q: cute.Tensor, b_s: cute.Tensor, col0: Int32, kt: Int32, tidx: Int32, vals: cute.Tensor, sw: cute.Tensor):
+        if cutlass.const_expr(self.b_source == "bf16"):
+            self.load_bf16(b_q, col0, self.tile_n, kt, tidx, vals)
+        else:
+            self.load_packed(b_q, b_s, self.n, col0, self.tile_n, kt, tidx, vals, sw)
+
+    @cute.jit
+    def store_b(self, vals: cute.Tensor, sw: cute.Tensor, tidx: Int32, dst: cute.Tensor):
+        if cutlass.const_expr(self.b_source == "bf16"):
+            self.store_bf16(vals, self.tile_n, tidx, dst)
+        else:
+            self.store_packed(vals, sw, self.tile_n, tidx, dst)
+
     @cute.kernel
     def kernel(self, a_q: cute.Tensor, a_s: cute.Tensor, x: cute.Tensor, s1: cute.Tensor, sh: cute.Tensor, gs: cute.Tensor,
                b_q: cute.Tensor, b_s: cute.Tensor, c: cute.Tensor, dq: cute.Tensor, ds: cute.Tensor, seg1: Int32, seg2: Int32,
@@ -370,31 +489,10 @@ class PackedGemm:
         tCgC = thr_mma.partition_C(gC)
         acc = cute.make_rmem_tensor(tCgC.shape, cutlass.Float32)
 
-        self.stage(a_q, a_s, x, s1, sh, seg1, seg2, g, rg, dq, ds, b_q, b_s, row0, col0, 0, tidx, sA, sB)
-        cute.arch.fence_proxy("async.shared", space="cta")
-        cute.arch.sync_threads()
-
-        k_blocks = cute.size(tCrA, mode=[2])
-        # K tile 0, peeled: its first k16 step starts the accumulator (scale-d = 0)
-        tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, False)
-        cute.nvgpu.warpgroup.fence()
-        for kb in cutlass.range_constexpr(k_blocks):
-            cute.gemm(tiled_mma, acc, tCrA[None, None, kb, 0], tCrB[None, None, kb, 0], acc)
-            tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
-        cute.nvgpu.warpgroup.commit_group()
-        for kt in cutlass.range(self.k_tiles, unroll=1):
-            if kt > 0:
-                stage = kt % STAGES
-                cute.nvgpu.warpgroup.fence()
-                for kb in cutlass.range_constexpr(k_blocks):
-                    cute.gemm(tiled_mma, acc, tCrA[None, None, kb, stage], tCrB[None, None, kb, stage], acc)
-                cute.nvgpu.warpgroup.commit_group()
-            # while WGMMA(kt) runs: stage K tile kt+1, then wait for WGMMA(kt-1) and publish the stage
-            if kt + 1 < self.k_tiles:
-                self.stage(a_q, a_s, x, s1, sh, seg1, seg2, g, rg, dq, ds, b_q, b_s, row0, col0, kt + 1, tidx, sA, sB)
-            cute.nvgpu.warpgroup.wait_group(1)
-            cute.arch.fence_proxy("async.shared", space="cta")
-            cute.arch.sync_threads()
+        if cutlass.const_expr(self.prefetch == 1):
+            self.mainloop(a_q, a_s, x, s1, sh, seg1, seg2, g, rg, dq, ds, b_q, b_s, row0, col0, tidx, sA, sB, tiled_mma, tCrA, tCrB, acc)
+        else:
+            self.mainloop_prefetch(a_q, a_s, b_q, b_s, row0, col0, tidx, sA, sB, tiled_mma, tCrA, tCrB, acc)
         cute.nvgpu.warpgroup.wait_group(0)
 
         out = cute.make_rmem_tensor(acc.shape, cutlass.BFloat16)
