@@ -188,7 +188,11 @@ def _run(a) -> int:
         from .rungs.r8_profile import target
 
         exit_with_parent()
+        if a.side == "baseline-artifact":  # --context is a baseline context (rule baseline_artifact, rung 8)
+            from .rungs.r8_baseline import profile_target
 
+            profile_target(json.loads(a.context))
+            return 0
         target(json.loads(a.context), a.side)
         return 0
     return 2

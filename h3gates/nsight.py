@@ -111,15 +111,28 @@ def _tail(text: str, lines: int = TAIL_LINES) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
-def die_with_parent() -> None:
-    """Linux: have the kernel SIGKILL this process when its parent dies (prctl PR_SET_PDEATHSIG), so
-    neither ncu nor its target outlives the rung that started it. No-op elsewhere."""
+def _prctl():
+    """libc's prctl, resolved in the parent (dlopen in a forked child of a threaded process can
+    deadlock); None where there is none (not Linux)."""
     try:
         import ctypes
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
-        pass
+        return None
+
+
+def _die_with_parent(prctl, parent: int):
+    """A preexec function: the child gets SIGKILL when its parent dies (PR_SET_PDEATHSIG), and exits
+    at once if the parent died before that was set."""
+
+    def setup():
+        if prctl is not None:
+            prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+            if os.getppid() != parent:
+                os._exit(137)
+
+    return setup
 
 
 def exit_with_parent(poll_s: float = 1.0) -> None:
@@ -136,17 +149,14 @@ def exit_with_parent(poll_s: float = 1.0) -> None:
     threading.Thread(target=watch, daemon=True, name="h3gates-exit-with-parent").start()
 
 
-def _child_setup() -> None:
-    die_with_parent()
-
-
 def _run(argv: list[str], timeout: float, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=None) -> tuple[int, str, str]:
     """Run argv in its own session so a timeout kills ncu *and* the target it launched. The session
     also dies with this process: a SIGTERM/SIGINT/SIGHUP here (snakemake stopping the job, a
     `timeout` around the workflow) kills the whole group before this process ends, and the child
     carries PR_SET_PDEATHSIG for a SIGKILL (a leftover ncu once held 93 GiB of the GPU and crashed
     the next rung: evidence/h200/canonical_climb2_2026-12-01/)."""
-    proc = subprocess.Popen(argv, stdout=stdout, stderr=stderr, text=True, start_new_session=True, env=env, preexec_fn=_child_setup)
+    proc = subprocess.Popen(argv, stdout=stdout, stderr=stderr, text=True, start_new_session=True, env=env,
+                            preexec_fn=_die_with_parent(_prctl(), os.getpid()))
 
     def kill_group(signum, frame):
         try:
@@ -168,7 +178,7 @@ def _run(argv: list[str], timeout: float, stdout=subprocess.PIPE, stderr=subproc
         raise NcuError(f"`{' '.join(argv[:3])} ...` timed out after {timeout:g} s; killed with its target") from None
     finally:
         for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)  # None: a handler installed from C
     return proc.returncode, out or "", err or ""
 
 

@@ -136,3 +136,23 @@ def test_rung8_with_the_shared_capture_profiles_only_the_candidate(tmp_path, mon
     sides.clear()
     r8_profile._nsight(ctx, out)
     assert sides == ["baseline", "candidate"]
+
+
+def test_the_profiled_target_of_the_rung8_artifact_runs_one_baseline_block(monkeypatch):
+    """`profile-target --side baseline-artifact` (what the artifact's ncu launches) takes a baseline
+    context, not a rung's: it builds the baseline and runs the gated block inside the profiled range
+    (run here on the CPU, the range stubbed)."""
+    import contextlib
+    import json
+
+    from h3gates import cli, nsight
+    from h3gates.model import h3
+
+    ranges, blocks = [], []
+    monkeypatch.setattr(nsight, "exit_with_parent", lambda *a, **k: None)
+    monkeypatch.setattr(nsight, "profiled_range", lambda: contextlib.nullcontext(ranges.append(1)))
+    real = h3.H3Model.block_forward
+    bctx = baseline.context(C.validate_config(merge(BASE, {"device": "cpu"})), 5) | {"rung": 8, "steps": None, "profile_rung": {"block": 3, "ncu_timeout": 60}}
+    monkeypatch.setattr(h3.H3Model, "block_forward", lambda self, i, *a, **k: blocks.append(i) or real(self, i, *a, **k))
+    assert cli.main(["profile-target", "--context", json.dumps(bctx), "--side", "baseline-artifact"]) == 0
+    assert ranges == [1] and blocks.count(3) >= 3  # two warm-up calls and the profiled one, at the configured block

@@ -278,3 +278,32 @@ def test_the_profiled_target_exits_when_ncu_is_gone(tmp_path):
             break
         time.sleep(0.05)
     assert not _alive(target)
+
+
+def test_sigterm_kills_ncus_whole_session_not_only_ncu(tmp_path):
+    """The capture's child starts its own child (as ncu starts the profiled target): on SIGTERM the
+    rung kills the whole session, so the grandchild goes too. PR_SET_PDEATHSIG alone reaches only the
+    direct child; this is the killpg path."""
+    import signal as S
+    import subprocess
+    import sys
+    import time
+
+    pidfile = tmp_path / "target.pid"
+    ncu_like = ("import subprocess, sys, time; "
+                f"subprocess.Popen([sys.executable, '-c', \"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(120)\"]); "
+                "time.sleep(120)")
+    code = f"import sys; from h3gates import nsight; nsight._run([sys.executable, '-c', {ncu_like!r}], 120)"
+    rung = subprocess.Popen([sys.executable, "-c", code], cwd=str(Path(__file__).resolve().parent.parent))
+    for _ in range(200):
+        if pidfile.exists() and pidfile.read_text():
+            break
+        time.sleep(0.05)
+    target = int(pidfile.read_text())
+    rung.send_signal(S.SIGTERM)
+    rung.wait(timeout=10)
+    for _ in range(100):
+        if not _alive(target):
+            break
+        time.sleep(0.05)
+    assert not _alive(target), "the grandchild (ncu's target) outlived the stopped rung"

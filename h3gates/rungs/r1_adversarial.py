@@ -91,17 +91,18 @@ def gemm_cases(gate, out, inputs) -> tuple[list[dict], dict]:
     """Adversarial operands for a GEMM override: each catalogue activation (NaN/Inf/zero scales as the
     reference packs them) against normal, zero and extreme weights; the role's whole shape (rows x N
     x K of the profile: a GEMM may choose its algorithm by shape) against the same three weights;
-    then every role's K at the profile's size against its own N (capped). Counts the GEMM's declared
-    paths over all of them -> (case entries, coverage)."""
+    then every role's K at the profile's size against its own N (capped); then each catalogue
+    activation embedded in the role's whole shape against normal and extreme weights. Counts the
+    GEMM's declared paths over all of them -> (case entries, coverage)."""
     cases, declared = [], []
     shapes = gate.config.gemm_shapes()
 
-    def case(role, cand, ref, cid, tags, variant, x, static, wshape, paths, hits):
+    def case(role, cand, ref, cid, tags, variant, x, static, wshape, paths, hits, w=None):
         n, k, kind = wshape
         seed = len(cases)
         gate.at = f"case {cid} role {role} {variant}"
         p = packed_activation(x, gate.reference_q, static)
-        w = weight(n, k, gate.device, gate.reference_q, kind, seed=seed)
+        w = weight(n, k, gate.device, gate.reference_q, kind, seed=seed) if w is None else w
         cmp = compare_gemms(cand, ref, p, w)
         cases.append(_entry(cid, tags, role, variant, x, cmp))
         for path in paths:
@@ -130,6 +131,20 @@ def gemm_cases(gate, out, inputs) -> tuple[list[dict], dict]:
         for kind in C.GENERATORS:
             x = C.random_tensor(kind, (37, k), seed=4000 + len(cases)).to(gate.device)
             case(role, cand, ref, f"role_k_{role}_{kind}", ("role_k", kind), f"gemm_k{k}", x, None, (min(n, 256), k, "normal"), paths, hits)
+        # each catalogue activation embedded (top-left, zeros around it) at the role's whole shape: a GEMM
+        # that owns only the model's shapes (fc2_algo, stream_a) meets NaN, Inf, zero and extreme values too
+        ws = {kind: weight(n, k, gate.device, gate.reference_q, kind, seed=7000 + i) for i, kind in enumerate(("normal", "extreme"))}
+        for cid, tags, x, gfun, _ in inputs:
+            if x.dtype == torch.float32:
+                continue
+            big = torch.zeros(rows, k, dtype=x.dtype, device=gate.device)
+            r_, c_ = min(x.shape[0], rows), min(x.shape[1], k)
+            big[:r_, :c_] = x[:r_, :c_].to(gate.device)
+            static = gfun(x.to(gate.device)).to(gate.device) if gfun else None
+            for kind, w in ws.items():
+                case(role, cand, ref, f"{cid}@role_shape", (*tags, "role_shape"), f"gemm_{rows}x{n}x{k}_{kind}_weight", big, static, (n, k, kind),
+                     paths, hits, w=w)
+            del big
         declared += [{"role": role, "path": path.name, "when": path.when, "reachable": path.reachable, "hits": hits[path.name][0], "cases": hits[path.name][1]}
                      for path in paths]
     unhit = [d for d in declared if not d["cases"] and d["reachable"]]

@@ -113,9 +113,16 @@ def run(ctx, out, block=None, upstream=()):
         torch.cuda.empty_cache()
         shared = None
         if "baseline_artifact" in ctx:
+            from ..baseline import ArtifactError
             from .r8_baseline import capture_of
 
-            shared = capture_of(ctx)
+            try:
+                shared = capture_of(ctx)
+            except ArtifactError as e:  # the shared capture cannot be trusted here: a failing report, not a crash
+                gate.fail(str(e))
+                meas = {"block": block, "baseline": base, "candidate": cand, "peak_memory_key": key, "memory_tolerance": tol,
+                        "gpu_counters": _counters(gate, None), "bytes_compared": 0, "bytes_differing": 0}
+                return gate.write(out, meas)
         ns = _nsight(ctx, Path(out), shared)
         if shared is not None:
             ns["baseline_from"] = ctx["baseline_artifact"]

@@ -110,7 +110,9 @@ class OwnedGemm:
             V.KernelPath("owned_kernel", f"{where}, K % 64 == 0, N % 32 == 0: the CuTe DSL kernel (per 128-row x tile_n output tile)",
                          lambda p, w: self._tiles(p.rows, p.qdata.shape[0], w)),
             V.KernelPath("zero_filled_rows", "owned kernel and QDATA rows % 128 != 0: rows of the last tile past the QDATA are zero-filled",
-                         lambda p, w: (-p.qdata.shape[0]) % 128 if self.tile_for(p.rows, w) else 0),
+                         lambda p, w: (-p.qdata.shape[0]) % 128 if self.tile_for(p.rows, w) else 0,
+                         # only reachable where an owned shape leaves a partial last tile (not at 250 rows: 256 QDATA rows)
+                         reachable=self.shapes is None or any(F.roundup(r, 16) % 128 for r, _, _ in self.shapes)),
             V.KernelPath("base_gemm", "any other shape: the base GEMM (the library's own algorithm for that problem)",
                          lambda p, w: int(self.tile_for(p.rows, w) is None)),
         )
@@ -146,8 +148,8 @@ def _takes(inp) -> bool:
     if not isinstance(inp, (Plain, Modulated)) or inp.cols % 64:
         return False
     t = inp.h if isinstance(inp, Modulated) else inp.x
-    return (t.dtype == torch.bfloat16 and t.is_cuda and t.is_contiguous() and t.data_ptr() % 16 == 0
-            and (not isinstance(inp, Modulated) or len(inp.bounds) <= 3))
+    mod_ok = not isinstance(inp, Modulated) or (len(inp.bounds) <= 3 and inp.shift.dtype == inp.scale.dtype == torch.bfloat16)
+    return t.dtype == torch.bfloat16 and t.is_cuda and t.is_contiguous() and t.data_ptr() % 16 == 0 and mod_ok
 
 
 def _p1_inputs(inp) -> dict:
@@ -173,7 +175,7 @@ class StreamProducer:
                          lambda inp, r0, r1: (r1 - r0) * (inp.cols // 16) if _takes(inp) else 0),
             V.KernelPath("p1_modulated_rows", "Modulated input: rows modulated per segment in-kernel (segment by row >= its first row)",
                          lambda inp, r0, r1: (r1 - r0) if _takes(inp) and isinstance(inp, Modulated) else 0),
-            V.KernelPath("p1_zero_filled_rows", "rows of the last 128-row tile past the activation: zero values, their codes not exported",
+            V.KernelPath("p1_zero_filled_rows", "rows of the last 128-row tile past the activation: zero values (exported as zero blocks up to the QDATA's 16-row padding)",
                          lambda inp, r0, r1: (-(r1 - r0)) % 128 if _takes(inp) else 0),
             V.KernelPath("base_producer", "other inputs (fp16, K % 64 != 0, unaligned, SwiGLU): the base producer",
                          lambda inp, r0, r1: (r1 - r0) if not _takes(inp) else 0),
@@ -182,7 +184,9 @@ class StreamProducer:
         self.paths = tuple(p for p in paths if modulated or p.name != "p1_modulated_rows")
 
     def global_scale(self, inp):
-        return inp.static_scale if inp.static_scale is not None else self.base.global_scale(inp)
+        if inp.static_scale is not None:
+            return torch.as_tensor(inp.static_scale).to(device=(inp.h if isinstance(inp, Modulated) else inp.x).device, dtype=torch.float32)
+        return self.base.global_scale(inp)
 
     def produce(self, inp):
         if not _takes(inp):

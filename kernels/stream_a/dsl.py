@@ -59,7 +59,7 @@ def scale_f16x2(byte: Uint32, *, loc=None, ip=None) -> Uint32:
         "mov.b32 k, 0x54005400;\n\t"  # 64.0 in both halves
         "mul.rn.f16x2 $0, $0, k;\n\t"
         "}",
-        "=r,r", has_side_effects=False, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip))
+        "=&r,r", has_side_effects=False, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip))
 
 
 @dsl_user_op
@@ -97,14 +97,14 @@ def dequant_word(word: Uint32, scale: Uint32, *, loc=None, ip=None):
     res = llvm.inline_asm(
         ir.Type.parse("!llvm.struct<(i32,i32,i32,i32)>"),
         [Uint32(word).ir_value(loc=loc, ip=ip), Uint32(scale).ir_value(loc=loc, ip=ip)],
-        asm, "=r,=r,=r,=r,r,r", has_side_effects=False, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip)
+        asm, "=&r,=&r,=&r,=&r,r,r", has_side_effects=False, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip)
     return [Int32(llvm.extractvalue(T.i32(), res, [i], loc=loc, ip=ip)) for i in range(4)]
 
 
 def _asm(n_out: int, args, text: str, loc=None, ip=None):
     """Inline PTX on 32-bit registers ("r"; f32 travels as its bits) -> n_out Int32."""
     ty = Int32.mlir_type if n_out == 1 else ir.Type.parse("!llvm.struct<(" + ",".join(["i32"] * n_out) + ")>")
-    cons = ",".join(["=r"] * n_out + ["r"] * len(args))
+    cons = ",".join(["=&r"] * n_out + ["r"] * len(args))  # early clobber: outputs are written before every input is read
     res = llvm.inline_asm(ty, [Uint32(a).ir_value(loc=loc, ip=ip) for a in args], text, cons, has_side_effects=False,
                           is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip)
     if n_out == 1:
