@@ -3,7 +3,7 @@
 # two calls made back to back (../shared/device/README.md), then the project's packages:
 #   call 1 (carry .dsa):     bash scripts/device_stream_a.sh unpack-a
 #   call 2 (carry .dsb):     bash scripts/device_stream_a.sh unpack-b
-#   call 3 (carry .devsite): bash scripts/device_stream_a.sh run [bench] [tests] [r3]
+#   call 3 (carry .devsite): bash scripts/device_stream_a.sh run [bench] [tests] [r3] [canon4]
 # `run` writes under $OUT: stream_a_p0.json (scripts/stream_a_bench.py), the GPU test log, and the
 # CI-profile rungs 1-3 of stream_a on CUDA for each phase (reports and snakemake logs).
 set -uo pipefail
@@ -32,7 +32,15 @@ case "${1:-}" in
             mkdir -p "$OUT/ci_$phase" && cp results/ci/stream_a/r1_adversarial.json results/ci/stream_a/r2_tiles.json "$OUT/ci_$phase/" 2>/dev/null
             cp -r results/ci/stream_a/r3_projection "$OUT/ci_$phase/" 2>/dev/null
           done ;;
+        canon4)  # canonical rungs 1-4 (performance gate enforced) with SA_PARAMS, e.g. "phase: p0, b_operand: bf16, prefetch: 2"
+          printf 'candidates:\n  stream_a:\n    params: {%s}\n' "${SA_PARAMS:-phase: p0}" > /tmp/sa_params.yaml
+          python3 -m snakemake --unlock --configfile config/canonical.yaml config/stream_a.yaml /tmp/sa_params.yaml > /dev/null 2>&1
+          timeout "${CANON_TIMEOUT:-480}" python3 -m snakemake --cores 1 --keep-going --rerun-incomplete results/canonical/stream_a/tokens/r4.pass \
+            --configfile config/canonical.yaml config/stream_a.yaml /tmp/sa_params.yaml > "$OUT/canonical_stream_a.log" 2>&1
+          echo "stream_a canonical rungs 1-4: rc=$?"; grep -hE "REFUSED|FAILED|rung [0-9] |Error" "$OUT/canonical_stream_a.log" | tail -6
+          mkdir -p /tmp/csa && rm -rf /tmp/csa/* && cp -r results/canonical/stream_a logs/canonical/stream_a /tmp/csa/ 2>/dev/null
+          find /tmp/csa -name "*.pt" -delete; (cd /tmp && tar czf "$OUT/canonical_stream_a.tgz" csa) ;;
       esac
     done ;;
-  *) echo "usage: $0 unpack-a|unpack-b|run [bench] [tests] [r3]"; exit 2 ;;
+  *) echo "usage: $0 unpack-a|unpack-b|run [bench] [tests] [r3] [canon4]"; exit 2 ;;
 esac
