@@ -8,7 +8,7 @@ NVFP4 GEMM: cuBLAS bf16 on the exact block values, alpha in the FP32 epilogue), 
    and the canonical projections qkv, out, fc1 and fc2 (37,810 rows): output bytes equal or not.
 2. p1 exactness: the exported tile bytes (QDATA and scales) against comfy's, and the projection's
    output against the library path, for plain and modulated activations, and at canonical size.
-3. timing at the canonical shapes, alternating rounds (CUDA events, medians): cuBLAS on the
+3. timing at the canonical shapes, rounds rotating the order of the sides (CUDA events, medians): cuBLAS on the
    dequantized bf16 operands (the GEMM alone), the library projection (comfy quantizer + dequantize
    + cuBLAS), p0's GEMM alone, p0 after the fused producer (modulate_fusion for qkv/fc1), and p1;
    TFLOP/s and the floors (bf16 dense tensor-core peak; packed bytes at the measured copy bandwidth).
@@ -40,6 +40,9 @@ from h3gates.registry import load_module  # noqa: E402
 from h3gates.reference import Reference  # noqa: E402
 from h3gates.roles import Modulated, Plain, ReferenceGemm, Role, Weight, reference_roles  # noqa: E402
 from h3gates.rungs.inputs import weight as ref_weight  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "scripts"))
+from gpu_evidence import timed  # noqa: E402
 
 CUDA = load_module(ROOT / "kernels/stream_a/cuda.py")
 MODF = load_module(ROOT / "kernels/modulate_fusion/cuda.py")
@@ -192,19 +195,8 @@ def timings(rounds: int, canonical_rows: int, shapes: dict, bandwidth: float, bo
             sides["p1_projection_t128"] = lambda: p1[128][role].project(inp, w)
             sides["p1_projection_t64"] = lambda: p1[64][role].project(inp, w)
             sides["p1_projection_bf16_b"] = lambda: p1_bf16b[role].project(inp, w)
-        ms = {s_: [] for s_ in sides}
-        for f in sides.values():
-            f()
-        torch.cuda.synchronize()
-        for r in range(rounds):
-            order = list(sides) if r % 2 == 0 else list(reversed(sides))
-            for s_ in order:
-                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                e0.record()
-                sides[s_]()
-                e1.record()
-                e1.synchronize()
-                ms[s_].append(e0.elapsed_time(e1))
+        t = timed(sides, rounds=rounds, warmup=1)  # rounds rotate the order of the sides (gpu_evidence.timed)
+        ms = {s_: v["rounds_ms"] for s_, v in t.items()}
         flop = 2.0 * canonical_rows * n * k
         packed_bytes = canonical_rows * k // 2 + canonical_rows * k // 16 + n * k // 2 + n * k // 16 + canonical_rows * n * 2
         med = {s_: statistics.median(v) for s_, v in ms.items()}

@@ -227,6 +227,26 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _wait_pid(pidfile, tries: int = 200) -> int:
+    import time
+
+    for _ in range(tries):
+        if pidfile.exists() and pidfile.read_text():
+            break
+        time.sleep(0.05)
+    return int(pidfile.read_text())
+
+
+def _gone(pid: int, tries: int = 100) -> bool:
+    import time
+
+    for _ in range(tries):
+        if not _alive(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL"])
 def test_a_stopped_capture_leaves_no_process_behind(tmp_path, sig):
     """The rung process running ncu is stopped (snakemake's SIGTERM, or SIGKILL): ncu's whole session
@@ -234,31 +254,21 @@ def test_a_stopped_capture_leaves_no_process_behind(tmp_path, sig):
     import signal as S
     import subprocess
     import sys
-    import time
 
     pidfile = tmp_path / "grandchild.pid"
     code = ("import sys; from h3gates import nsight; "
             f"nsight._run([sys.executable, '-c', \"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(120)\"], 120)")
     rung = subprocess.Popen([sys.executable, "-c", code], cwd=str(Path(__file__).resolve().parent.parent))
-    for _ in range(200):
-        if pidfile.exists() and pidfile.read_text():
-            break
-        time.sleep(0.05)
-    child = int(pidfile.read_text())
+    child = _wait_pid(pidfile)
     assert _alive(child)
     rung.send_signal(getattr(S, sig))
     rung.wait(timeout=10)
-    for _ in range(100):
-        if not _alive(child):
-            break
-        time.sleep(0.05)
-    assert not _alive(child), f"the capture's process outlived its rung after {sig}"
+    assert _gone(child), f"the capture's process outlived its rung after {sig}"
 
 
 def test_the_profiled_target_exits_when_ncu_is_gone(tmp_path):
     import subprocess
     import sys
-    import time
 
     pidfile = tmp_path / "target.pid"
     code = ("import os, subprocess, sys, time; "
@@ -266,18 +276,10 @@ def test_the_profiled_target_exits_when_ncu_is_gone(tmp_path):
             f"\"import os, time; from h3gates import nsight; nsight.exit_with_parent(0.05); open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(120)\"]); "
             "time.sleep(120)")
     ncu_like = subprocess.Popen([sys.executable, "-c", code], cwd=str(Path(__file__).resolve().parent.parent))
-    for _ in range(200):
-        if pidfile.exists() and pidfile.read_text():
-            break
-        time.sleep(0.05)
-    target = int(pidfile.read_text())
+    target = _wait_pid(pidfile)
     ncu_like.kill()
     ncu_like.wait()
-    for _ in range(100):
-        if not _alive(target):
-            break
-        time.sleep(0.05)
-    assert not _alive(target)
+    assert _gone(target)
 
 
 def test_sigterm_kills_ncus_whole_session_not_only_ncu(tmp_path):
@@ -287,7 +289,6 @@ def test_sigterm_kills_ncus_whole_session_not_only_ncu(tmp_path):
     import signal as S
     import subprocess
     import sys
-    import time
 
     pidfile = tmp_path / "target.pid"
     ncu_like = ("import subprocess, sys, time; "
@@ -295,15 +296,7 @@ def test_sigterm_kills_ncus_whole_session_not_only_ncu(tmp_path):
                 "time.sleep(120)")
     code = f"import sys; from h3gates import nsight; nsight._run([sys.executable, '-c', {ncu_like!r}], 120)"
     rung = subprocess.Popen([sys.executable, "-c", code], cwd=str(Path(__file__).resolve().parent.parent))
-    for _ in range(200):
-        if pidfile.exists() and pidfile.read_text():
-            break
-        time.sleep(0.05)
-    target = int(pidfile.read_text())
+    target = _wait_pid(pidfile)
     rung.send_signal(S.SIGTERM)
     rung.wait(timeout=10)
-    for _ in range(100):
-        if not _alive(target):
-            break
-        time.sleep(0.05)
-    assert not _alive(target), "the grandchild (ncu's target) outlived the stopped rung"
+    assert _gone(target), "the grandchild (ncu's target) outlived the stopped rung"
