@@ -97,9 +97,9 @@ def gemm_cases(gate, out, inputs) -> tuple[list[dict], dict]:
     cases, declared = [], []
     shapes = gate.config.gemm_shapes()
 
-    def case(role, cand, ref, cid, tags, variant, x, static, wshape, paths, hits, w=None):
+    def case(role, cand, ref, cid, tags, variant, x, static, wshape, paths, hits, w=None, wseed=None):
         n, k, kind = wshape
-        seed = len(cases)
+        seed = len(cases) if w is None else wseed  # the weight's seed, for the replay dump
         gate.at = f"case {cid} role {role} {variant}"
         p = packed_activation(x, gate.reference_q, static)
         w = weight(n, k, gate.device, gate.reference_q, kind, seed=seed) if w is None else w
@@ -133,7 +133,8 @@ def gemm_cases(gate, out, inputs) -> tuple[list[dict], dict]:
             case(role, cand, ref, f"role_k_{role}_{kind}", ("role_k", kind), f"gemm_k{k}", x, None, (min(n, 256), k, "normal"), paths, hits)
         # each catalogue activation embedded (top-left, zeros around it) at the role's whole shape: a GEMM
         # that owns only the model's shapes (fc2_algo, stream_a) meets NaN, Inf, zero and extreme values too
-        ws = {kind: weight(n, k, gate.device, gate.reference_q, kind, seed=7000 + i) for i, kind in enumerate(("normal", "extreme"))}
+        wseeds = {"normal": 7000, "extreme": 7001}
+        ws = {kind: weight(n, k, gate.device, gate.reference_q, kind, seed=sd) for kind, sd in wseeds.items()}
         for cid, tags, x, gfun, _ in inputs:
             if x.dtype == torch.float32:
                 continue
@@ -143,7 +144,7 @@ def gemm_cases(gate, out, inputs) -> tuple[list[dict], dict]:
             static = gfun(x.to(gate.device)).to(gate.device) if gfun else None
             for kind, w in ws.items():
                 case(role, cand, ref, f"{cid}@role_shape", (*tags, "role_shape"), f"gemm_{rows}x{n}x{k}_{kind}_weight", big, static, (n, k, kind),
-                     paths, hits, w=w)
+                     paths, hits, w=w, wseed=wseeds[kind])
             del big
         declared += [{"role": role, "path": path.name, "when": path.when, "reachable": path.reachable, "hits": hits[path.name][0], "cases": hits[path.name][1]}
                      for path in paths]
