@@ -181,3 +181,43 @@ def test_the_ring_declares_its_schedule_and_its_chunk_producers_paths():
     unreachable = {p.name for p in r.paths if not p.reachable}
     assert unreachable == {"chunk.several_chunks", "chunk.segment_start_on_chunk"}
     assert "unreachable: a chunk has at most 64 rows" in next(p.when for p in r.paths if p.name == "chunk.several_chunks")
+
+
+class _DegenerateScaleAtModelShape:
+    """A planted GEMM that owns only the model's shape (as fc2_algo and stream_a do) and is wrong there
+    only for a degenerate activation global scale (zero, NaN or infinite): it returns zeros."""
+
+    def __init__(self, base, shape):
+        self.base, self.shape = base, shape
+
+    def __call__(self, p, w):
+        y = self.base(p, w)
+        g = torch.as_tensor(p.global_scale).float()
+        if (p.rows, w.n, w.k) == self.shape and not (torch.isfinite(g).all() and (g != 0).all()):
+            return torch.zeros_like(y)
+        return y
+
+
+def test_rung1_catalogue_values_reach_a_gemm_that_owns_only_the_model_shape():
+    """Rung 1 embeds each catalogue activation in the role's whole shape: a GEMM fault that shows only
+    for a degenerate global scale at the model's shape is caught there (the whole-shape cases with
+    random activations alone pass it)."""
+    from h3gates.profiles import load_profile
+    from h3gates.reference import Reference
+    from h3gates.roles import reference_roles
+    from h3gates.rungs import r1_adversarial as R1
+
+    prof = load_profile("ci", {"ci": CI_CONFIG["profiles"]["ci"]})
+    ref = Reference("cpu")
+    base = reference_roles(ref)
+    n, k = prof.gemm_shapes()["out"]
+    cand = {"out": Role(base["out"].producer, _DegenerateScaleAtModelShape(base["out"].gemm, (prof.rows, n, k)))}
+    reasons = []
+    gate = SimpleNamespace(config=prof, device="cpu", reference_q=ref, candidate=cand, reference=base, at=None,
+                           spec=SimpleNamespace(roles=("out",), overrides=("gemm",)), fail=reasons.append, dump=lambda *a, **k: None)
+    inputs = [i for i in R1._inputs({"rung_params": {"random_shapes": [[37, 64]]}})]
+    cases, cov = R1.gemm_cases(gate, "unused", inputs)
+    differing = {c["case"] for c in cases if not c["equal"]}
+    assert differing and all(c.endswith("@role_shape") for c in differing), sorted(differing)
+    assert "nan_global_scale@role_shape" in differing
+    assert not reasons  # coverage: the planted GEMM declares no paths
