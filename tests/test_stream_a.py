@@ -260,3 +260,44 @@ def test_p1_exported_tiles_and_projection_equal_the_library_path(rows, k, modula
     assert torch.equal(got.qdata[:rows], want.qdata[:rows]) and torch.equal(F.unswizzle(got.scales, rows, k // 16), F.unswizzle(want.scales, rows, k // 16))
     w = weight(768, k, "cuda", ref, "normal", seed=1)
     assert nvfp4.compare_outputs(role.project(inp, w), base["qkv"].project(inp, w))["equal"]
+
+
+@needs_dsl
+def test_rung1_path_cases_take_every_p1_branch(monkeypatch):
+    """Each of p1's declared producer paths (in-kernel quantization, each of the three modulation
+    segments, the zero-filled tail rows, the base-producer fallback) is taken by rung 1's qkv path
+    cases; the out role declares no modulation path. Evaluated on the CPU with the device check of
+    `_takes` lifted (the kernel itself needs an H200)."""
+    from h3gates import coverage as V
+    from h3gates.reference import Reference
+    from h3gates.roles import reference_roles
+    from h3gates.rungs import paths as P
+
+    cuda = load_module(ROOT / "kernels/stream_a/cuda.py")
+    real = cuda._takes
+    monkeypatch.setattr(cuda, "_takes", lambda inp: real(_OnDevice(inp)))
+    roles = cuda.build({"phase": "p1"}, Reference("cpu"), reference_roles(Reference("cpu")))
+    hits = {}
+    for _, inp in P.cases("qkv", "cpu"):
+        for name, v in V.total(roles["qkv"].producer.paths, inp).items():
+            hits[name] = hits.get(name, 0) + v
+    assert all(hits[p.name] > 0 for p in roles["qkv"].producer.paths), hits
+    assert not any(p.name.startswith(("p1_modulated", "p1_segment")) for p in roles["out"].producer.paths)
+
+
+class _OnDevice:
+    """An input seen as if its tensors were on a GPU (only `is_cuda` differs)."""
+
+    def __init__(self, inp):
+        self.__class__ = type("OnDevice", (type(inp),), {})
+        self.__dict__ = {k: (_Cuda(v) if isinstance(v, torch.Tensor) else v) for k, v in vars(inp).items()}
+
+
+class _Cuda:
+    def __init__(self, t):
+        self._t = t
+
+    is_cuda = True
+
+    def __getattr__(self, name):
+        return getattr(self._t, name)

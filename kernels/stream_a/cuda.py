@@ -152,6 +152,14 @@ def _takes(inp) -> bool:
     return t.dtype == torch.bfloat16 and t.is_cuda and t.is_contiguous() and t.data_ptr() % 16 == 0 and mod_ok
 
 
+def _segment_rows(inp, i: int, r0: int, r1: int) -> int:
+    """Rows r0..r1 of a Modulated input the kernel modulates with segment i's shift and scale."""
+    if not (_takes(inp) and isinstance(inp, Modulated)) or i >= len(inp.bounds):
+        return 0
+    a, b = inp.bounds[i]
+    return max(0, min(b, r1) - max(a, r0))
+
+
 def _p1_inputs(inp) -> dict:
     if isinstance(inp, Plain):
         return {"x": inp.x, "modulate": False}
@@ -175,13 +183,15 @@ class StreamProducer:
                          lambda inp, r0, r1: (r1 - r0) * (inp.cols // 16) if _takes(inp) else 0),
             V.KernelPath("p1_modulated_rows", "Modulated input: rows modulated per segment in-kernel (segment by row >= its first row)",
                          lambda inp, r0, r1: (r1 - r0) if _takes(inp) and isinstance(inp, Modulated) else 0),
+            *(V.KernelPath(f"p1_segment_{i}", f"Modulated input: rows of segment {i} (the kernel's seg = (row >= seg1) + (row >= seg2) is {i})",
+                           lambda inp, r0, r1, i=i: _segment_rows(inp, i, r0, r1)) for i in range(3)),
             V.KernelPath("p1_zero_filled_rows", "rows of the last 128-row tile past the activation: zero values (exported as zero blocks up to the QDATA's 16-row padding)",
                          lambda inp, r0, r1: (-(r1 - r0)) % 128 if _takes(inp) else 0),
             V.KernelPath("base_producer", "other inputs (fp16, K % 64 != 0, unaligned, SwiGLU): the base producer",
                          lambda inp, r0, r1: (r1 - r0) if not _takes(inp) else 0),
         )
-        # the modulation branch exists only where the role's input is Modulated (qkv, fc1; not out)
-        self.paths = tuple(p for p in paths if modulated or p.name != "p1_modulated_rows")
+        # the modulation branches exist only where the role's input is Modulated (qkv, fc1; not out)
+        self.paths = tuple(p for p in paths if modulated or not p.name.startswith(("p1_modulated", "p1_segment")))
 
     def global_scale(self, inp):
         if inp.static_scale is not None:
