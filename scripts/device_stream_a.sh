@@ -3,7 +3,7 @@
 # two calls made back to back (../shared/device/README.md), then the project's packages:
 #   call 1 (carry .dsa):     bash scripts/device_stream_a.sh unpack-a
 #   call 2 (carry .dsb):     bash scripts/device_stream_a.sh unpack-b
-#   call 3 (carry .devsite): bash scripts/device_stream_a.sh run [bench] [tests] [r3] [canon4]
+#   call 3 (carry .devsite): bash scripts/device_stream_a.sh run [bench] [ncu] [tests] [r3] [canon4]
 # `run` writes under $OUT: stream_a_p0.json (scripts/stream_a_bench.py), the GPU test log, and the
 # CI-profile rungs 1-3 of stream_a on CUDA for each phase (reports and snakemake logs).
 set -uo pipefail
@@ -21,6 +21,12 @@ case "${1:-}" in
     for step in "${steps[@]}"; do
       case "$step" in
         bench) timeout "${BENCH_TIMEOUT:-300}" python3 scripts/stream_a_bench.py --out "$OUT" 2>&1 | tee "$OUT/stream_a_bench.log" | tail -40 ;;
+        ncu)  # Nsight Compute over one launch of each variant at the canonical qkv shape (scripts/stream_a_ncu.py)
+          timeout "${NCU_TIMEOUT:-240}" ncu --profile-from-start off --clock-control none --nvtx --csv --page details \
+            --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats \
+            --section SchedulerStats --section Occupancy --section LaunchStats --section InstructionStats \
+            python3 scripts/stream_a_ncu.py > "$OUT/stream_a_ncu.csv" 2> "$OUT/stream_a_ncu.err"
+          echo "stream_a ncu: rc=$? $(wc -l < "$OUT/stream_a_ncu.csv") csv lines"; grep -v "==PROF==" "$OUT/stream_a_ncu.err" | tail -3 ;;
         tests) timeout 200 python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/test_stream_a.py 2>&1 | tee "$OUT/stream_a_gpu_tests.log" | tail -8 ;;
         r3)
           printf 'device: cuda\n' > /tmp/cuda.yaml
@@ -42,5 +48,5 @@ case "${1:-}" in
           find /tmp/csa -name "*.pt" -delete; (cd /tmp && tar czf "$OUT/canonical_stream_a.tgz" csa) ;;
       esac
     done ;;
-  *) echo "usage: $0 unpack-a|unpack-b|run [bench] [tests] [r3] [canon4]"; exit 2 ;;
+  *) echo "usage: $0 unpack-a|unpack-b|run [bench] [ncu] [tests] [r3] [canon4]"; exit 2 ;;
 esac
