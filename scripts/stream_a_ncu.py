@@ -22,13 +22,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from stream_a_bench import CUDA, modulated, packed  # noqa: E402
+from stream_a_bench import CUDA, modulated, packed
 
-from h3gates.nvfp4 import catalogue as CAT  # noqa: E402
-from h3gates.profiles import load_profile  # noqa: E402
-from h3gates.reference import Reference  # noqa: E402
-from h3gates.roles import ReferenceGemm, reference_roles  # noqa: E402
-from h3gates.rungs.inputs import weight as ref_weight  # noqa: E402
+from h3gates.nvfp4 import catalogue as CAT
+from h3gates.profiles import load_profile
+from h3gates.reference import Reference
+from h3gates.roles import ReferenceGemm, reference_roles
+from h3gates.rungs.inputs import weight as ref_weight
 
 
 def main() -> int:
