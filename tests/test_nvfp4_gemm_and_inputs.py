@@ -111,3 +111,26 @@ def test_block_values_equals_the_plain_decode_on_the_gpu():
         for scales in (s, s | 0x7F):  # finite scales (the fast path), then every scale NaN (the plain path)
             got, want = block_values(q, scales, rows), block_values_reference(q, scales, rows)
             assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+
+
+def test_compare_outputs_digests(monkeypatch):
+    """The SHA-256 digests are of the bytes compared: one hash when they are equal, both when they
+    differ, none without digests (rung 1's GEMM cases, hundreds of 1.6 GB outputs at canonical size)."""
+    import hashlib
+
+    from h3gates.nvfp4 import compare as cmp_mod
+
+    a = C.random_tensor("outliers", (37, 64), seed=3)
+    b = a.clone()
+    b.view(torch.int16)[5, 7] ^= 1
+    digest = lambda t: hashlib.sha256(t.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
+    same, diff = nvfp4.compare_outputs(a, a.clone()), nvfp4.compare_outputs(a, b)
+    assert same["equal"] and same["candidate_sha256"] == same["reference_sha256"] == digest(a)
+    assert not diff["equal"] and (diff["candidate_sha256"], diff["reference_sha256"]) == (digest(a), digest(b))
+    assert diff["first_mismatch"]["index"] == [5, 7] and diff["elements_differing"] == 1
+    calls = []
+    monkeypatch.setattr(cmp_mod, "sha256", lambda t: calls.append(t) or "x")
+    nvfp4.compare_outputs(a, a.clone())
+    assert len(calls) == 1
+    bare = nvfp4.compare_outputs(a, b, digests=False)
+    assert len(calls) == 1 and "candidate_sha256" not in bare and not bare["equal"] and bare["bytes_differing"] == 1

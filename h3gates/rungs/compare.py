@@ -44,4 +44,4 @@ def compare_gemms(cand, ref, p, w) -> dict:
     if err_c or err_r:
         agree = bool(err_c) and bool(err_r)
         return {"equal": agree, "refused": {"candidate": err_c, "reference": err_r}, "bytes_compared": 0, "bytes_differing": 0 if agree else 1}
-    return nvfp4.compare_outputs(yc, yr)
+    return nvfp4.compare_outputs(yc, yr, digests=False)  # rung 1 records bytes, not digests, of its hundreds of cases

@@ -15,7 +15,7 @@ from .. import coverage
 from ..nvfp4 import catalogue as C
 from . import paths as P
 from .compare import compare_gemms, compare_producers
-from .gate import Gate
+from .gate import Gate, progress
 from .inputs import packed_activation, role_input, weight
 
 
@@ -105,6 +105,8 @@ def gemm_cases(gate, out, inputs) -> tuple[list[dict], dict]:
         w = weight(n, k, gate.device, gate.reference_q, kind, seed=seed) if w is None else w
         cmp = compare_gemms(cand, ref, p, w)
         cases.append(_entry(cid, tags, role, variant, x, cmp))
+        if len(cases) % 50 == 0:
+            progress(f"rung 1 GEMM cases: {len(cases)} done (role {role}: {cid} {variant})")
         for path in paths:
             v = int(path.hits(p, w))
             hits[path.name][0] += v
@@ -113,6 +115,7 @@ def gemm_cases(gate, out, inputs) -> tuple[list[dict], dict]:
             gate.dump(Path(out), f"{cid}.{role}.{variant}", "gemm", case=cid, input=x, static_scale=static, role=role, weight=[n, k, kind, seed])
 
     for role in gate.spec.roles:
+        progress(f"rung 1 GEMM cases of role {role} ({len(cases)} done before it)")
         cand, ref = gate.candidate[role].gemm, gate.reference[role].gemm
         paths = tuple(getattr(cand, "paths", ()))
         hits = {path.name: [0, 0] for path in paths}
