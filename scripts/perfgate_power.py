@@ -4,9 +4,11 @@
 (b) analyses the first measured round (outlier? order effect?);
 (c) estimates the per-round ratio distribution (rounds after the first, each report's median removed) and
     simulates the gate with it: the A/A false-promotion rate and the smallest true gain passed with 80%
-    power within about 60 s of timing per block, for several schedules.
+    power within about 60 s of timing per block, for several schedules;
+(d) the same from the CUDA-event reports (the gate's timer now, `cuda_events`): power, the A/A rate
+    with a million trials against the exact bound, and each A/A run's median pair ratio.
 
-Rerun (CPU, under a minute, from the repository root):
+Rerun (CPU, about 80 s, from the repository root):
     python scripts/perfgate_power.py --out evidence/cpu/perfgate_power.json
 """
 
@@ -47,6 +49,67 @@ def reports() -> list[dict]:
         out.append({"source": str(Path(path).relative_to(ROOT)), "doc": json.loads(Path(path).read_text())})
     return [{"source": r["source"], "candidate": r["doc"]["candidate"], "block": r["doc"]["block"], "device": r["doc"]["device"]["gpu"],
              **{k: r["doc"]["timing"][k] for k in ("order", "baseline_s", "candidate_s", "ratios", "warmup")}} for r in out]
+
+
+# rung 4 reports timed as the gate times now (CUDA events, 4 warm-up rounds, AB/BA pairs): the A/A pair,
+# the 1%-slower fixture, the ring and modulate_fusion's canonical climbs
+EVENT_REPORTS = ("evidence/h200/perfgate_aa_ring/*_block*_run*.json", "evidence/h200/perfgate_aa_slow_2026-12-01/*_block*_run*.json",
+                 "evidence/h200/canonical_climb2_2026-12-01/reports/r4_block/block*.json",
+                 "evidence/h200/canonical_promotion_2026-12-01/reports/r4_block/block*.json")
+
+
+def event_reports() -> list[dict]:
+    out = []
+    for pattern in EVENT_REPORTS:
+        for path in sorted(glob.glob(str(ROOT / pattern))):
+            doc = json.loads(Path(path).read_text())
+            t = doc["timing"]
+            out.append({"source": str(Path(path).relative_to(ROOT)), "candidate": doc["candidate"], "block": doc["block"], "device": doc["device"]["gpu"],
+                        "timer": t.get("timer"), "decision": t.get("decision"), "interval": t.get("interval"),
+                        **{k: t[k] for k in ("order", "baseline_s", "candidate_s", "ratios", "warmup")}})
+    return out
+
+
+def events_section(trials, rng) -> dict:
+    """The gate's power and A/A rate from the per-round distribution of the CUDA-event reports (every
+    round kept: the warm-up rounds are already discarded by the gate), and the A/A runs' bias."""
+    reps = event_reports()
+    res, sides = [], []
+    for r in reps:
+        lr = [math.log(v) for v in r["ratios"]]
+        m = statistics.median(lr)
+        res += [v - m for v in lr]
+        for k in ("baseline_s", "candidate_s"):
+            sides.append(statistics.stdev(r[k]) / statistics.fmean(r[k]))
+    pool = np.array(res)
+    boot = lambda g, shape: g.choice(pool, size=shape) * g.choice([-1.0, 1.0], size=shape)
+    block_s = statistics.median(v for r in reps for v in r["baseline_s"])
+    max_r = int(BUDGET_S / (2 * block_s))
+    max_r -= max_r % 2
+    looks = G.schedule({"min_rounds": 16, "batch": 16, "max_rounds": 180})
+    looks_budget = G.schedule({"min_rounds": 16, "batch": 16, "max_rounds": max_r})
+    # the A/A rate again with 20x the trials (in chunks): the power table's 10,000 trials have a standard
+    # error of ~0.22 points at 5%, too coarse to compare with the exact bound
+    aa_check = {}
+    for name, lk in (("default_schedule", looks), ("schedule_within_60s", looks_budget)):
+        chunks = [simulate(lk, 0.95, 0.0, boot, 50_000, rng) for _ in range(4 * trials // 10_000 * 5)]
+        n = sum(len(c["decision"]) for c in chunks)
+        rate = sum(float((c["decision"] == "pass").sum()) for c in chunks) / n
+        bound = G.crossing_probability(tuple(x // 2 for x in lk), G.nominal_level(tuple(x // 2 for x in lk), 0.05))
+        aa_check[name] = {"trials": n, "pass_rate": rate, "standard_error": math.sqrt(rate * (1 - rate) / n), "exact_bound": bound}
+    aa = []
+    for r in reps:
+        if r["candidate"] != "aa_identity":
+            continue
+        pairs = [math.sqrt(r["ratios"][i] * r["ratios"][i + 1]) for i in range(0, len(r["ratios"]) - 1, 2)]
+        aa.append({"source": r["source"], "block": r["block"], "rounds": len(r["ratios"]), "decision": r["decision"], "interval": r["interval"],
+                   "median_pair_ratio": statistics.median(pairs), "pairs_below_1": sum(p < 1 for p in pairs), "pairs": len(pairs)})
+    return {"timer": sorted({str(r["timer"]) for r in reps}), "reports": [{k: r[k] for k in ("source", "candidate", "block", "decision", "interval")}
+                                                                           | {"rounds": len(r["ratios"])} for r in reps],
+            "rounds_total": len(res), "sd_log_ratio": statistics.stdev(res), "median_cv_per_side": statistics.median(sides),
+            "block_call_s_median": block_s, "rounds_in_60s": max_r,
+            "default_schedule": power_table(looks, boot, trials, rng, block_s), "schedule_within_60s": power_table(looks_budget, boot, trials, rng, block_s),
+            "aa_false_promotion_check": aa_check, "aa_runs": aa}
 
 
 def z(x, rest):
@@ -142,14 +205,14 @@ def check_equivalence(looks, draws, rng, trials=300) -> int:
     return bad
 
 
-def power_table(looks, draws, trials, rng) -> dict:
+def power_table(looks, draws, trials, rng, block_s=BLOCK_S) -> dict:
     rows = [{k: v for k, v in simulate(looks, 0.95, g, draws, trials, rng).items() if k not in ("decision", "lr")} for g in GAINS]
     g80 = next((r["gain"] for r in rows if r["pass"] >= 0.8), None)
     pairs = tuple(n // 2 for n in looks)
     level = G.nominal_level(pairs, 0.05)
     return {"looks": list(looks), "per_look_level": level, "exact_false_promotion_bound": G.crossing_probability(pairs, level),
             "first_decisive_rounds": next(n for n in looks if G.order_bound(n // 2, level)[0]),
-            "timed_s_at_max_rounds": looks[-1] * 2 * BLOCK_S, "aa": rows[0], "smallest_gain_80pct_power": g80,
+            "timed_s_at_max_rounds": looks[-1] * 2 * block_s, "aa": rows[0], "smallest_gain_80pct_power": g80,
             "at_that_gain": next((r for r in rows if r["gain"] == g80), None), "power_curve": rows}
 
 
@@ -202,6 +265,7 @@ def main():
         "simulation_vs_decide_mismatches": mismatches,
         "power": power,
         "ci_schedules": ci,
+        "cuda_events": events_section(a.trials, rng),
         "elapsed_s": time.time() - t0,
     }
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
@@ -214,6 +278,13 @@ def main():
               f"mean rounds there {b['at_that_gain']['mean_rounds'] if b['at_that_gain'] else None}, A/A mean rounds {b['aa']['mean_rounds']:.0f}")
     print(json.dumps({k: v for k, v in fr.items() if k != "per_report"}, indent=1))
     print(json.dumps(doc["per_round_noise"], indent=1), "mismatches", mismatches, "ci", ci)
+    ev = doc["cuda_events"]
+    for name in ("default_schedule", "schedule_within_60s"):
+        b = ev[name]
+        print(f"CUDA events, {name} (max {b['looks'][-1]} rounds, {b['timed_s_at_max_rounds']:.0f} s): sd log ratio {ev['sd_log_ratio']:.4f} over "
+              f"{ev['rounds_total']} rounds; A/A pass {b['aa']['pass']:.4f}; 80% power at gain {b['smallest_gain_80pct_power']}")
+    print("A/A check:", ev["aa_false_promotion_check"])
+    print("A/A runs:", [(x["block"], x["decision"], round(x["median_pair_ratio"], 4)) for x in ev["aa_runs"]])
 
 
 if __name__ == "__main__":

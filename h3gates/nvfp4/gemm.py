@@ -45,10 +45,13 @@ def emulated_gemm(a_qdata, a_scales, a_global, b_qdata, b_scales, b_global, m: i
     return mm_alpha(a, b, alpha(a_global, b_global))
 
 
+REDUCED_PRECISION_REDUCTION = False  # what mm_alpha sets before every cuBLAS GEMM (FP32 accumulation throughout)
+
+
 def mm_alpha(a: torch.Tensor, b: torch.Tensor, al: torch.Tensor) -> torch.Tensor:
     """bf16 block values a [m, k] @ b [n, k]^T, FP32 accumulation, * alpha in FP32, one bf16 rounding."""
     if a.is_cuda:
-        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = REDUCED_PRECISION_REDUCTION
         out = torch.empty(a.shape[0], b.shape[0], dtype=torch.bfloat16, device=a.device)
         return torch.addmm(out, a, b.t(), beta=0, alpha=al.item())
     return ((a.float() @ b.float().t()) * al.to(a.device)).to(torch.bfloat16)
@@ -60,7 +63,9 @@ def backend_info(device) -> dict:
     if dev.type == "cuda":
         info["cuda"] = torch.version.cuda
         info["cublas_lt"] = _cublaslt_version()
-        info["allow_bf16_reduced_precision_reduction"] = torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
+        # the setting the emulated GEMM runs with (mm_alpha sets it before each GEMM), not torch's global
+        # state at the time of asking: a process that has not yet run a GEMM still has torch's default (True)
+        info["allow_bf16_reduced_precision_reduction"] = REDUCED_PRECISION_REDUCTION
     return info
 
 
