@@ -3,7 +3,7 @@
 # two calls made back to back (../shared/device/README.md), then the project's packages:
 #   call 1 (carry .dsa):     bash scripts/device_stream_a.sh unpack-a
 #   call 2 (carry .dsb):     bash scripts/device_stream_a.sh unpack-b
-#   call 3 (carry .devsite): bash scripts/device_stream_a.sh run [bench] [ncu] [tests] [r3] [canon4]
+#   call 3 (carry .devsite): bash scripts/device_stream_a.sh run [bench] [ncu] [ncumem] [tests] [r3] [canon4]
 # `run` writes under $OUT: stream_a_p0.json (scripts/stream_a_bench.py), the GPU test log, and the
 # CI-profile rungs 1-3 of stream_a on CUDA for each phase (reports and snakemake logs).
 set -uo pipefail
@@ -27,6 +27,21 @@ case "${1:-}" in
             --section SchedulerStats --section Occupancy --section LaunchStats --section InstructionStats \
             python3 scripts/stream_a_ncu.py > "$OUT/stream_a_ncu.csv" 2> "$OUT/stream_a_ncu.err"
           echo "stream_a ncu: rc=$? $(wc -l < "$OUT/stream_a_ncu.csv") csv lines"; grep -v "==PROF==" "$OUT/stream_a_ncu.err" | tail -3 ;;
+        ncumem)  # where p0's L1/TEX throughput goes: shared-memory vs global-load wavefronts, sectors per request, bank
+                 # conflicts, stall reasons (only the metrics this ncu offers; the list it used is written beside)
+          want="l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum
+            l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum
+            l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum
+            l1tex__t_sectors_pipe_lsu_mem_global_op_ld_lookup_hit.sum l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum
+            smsp__inst_executed_op_shared_st.sum smsp__inst_executed_op_shared_ld.sum smsp__inst_executed_op_global_ld.sum
+            l1tex__throughput.avg.pct_of_peak_sustained_elapsed l1tex__data_pipe_lsu_wavefronts.sum"
+          ncu --query-metrics > /tmp/ncu_all.txt 2>/dev/null
+          have=$(for m in $want; do grep -qE "^${m%%.*}[[:space:]]" /tmp/ncu_all.txt && echo "$m"; done | paste -sd, -)
+          stalls=$(grep -oE '^smsp__average_warps_issue_stalled_[a-z_]+_per_issue_active[[:space:]]' /tmp/ncu_all.txt | tr -d ' ' | sed 's/$/.ratio/' | paste -sd, -)
+          echo "$have" | tr , '\n' > "$OUT/stream_a_ncumem_metrics.txt"; echo "$stalls" | tr , '\n' >> "$OUT/stream_a_ncumem_metrics.txt"
+          timeout "${NCU_TIMEOUT:-240}" ncu --profile-from-start off --clock-control none --nvtx --csv --page raw --metrics "$have,$stalls" \
+            python3 scripts/stream_a_ncu.py > "$OUT/stream_a_ncumem.csv" 2> "$OUT/stream_a_ncumem.err"
+          echo "stream_a ncu memory metrics: rc=$? $(wc -l < "$OUT/stream_a_ncumem.csv") csv lines" ;;
         tests) timeout 200 python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/test_stream_a.py 2>&1 | tee "$OUT/stream_a_gpu_tests.log" | tail -8 ;;
         r3)
           printf 'device: cuda\n' > /tmp/cuda.yaml
@@ -48,5 +63,5 @@ case "${1:-}" in
           find /tmp/csa -name "*.pt" -delete; (cd /tmp && tar czf "$OUT/canonical_stream_a.tgz" csa) ;;
       esac
     done ;;
-  *) echo "usage: $0 unpack-a|unpack-b|run [bench] [ncu] [tests] [r3] [canon4]"; exit 2 ;;
+  *) echo "usage: $0 unpack-a|unpack-b|run [bench] [ncu] [ncumem] [tests] [r3] [canon4]"; exit 2 ;;
 esac
