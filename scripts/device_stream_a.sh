@@ -35,11 +35,13 @@ case "${1:-}" in
             l1tex__t_sectors_pipe_lsu_mem_global_op_ld_lookup_hit.sum l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum
             smsp__inst_executed_op_shared_st.sum smsp__inst_executed_op_shared_ld.sum smsp__inst_executed_op_global_ld.sum
             l1tex__throughput.avg.pct_of_peak_sustained_elapsed l1tex__data_pipe_lsu_wavefronts.sum"
-          ncu --query-metrics > /tmp/ncu_all.txt 2>/dev/null
+          timeout 60 ncu --query-metrics > /tmp/ncu_all.txt 2> "$OUT/ncu_query.err"
           have=$(for m in $want; do grep -qE "^${m%%.*}[[:space:]]" /tmp/ncu_all.txt && echo "$m"; done | paste -sd, -)
-          stalls=$(grep -oE '^smsp__average_warps_issue_stalled_[a-z_]+_per_issue_active[[:space:]]' /tmp/ncu_all.txt | tr -d ' ' | sed 's/$/.ratio/' | paste -sd, -)
+          stalls=$(grep -oE '^smsp__average_warps_issue_stalled_[a-z_]+_per_issue_active[[:space:]]' /tmp/ncu_all.txt | tr -d ' \t' | sed 's/$/.ratio/' | paste -sd, -)
           echo "$have" | tr , '\n' > "$OUT/stream_a_ncumem_metrics.txt"; echo "$stalls" | tr , '\n' >> "$OUT/stream_a_ncumem_metrics.txt"
-          timeout "${NCU_TIMEOUT:-240}" ncu --profile-from-start off --clock-control none --nvtx --csv --page raw --metrics "$have,$stalls" \
+          metrics=$(printf '%s\n%s\n' "$have" "$stalls" | tr , '\n' | sed '/^$/d' | paste -sd, -)
+          [ -n "$metrics" ] || { echo "ncumem: none of the metrics is offered (see /tmp/ncu_all.txt)"; cp /tmp/ncu_all.txt "$OUT/"; continue; }
+          timeout "${NCU_TIMEOUT:-240}" ncu --profile-from-start off --clock-control none --nvtx --csv --page raw --metrics "$metrics" \
             python3 scripts/stream_a_ncu.py > "$OUT/stream_a_ncumem.csv" 2> "$OUT/stream_a_ncumem.err"
           echo "stream_a ncu memory metrics: rc=$? $(wc -l < "$OUT/stream_a_ncumem.csv") csv lines" ;;
         tests) timeout 200 python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/test_stream_a.py 2>&1 | tee "$OUT/stream_a_gpu_tests.log" | tail -8 ;;

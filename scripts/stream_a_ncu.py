@@ -34,7 +34,7 @@ from h3gates.rungs.inputs import weight as ref_weight
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=37810)
-    ap.add_argument("--role", default="qkv")
+    ap.add_argument("--role", default="qkv", choices=("qkv", "fc1"))  # p1 is given a modulated input: the roles that take one
     a = ap.parse_args()
     prof = load_profile("canonical")
     n, k = prof.gemm_shapes()[a.role]

@@ -47,7 +47,7 @@ def summarize(path: Path) -> dict:
                                        "block": r[col["Block Size"]], "metrics": {}, "rules": {}})
         section = r[col["Section Name"]]
         if len(r) == 18 or (len(r) == len(hdr) and r[col["Metric Name"]]):  # a metric row (18 columns: no rule columns)
-            name, unit, value = r[14], r[15], r[16]
+            name, unit, value = r[col["Metric Name"]], r[col["Metric Unit"]], r[col["Metric Value"]]
             if name:
                 k["metrics"].setdefault(section, {})[f"{name} [{unit}]" if unit else name] = _number(value)
         if len(r) == len(hdr) and r[col["Rule Name"]]:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .. import nvfp4
+from ..nvfp4.gemm import REDUCED_PRECISION_REDUCTION
 from ..reference import Reference
 from ..profiles import H3Config
 from ..roles import Modulated, Plain, SwiGLU, Weight, reference_roles
@@ -54,6 +55,11 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 class H3Model:
     def __init__(self, config: H3Config, blocks: list[Block], io: dict, device, reference: Reference):
         self.config, self.blocks, self.io, self.device, self.reference = config, blocks, io, torch.device(device), reference
+        if self.device.type == "cuda":
+            # every bf16 matmul of the model (input, head) runs with the setting the emulated NVFP4 GEMM
+            # sets before each GEMM: otherwise the first step's input matmuls would run with torch's
+            # default (True) or not, depending on whether this process had already run a GEMM
+            torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = REDUCED_PRECISION_REDUCTION
         self.baseline = reference_roles(reference)
         self._rope = self._rope_tables()
 

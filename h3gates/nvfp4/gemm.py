@@ -66,6 +66,7 @@ def backend_info(device) -> dict:
         # the setting the emulated GEMM runs with (mm_alpha sets it before each GEMM), not torch's global
         # state at the time of asking: a process that has not yet run a GEMM still has torch's default (True)
         info["allow_bf16_reduced_precision_reduction"] = REDUCED_PRECISION_REDUCTION
+        info["torch_allow_bf16_reduced_precision_reduction_now"] = torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
     return info
 
 

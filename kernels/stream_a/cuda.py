@@ -70,6 +70,10 @@ def _placeholders(device) -> dict:
     """The arguments a variant does not read (and, without export, does not write): allocated once per
     device, not per call (Nsight Compute showed 8 fill kernels around every launch)."""
     device = torch.device(device)
+    if torch.cuda.is_current_stream_capturing():  # a graph's pool tensors would be filled only on replay: not cached
+        z = lambda *s, dt=torch.int32: torch.zeros(*s, dtype=dt, device=device)  # noqa: E731
+        return {"a_q": z(1, 4), "a_s": z(4), "x": z(1, 4), "s1": z(1, 4), "sh": z(1, 4), "gs": z(4, dt=torch.float32),
+                "dq": z(1, 4), "ds": z(16, dt=torch.uint8)}
     if device not in _PLACEHOLDERS:
         z = lambda *s, dt=torch.int32: torch.zeros(*s, dtype=dt, device=device)  # noqa: E731
         _PLACEHOLDERS[device] = {"a_q": z(1, 4), "a_s": z(4), "x": z(1, 4), "s1": z(1, 4), "sh": z(1, 4), "gs": z(4, dt=torch.float32),
@@ -87,6 +91,8 @@ def run(n, k, tile_n, phase, *, b_q, b_s, out, alpha_value=1.0, a_q=None, a_s=No
     block values [N, K] (b_source=bf16: copied into shared memory instead of dequantizing b_q/b_s)."""
     import cutlass
 
+    if export and (dq is None or ds is None or x is None):
+        raise ValueError("stream_a: export writes the tile bytes into dq/ds, which must be given with x")
     t = {**_placeholders(out.device), "b_q": _words(b_q), "b_s": b_s.reshape(-1).view(torch.int32), "c": out}
     if b_values is not None:
         t.update(b_q=_words(b_values))
