@@ -148,3 +148,21 @@ def test_rung1_gemm_comparison_takes_no_digest(monkeypatch):
     same = compare_gemms(lambda p, w: y, lambda p, w: y.clone(), None, None)
     diff = compare_gemms(lambda p, w: z, lambda p, w: y, None, None)
     assert same["equal"] and not diff["equal"] and diff["bytes_differing"] == 1 and "candidate_sha256" not in diff
+
+
+def test_backend_info_records_the_gemm_precision_not_the_moment():
+    """backend_info states the setting the emulated GEMM runs with, whatever torch's flag is at the time
+    of asking; pin_matmul_precision sets the flag to it (the model calls it on CUDA)."""
+    from h3gates.nvfp4 import gemm as G
+
+    m = torch.backends.cuda.matmul
+    before = m.allow_bf16_reduced_precision_reduction
+    try:
+        m.allow_bf16_reduced_precision_reduction = True
+        info = G.backend_info("cuda")
+        assert info["allow_bf16_reduced_precision_reduction"] is G.REDUCED_PRECISION_REDUCTION is False
+        assert info["torch_allow_bf16_reduced_precision_reduction_now"] is True
+        G.pin_matmul_precision()
+        assert m.allow_bf16_reduced_precision_reduction is False
+    finally:
+        m.allow_bf16_reduced_precision_reduction = before

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .. import nvfp4
-from ..nvfp4.gemm import REDUCED_PRECISION_REDUCTION
+from ..nvfp4.gemm import pin_matmul_precision
 from ..reference import Reference
 from ..profiles import H3Config
 from ..roles import Modulated, Plain, SwiGLU, Weight, reference_roles
@@ -59,7 +59,7 @@ class H3Model:
             # every bf16 matmul of the model (input, head) runs with the setting the emulated NVFP4 GEMM
             # sets before each GEMM: otherwise the first step's input matmuls would run with torch's
             # default (True) or not, depending on whether this process had already run a GEMM
-            torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = REDUCED_PRECISION_REDUCTION
+            pin_matmul_precision()
         self.baseline = reference_roles(reference)
         self._rope = self._rope_tables()
 

@@ -48,10 +48,16 @@ def emulated_gemm(a_qdata, a_scales, a_global, b_qdata, b_scales, b_global, m: i
 REDUCED_PRECISION_REDUCTION = False  # what mm_alpha sets before every cuBLAS GEMM (FP32 accumulation throughout)
 
 
+def pin_matmul_precision() -> None:
+    """torch's process-wide bf16 reduced-precision flag set to the emulated GEMM's setting: called before
+    every GEMM (mm_alpha) and by the model on CUDA, so every bf16 matmul of a process runs with it."""
+    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = REDUCED_PRECISION_REDUCTION
+
+
 def mm_alpha(a: torch.Tensor, b: torch.Tensor, al: torch.Tensor) -> torch.Tensor:
     """bf16 block values a [m, k] @ b [n, k]^T, FP32 accumulation, * alpha in FP32, one bf16 rounding."""
     if a.is_cuda:
-        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = REDUCED_PRECISION_REDUCTION
+        pin_matmul_precision()
         out = torch.empty(a.shape[0], b.shape[0], dtype=torch.bfloat16, device=a.device)
         return torch.addmm(out, a, b.t(), beta=0, alpha=al.item())
     return ((a.float() @ b.float().t()) * al.to(a.device)).to(torch.bfloat16)

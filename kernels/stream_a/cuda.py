@@ -70,14 +70,13 @@ def _placeholders(device) -> dict:
     """The arguments a variant does not read (and, without export, does not write): allocated once per
     device, not per call (Nsight Compute showed 8 fill kernels around every launch)."""
     device = torch.device(device)
+    z = lambda *s, dt=torch.int32: torch.zeros(*s, dtype=dt, device=device)  # noqa: E731
+    make = lambda: {"a_q": z(1, 4), "a_s": z(4), "x": z(1, 4), "s1": z(1, 4), "sh": z(1, 4), "gs": z(4, dt=torch.float32),  # noqa: E731
+                    "dq": z(1, 4), "ds": z(16, dt=torch.uint8)}
     if torch.cuda.is_current_stream_capturing():  # a graph's pool tensors would be filled only on replay: not cached
-        z = lambda *s, dt=torch.int32: torch.zeros(*s, dtype=dt, device=device)  # noqa: E731
-        return {"a_q": z(1, 4), "a_s": z(4), "x": z(1, 4), "s1": z(1, 4), "sh": z(1, 4), "gs": z(4, dt=torch.float32),
-                "dq": z(1, 4), "ds": z(16, dt=torch.uint8)}
+        return make()
     if device not in _PLACEHOLDERS:
-        z = lambda *s, dt=torch.int32: torch.zeros(*s, dtype=dt, device=device)  # noqa: E731
-        _PLACEHOLDERS[device] = {"a_q": z(1, 4), "a_s": z(4), "x": z(1, 4), "s1": z(1, 4), "sh": z(1, 4), "gs": z(4, dt=torch.float32),
-                                 "dq": z(1, 4), "ds": z(16, dt=torch.uint8)}
+        _PLACEHOLDERS[device] = make()
     return _PLACEHOLDERS[device]
 
 
