@@ -271,3 +271,68 @@ def rcp_approx(x: torch.Tensor) -> torch.Tensor:
     y = torch.empty_like(x)
     _launch("rcp_approx_kernel", max(1, -(-x.numel() // THREADS)), ptr(x), ptr(y), i64(x.numel()), device=x.device.index)
     return y
+
+
+# ---------------------------------------------------------------- the stand-in's own elementwise work
+STANDIN = Module(COMMON / "standin.cu", ["block_values_kernel", "qk_square", "qk_norm_rope"])
+
+
+def available() -> bool:
+    """Whether these kernels can run here: a CUDA device and cuda.core importable."""
+    if not torch.cuda.is_available():
+        return False
+    try:
+        _cc()
+    except ImportError:
+        return False
+    return True
+
+
+def block_values(qdata: torch.Tensor, scales: torch.Tensor, rows: int) -> torch.Tensor:
+    """nvfp4.block_values in one kernel: [rows, C] bf16 code value x E4M3 scale, byte-identical to
+    block_values_reference (NaN scales included; tests/test_standin_cuda.py)."""
+    sv = scales.contiguous().view(torch.uint8)
+    nb = qdata.shape[1] // 8
+    if qdata.dtype != torch.uint8 or not qdata.is_contiguous() or qdata.shape[1] % 8 or not 0 <= rows <= qdata.shape[0]:
+        raise NVFP4InputError(f"qdata must be contiguous uint8 [>= {rows}, 8k], got {qdata.dtype} {tuple(qdata.shape)}")
+    if sv.shape[0] < F.roundup(rows, 128) or sv.shape[1] != F.roundup(nb, 4):
+        raise NVFP4InputError(f"scales {tuple(sv.shape)} are not the swizzled layout of {rows} rows x {nb} blocks")
+    out = torch.empty(rows, nb * 16, dtype=torch.bfloat16, device=qdata.device)
+    n = items(rows, nb)
+    if n:
+        STANDIN.launch("block_values_kernel", -(-n // THREADS), ptr(qdata), ptr(sv), ptr(out), np.int32(rows), np.int32(nb),
+                       np.int32(sv.shape[1] // 4), device=qdata.device.index)
+    return out
+
+
+def qk_norm_rope_fits(x: torch.Tensor, head_dim: int, rope_dims: int) -> bool:
+    """The layouts qk_norm_rope takes: bf16 [S, width] with unit column stride, 16-byte aligned rows,
+    8-channel groups that do not straddle the rotated half."""
+    return (x.is_cuda and x.dtype == torch.bfloat16 and x.dim() == 2 and x.stride(1) == 1 and x.stride(0) % 8 == 0
+            and x.data_ptr() % 16 == 0 and head_dim % 8 == 0 and rope_dims % 16 == 0 and x.shape[1] % head_dim == 0)
+
+
+def qk_norm_rope(x: torch.Tensor, head_dim: int, weight: torch.Tensor, eps: float, cos: torch.Tensor, sin: torch.Tensor,
+                 rope_dims: int) -> torch.Tensor:
+    """The model's rope(rms_norm(x)) of q or k ([S, heads * head_dim], a strided view of the qkv output)
+    -> [S, heads, head_dim] bf16 contiguous, byte-identical to the torch chain: the squares in a kernel,
+    the row mean, + eps and rsqrt in torch (its reduction order), the rest in one kernel."""
+    if not qk_norm_rope_fits(x, head_dim, rope_dims):
+        raise NVFP4InputError(f"qk_norm_rope takes bf16 [S, heads*{head_dim}] rows 16-byte aligned, got {x.dtype} {tuple(x.shape)} stride {x.stride()}")
+    rows, width = x.shape
+    heads = width // head_dim
+    dev = x.device.index
+    sq = torch.empty(rows, heads, head_dim, dtype=torch.float32, device=x.device)
+    n8 = rows * width // 8
+    STANDIN.launch("qk_square", -(-n8 // THREADS), ptr(x), i64(x.stride(0)), ptr(sq), np.int32(rows), np.int32(width), device=dev)
+    rinv = torch.rsqrt(sq.mean(-1, keepdim=True) + eps)  # torch's reduction, as rms_norm's xf.pow(2).mean(-1)
+    del sq
+    w, c, s = weight.contiguous(), cos.contiguous().float(), sin.contiguous().float()
+    if w.data_ptr() % 16:  # the kernel reads the weight 8 channels (16 bytes) at a time
+        w = w.clone()
+    if w.dtype != torch.bfloat16 or w.numel() != head_dim or tuple(c.shape) != (rows, rope_dims) or c.shape != s.shape:
+        raise NVFP4InputError(f"qk_norm_rope: weight {w.dtype} {tuple(w.shape)}, cos/sin {tuple(c.shape)}/{tuple(s.shape)} do not fit {rows} rows, head_dim {head_dim}, rope_dims {rope_dims}")
+    out = torch.empty(rows, heads, head_dim, dtype=torch.bfloat16, device=x.device)
+    STANDIN.launch("qk_norm_rope", -(-n8 // THREADS), ptr(x), i64(x.stride(0)), ptr(rinv), ptr(w), ptr(c), ptr(s), ptr(out),
+                   np.int32(rows), np.int32(heads), np.int32(head_dim), np.int32(rope_dims), device=dev)
+    return out

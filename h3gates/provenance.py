@@ -20,6 +20,9 @@ from .paths import RUNG_NAMES
 ROOT = registry.ROOT
 PACKAGE = "h3gates"
 ALWAYS = ("h3gates/__init__.py", "h3gates/__main__.py", "h3gates/cli.py")  # the entry point of every `python -m h3gates` job
+# CUDA sources a module of the package compiles at run time (an import statement does not show them):
+# wherever the module is in a rung's import closure, so are these files
+LOADS = {"h3gates/cudakernels.py": ("kernels/common/nvfp4.cuh", "kernels/common/quantize.cu", "kernels/common/standin.cu")}
 
 
 # ------------------------------------------------------------------ contexts
@@ -189,6 +192,7 @@ def imported(entries: tuple[str, ...], root: str) -> tuple[str, ...]:
                     seen.update(str(p.relative_to(base)) for p in data.iterdir() if p.is_file())
                 pkg = pkg.parent
         todo += [d for d in _imports_of(path, base) if d not in seen]
+    seen.update(x for f in list(seen) for x in LOADS.get(f, ()) if (base / x).is_file())
     return tuple(sorted(seen))
 
 

@@ -66,8 +66,8 @@ PY
     perfgate)  # rung 4 alone for the A/A pair, the exact-but-1%-slower fixture and the ring, PG_REPEAT times (issue 11)
       timeout "${PG_TIMEOUT:-540}" python3 scripts/perfgate_h200.py --out "$OUT/perfgate" --candidates ${PG_CANDIDATES:-aa_identity aa_slow qkv_ring} \
         --repeat "${PG_REPEAT:-1}" 2>&1 | tail -12 ;;
-    blocktime)  # the canonical block and its parts with the three-pass block_values (issue 12 part 5), and the GPU test of its bytes
-      python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/test_nvfp4_gemm_and_inputs.py -k gpu 2>&1 | tail -3
+    blocktime)  # the canonical block and its parts, with the stand-in kernels and without (issue 12 part 5), and the GPU test of its bytes
+      python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/test_nvfp4_gemm_and_inputs.py tests/test_standin_cuda.py -k "gpu or standin" 2>&1 | tee "$OUT/standin_tests.log" | tail -4
       python3 scripts/gpu_model.py --out "$OUT" 2>&1 | tee "$OUT/model.log" | tail -20 ;;
     r8swiglu)  # canonical rung 8 (Nsight Compute, block 24) of R8_CANDIDATE (swiglu_fusion) in-process, if >= R8_MIN_S of the call remain
       left=$(( ${CALL_BUDGET:-585} - SECONDS )); echo "r8 ${R8_CANDIDATE:-swiglu_fusion}: ${left}s left"

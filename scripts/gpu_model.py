@@ -11,6 +11,8 @@ Writes <out>/model.json (device, versions, command, raw numbers).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib
 import json
 import statistics
 import sys
@@ -24,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from h3gates import nvfp4  # noqa: E402
 from h3gates.model import build, load_profile  # noqa: E402
+from h3gates.nvfp4.quantize import block_values_torch  # noqa: E402
 from gpu_evidence import env  # noqa: E402
 
 
@@ -39,6 +42,19 @@ def cuda_ms(fn, rounds=5, warmup=1):
         e.synchronize()
         out.append(s.elapsed_time(e))
     return {"median_ms": statistics.median(out), "rounds_ms": out}
+
+
+@contextlib.contextmanager
+def torch_chains(model):
+    """The stand-in's kernels off for a while: block_values and q/k RMSNorm + RoPE in torch."""
+    Q = importlib.import_module("h3gates.nvfp4.quantize")  # the module (the package exports a function of that name)
+
+    saved = Q._cuda_ok, model.fused_qk
+    Q._cuda_ok, model.fused_qk = (lambda: False), False
+    try:
+        yield
+    finally:
+        Q._cuda_ok, model.fused_qk = saved
 
 
 def main():
@@ -68,6 +84,14 @@ def main():
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
         res["block"] = cuda_ms(lambda: model.block_forward(a.block, x, 0))
+        # the same block with the stand-in's kernels off (torch's chains for block_values and q/k
+        # RMSNorm + RoPE), in this run: its time, and whether its bytes are the same
+        res["standin_kernels"] = {"fused_qk": model.fused_qk, "block_values": nvfp4.gemm.backend_info("cuda")["block_values"]}
+        with torch_chains(model):
+            res["block_torch_chains"] = cuda_ms(lambda: model.block_forward(a.block, x, 0))
+            plain = model.block_forward(a.block, x, 0)
+        res["block_same_bytes_with_torch_chains"] = bool(torch.equal(plain.view(torch.int16), model.block_forward(a.block, x, 0).view(torch.int16)))
+        del plain
         res["block_peak_extra_gb"] = (torch.cuda.max_memory_allocated() - base) / 2**30
         parts, anchors = {}, {}
         for role in ("qkv", "out", "fc1", "fc2"):
@@ -84,9 +108,12 @@ def main():
             b_vals, al = blk.weights[role].block_values(), nvfp4.gemm.alpha(pk.global_scale, blk.weights[role].global_scale)
             anchors[f"gemm_{role}"] = cuda_ms(lambda: nvfp4.gemm.mm_alpha(a_vals, b_vals, al))
             parts[f"block_values_{role}"] = cuda_ms(lambda: nvfp4.block_values(pk.qdata, pk.scales, pk.rows))
+            parts[f"block_values_torch_{role}"] = cuda_ms(lambda: block_values_torch(pk.qdata, pk.scales, pk.rows))
             del a_vals
         qkv = model.baseline["qkv"].project(cap.inputs["qkv"], blk.weights["qkv"])
         parts["attention"] = cuda_ms(lambda: model.attention(blk, qkv))
+        with torch_chains(model):
+            res["attention_torch_chain"] = cuda_ms(lambda: model.attention(blk, qkv))
         parts["attention"]["tflops"] = 4 * cfg.rows**2 * cfg.head_dim * cfg.heads / (parts["attention"]["median_ms"] * 1e-3) / 1e12
         q, k_, v_ = (t.reshape(cfg.rows, cfg.heads, cfg.head_dim).transpose(0, 1).unsqueeze(0).contiguous() for t in qkv.split(cfg.attn, dim=1))
         anchors["attention"] = cuda_ms(lambda: torch.nn.functional.scaled_dot_product_attention(q, k_, v_, scale=cfg.head_dim ** -0.5))

@@ -17,6 +17,7 @@ COMMON = ROOT / "kernels" / "common"
 SOURCES = {
     "kernels/common/nvfp4.cuh": {},
     "kernels/common/quantize.cu": {"amax_reduce": 2, "finalize_scale": 2, "quantize_into": 4, "rcp_approx_kernel": 1},
+    "kernels/common/standin.cu": {"block_values_kernel": 1, "qk_square": 1, "qk_norm_rope": 1},
     "kernels/modulate_fusion/modulate_fusion.cu": {"finalize_scale": 2, "modulate_amax": 2, "modulate_quantize": 4},
     "kernels/swiglu_fusion/swiglu_fusion.cu": {"finalize_scale": 2, "silu_table": 2, "swiglu_amax": 2, "swiglu_quantize": 2, "swiglu_probe": 2},
 }

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .. import nvfp4
+from .. import cudakernels, nvfp4
 from ..nvfp4.gemm import pin_matmul_precision
 from ..reference import Reference
 from ..profiles import H3Config
@@ -60,6 +60,8 @@ class H3Model:
             # sets before each GEMM: otherwise the first step's input matmuls would run with torch's
             # default (True) or not, depending on whether this process had already run a GEMM
             pin_matmul_precision()
+        # q/k RMSNorm + RoPE in the stand-in's own kernels where they can run (same bytes as torch's chain)
+        self.fused_qk = self.device.type == "cuda" and cudakernels.available()
         self.baseline = reference_roles(reference)
         self._rope = self._rope_tables()
 
@@ -101,12 +103,21 @@ class H3Model:
             out[r0:r1] = b.adaln[step % self.config.timesteps, seg.tag, g] * y[r0:r1]
         return out
 
+    def norm_rope(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """rope(rms_norm(.)) of q or k, x [S, heads * head_dim] (a view of the qkv output) -> [S, heads,
+        head_dim]. On a GPU with cuda.core, `fused_qk`: two kernels around torch's row mean
+        (h3gates.cudakernels.qk_norm_rope), byte-identical to the torch chain (tests/test_standin_cuda.py)."""
+        c = self.config
+        if self.fused_qk and cudakernels.qk_norm_rope_fits(x, c.head_dim, c.rope_dims):
+            cos, sin = self._rope
+            return cudakernels.qk_norm_rope(x, c.head_dim, weight, c.eps, cos, sin, c.rope_dims)
+        return self.rope(rms_norm(x.reshape(x.shape[0], c.heads, c.head_dim), weight, c.eps))
+
     def attention(self, b: Block, qkv: torch.Tensor) -> torch.Tensor:
         c = self.config
         S = qkv.shape[0]
-        q, k, v = (t.reshape(S, c.heads, c.head_dim) for t in qkv.split(c.attn, dim=1))
-        q = self.rope(rms_norm(q, b.q_norm, c.eps))
-        k = self.rope(rms_norm(k, b.k_norm, c.eps))
+        q, k, v = qkv.split(c.attn, dim=1)
+        q, k, v = self.norm_rope(q, b.q_norm), self.norm_rope(k, b.k_norm), v.reshape(S, c.heads, c.head_dim)
         o = torch.nn.functional.scaled_dot_product_attention(
             q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0), scale=1 / math.sqrt(c.head_dim)
         )

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from . import formats as F
-from .quantize import NVFP4InputError, block_values
+from .quantize import NVFP4InputError, _cuda_ok, block_values
 
 
 def _check_operand(name: str, q: torch.Tensor, s: torch.Tensor, k: int) -> None:
@@ -73,6 +73,8 @@ def backend_info(device) -> dict:
         # state at the time of asking: a process that has not yet run a GEMM still has torch's default (True)
         info["allow_bf16_reduced_precision_reduction"] = REDUCED_PRECISION_REDUCTION
         info["torch_allow_bf16_reduced_precision_reduction_now"] = torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
+        # which dequantization fed the GEMM: both write the same bytes, the kernel in one pass
+        info["block_values"] = "cuda-kernel kernels/common/standin.cu" if _cuda_ok() else "torch"
     return info
 
 

@@ -11,6 +11,7 @@ because fused and ring producers are assembled from these pieces.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import torch
@@ -193,7 +194,26 @@ def rcp_sensitive(x: torch.Tensor, g: torch.Tensor, *, pad_16x: bool = True, tab
 def block_values(qdata: torch.Tensor, scales: torch.Tensor, rows: int | None = None) -> torch.Tensor:
     """code value * E4M3 block scale, WITHOUT the global scale, as bf16 (exact) [rows, C_pad].
 
-    Three passes, none in int64 or fp32 at the activation's size (the emulated GEMM runs this on
+    On a GPU with cuda.core: one kernel (kernels/common/standin.cu, h3gates.cudakernels.block_values),
+    byte-identical to `block_values_reference` including NaN scales (tests/test_standin_cuda.py);
+    elsewhere `block_values_torch`."""
+    rows = qdata.shape[0] if rows is None else rows
+    if qdata.is_cuda and _cuda_ok():
+        from .. import cudakernels
+
+        return cudakernels.block_values(qdata.contiguous(), scales, rows)
+    return block_values_torch(qdata, scales, rows)
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_ok() -> bool:
+    from .. import cudakernels
+
+    return cudakernels.available()
+
+
+def block_values_torch(qdata: torch.Tensor, scales: torch.Tensor, rows: int | None = None) -> torch.Tensor:
+    """block_values in torch: three passes, none in int64 or fp32 at the activation's size (the emulated GEMM runs this on
     every packed activation: the first version's unpack / int64 lookup / gather / fp32 multiply
     chain took ~25 ms of a 151 ms canonical block on the H200, evidence/h200/canonical_climb2_2026-12-01/
     swiglu_fusion_r8_profile.json): one lookup of both codes of each QDATA byte as bf16, the scales
