@@ -298,7 +298,7 @@ def block_values(qdata: torch.Tensor, scales: torch.Tensor, rows: int) -> torch.
     if sv.shape[0] < F.roundup(rows, 128) or sv.shape[1] != F.roundup(nb, 4):
         raise NVFP4InputError(f"scales {tuple(sv.shape)} are not the swizzled layout of {rows} rows x {nb} blocks")
     out = torch.empty(rows, nb * 16, dtype=torch.bfloat16, device=qdata.device)
-    n = items(rows, nb)
+    n = 2 * items(rows, nb)  # a thread per half block
     if n:
         STANDIN.launch("block_values_kernel", -(-n // THREADS), ptr(qdata), ptr(sv), ptr(out), np.int32(rows), np.int32(nb),
                        np.int32(sv.shape[1] // 4), device=qdata.device.index)

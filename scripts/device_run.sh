@@ -68,7 +68,7 @@ PY
         --repeat "${PG_REPEAT:-1}" 2>&1 | tail -12 ;;
     blocktime)  # the canonical block and its parts, with the stand-in kernels and without (issue 12 part 5), and the GPU test of its bytes
       python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/test_nvfp4_gemm_and_inputs.py tests/test_standin_cuda.py -k "gpu or standin" 2>&1 | tee "$OUT/standin_tests.log" | tail -4
-      python3 scripts/gpu_model.py --out "$OUT" 2>&1 | tee "$OUT/model.log" | tail -20 ;;
+      python3 scripts/gpu_model.py --out "$OUT" --steps "${MODEL_STEPS:-12}" 2>&1 | tee "$OUT/model.log" | tail -20 ;;
     r8swiglu)  # canonical rung 8 (Nsight Compute, block 24) of R8_CANDIDATE (swiglu_fusion) in-process, if >= R8_MIN_S of the call remain
       left=$(( ${CALL_BUDGET:-585} - SECONDS )); echo "r8 ${R8_CANDIDATE:-swiglu_fusion}: ${left}s left"
       if [ "$left" -ge "${R8_MIN_S:-330}" ]; then
