@@ -298,7 +298,8 @@ def block_values(qdata: torch.Tensor, scales: torch.Tensor, rows: int) -> torch.
     if sv.shape[0] < F.roundup(rows, 128) or sv.shape[1] != F.roundup(nb, 4):
         raise NVFP4InputError(f"scales {tuple(sv.shape)} are not the swizzled layout of {rows} rows x {nb} blocks")
     out = torch.empty(rows, nb * 16, dtype=torch.bfloat16, device=qdata.device)
-    n = 2 * items(rows, nb)  # a thread per half block
+    n = items(rows, nb)  # a thread per 16-value block (a thread per half block measured slower on the H200:
+    # evidence/h200/standin_kernels_2026-12-01/SUMMARY.md)
     if n:
         STANDIN.launch("block_values_kernel", -(-n // THREADS), ptr(qdata), ptr(sv), ptr(out), np.int32(rows), np.int32(nb),
                        np.int32(sv.shape[1] // 4), device=qdata.device.index)

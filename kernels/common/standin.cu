@@ -38,27 +38,31 @@ __device__ __forceinline__ float hi_f(unsigned w) { return __uint_as_float(w & 0
 
 }  // namespace
 
-// One thread per half block (8 values): 4 QDATA bytes (even element in the high nibble), the block's
-// scale byte of the 128x4-swizzled buffer (groups = padded scale columns / 4; both halves read it),
-// one 16-byte store, so a warp's loads and stores are each one contiguous span. rows * nb < 2^31.
+// One thread per 16-value block: 8 QDATA bytes (even element in the high nibble), one scale byte of
+// the 128x4-swizzled buffer (groups = padded scale columns / 4), 16 bf16 out. rows * nb < 2^31.
 extern "C" __global__ void block_values_kernel(const unsigned char* __restrict__ qdata, const unsigned char* __restrict__ scales,
                                                __nv_bfloat16* __restrict__ out, int rows, int nb, int groups) {
-  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  long long halves = 2LL * nb;
-  if (i >= rows * halves) return;
-  unsigned r = (unsigned)(i / halves), h = (unsigned)(i % halves), c = h >> 1;
-  unsigned q = *reinterpret_cast<const unsigned*>(qdata + (size_t)r * (nb * 8) + h * 4);
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= rows * nb) return;
+  unsigned r = (unsigned)(i / nb), c = (unsigned)(i % nb);
+  uint2 q = *reinterpret_cast<const uint2*>(qdata + (size_t)r * (nb * 8) + c * 8);
   unsigned off = (((r >> 7) * groups + (c >> 2)) * 32u + (r & 31u)) * 16u + ((r >> 5) & 3u) * 4u + (c & 3u);
   __nv_fp8_e4m3 sb;
   sb.__x = scales[off];
   float s = float(sb);
-  unsigned w[4];
+  unsigned w[8];
+  unsigned words[2] = {q.x, q.y};
 #pragma unroll
-  for (int b = 0; b < 4; ++b) {
-    unsigned byte = (q >> (8 * b)) & 0xffu;
-    w[b] = pack_bf16(__fmul_rn(e2m1_value(byte >> 4), s), __fmul_rn(e2m1_value(byte & 15u), s));
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      unsigned byte = (words[h] >> (8 * b)) & 0xffu;
+      w[h * 4 + b] = pack_bf16(__fmul_rn(e2m1_value(byte >> 4), s), __fmul_rn(e2m1_value(byte & 15u), s));
+    }
   }
-  *reinterpret_cast<uint4*>(out + (size_t)r * (nb * 16) + h * 8) = make_uint4(w[0], w[1], w[2], w[3]);
+  uint4* dst = reinterpret_cast<uint4*>(out + (size_t)r * (nb * 16) + c * 16);
+  dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
+  dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
 }
 
 // x: [S, width] bf16 rows `stride` elements apart (q or k of the qkv output); sq: [S, width] fp32
