@@ -21,8 +21,10 @@ ROOT = registry.ROOT
 PACKAGE = "h3gates"
 ALWAYS = ("h3gates/__init__.py", "h3gates/__main__.py", "h3gates/cli.py")  # the entry point of every `python -m h3gates` job
 # CUDA sources a module of the package compiles at run time (an import statement does not show them):
-# wherever the module is in a rung's import closure, so are these files
-LOADS = {"h3gates/cudakernels.py": ("kernels/common/nvfp4.cuh", "kernels/common/quantize.cu", "kernels/common/standin.cu")}
+# a CUDA rung whose import closure holds the module fingerprints these files too (a CPU rung never
+# compiles them, so editing one reruns no CPU gate). The producers' sources are the candidates' own
+# kernel files (registry.sources), not listed here.
+LOADS = {"h3gates/standin_cuda.py": ("kernels/common/standin.cu",)}
 
 
 # ------------------------------------------------------------------ contexts
@@ -149,7 +151,10 @@ def code_files(ctx: dict, root=None) -> list[str]:
     """The h3gates modules (and package data) a rung imports: the rung's module and the kernel modules
     it loads, followed through their imports inside the package."""
     entries = [rung_module(ctx["rung"])] + [f for f in kernel_files(ctx, root) if f.endswith(".py")]
-    return sorted(set(ALWAYS) | set(imported(tuple(entries), str(root or ROOT))))
+    files = set(ALWAYS) | set(imported(tuple(entries), str(root or ROOT)))
+    if ctx.get("device") == "cuda":
+        files |= {x for f in files for x in LOADS.get(f, ()) if Path(root or ROOT, x).is_file()}
+    return sorted(files)
 
 
 def provenance(ctx: dict, root=None) -> dict:
@@ -192,7 +197,6 @@ def imported(entries: tuple[str, ...], root: str) -> tuple[str, ...]:
                     seen.update(str(p.relative_to(base)) for p in data.iterdir() if p.is_file())
                 pkg = pkg.parent
         todo += [d for d in _imports_of(path, base) if d not in seen]
-    seen.update(x for f in list(seen) for x in LOADS.get(f, ()) if (base / x).is_file())
     return tuple(sorted(seen))
 
 

@@ -46,7 +46,7 @@ def _fingerprints(root: Path, device: str) -> dict:
     out = {}
     for cand in C.enabled(cfg):
         ctxs = [P.rung_context(cfg, cand, r) for r in range(1, 9)]
-        out[cand] = [P.files_digest(P.kernel_files(c, str(root)) + list(P.imported(tuple([P.rung_module(c["rung"])] + [f for f in P.kernel_files(c, str(root)) if f.endswith(".py")]), str(root))), root) for c in ctxs]
+        out[cand] = [P.files_digest(P.kernel_files(c, str(root)) + P.code_files(c, str(root)), root) for c in ctxs]
     return out
 
 
@@ -67,6 +67,7 @@ def tree(tmp_path):
     ("kernels/common/quantize.cu", {"qkv_ring"}),
     ("kernels/common/nvfp4.cuh", {"modulate_fusion", "swiglu_fusion", "qkv_ring"}),  # fc2_algo is not enabled in config.yaml
     ("h3gates/cudakernels.py", {"modulate_fusion", "swiglu_fusion", "qkv_ring"}),
+    ("kernels/common/standin.cu", {"modulate_fusion", "swiglu_fusion", "qkv_ring"}),  # the stand-in's kernels: every CUDA gate
 ])
 def test_editing_one_cuda_source_reruns_only_the_candidates_using_it(tree, edit, changed):
     """The rules' fingerprint param (kernel files + the modules they and the rung import) per

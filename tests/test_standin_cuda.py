@@ -1,21 +1,25 @@
-"""The stand-in's own CUDA kernels (kernels/common/standin.cu, issue 12 part 5) write the bytes of the
-torch chains they replace: block_values against the plain decode (every QDATA byte with every scale
-byte, NaN included), the q/k RMSNorm + RoPE against rope(rms_norm(.)) on a canonical-width qkv, and a
-tiny model's block with and without them. The GPU tests skip cleanly without a GPU; the CPU tests check
-the pieces a CPU can (the E2M1 formula, the fingerprint closure, the layout checks)."""
+"""The stand-in's own CUDA kernels (kernels/common/standin.cu, h3gates/standin_cuda.py, issue 12 part 5)
+write the bytes of the torch chains they replace: block_values against the plain decode (every QDATA
+byte with every scale byte, NaN included, padded scale columns), the q/k RMSNorm + RoPE against
+rope(rms_norm(.)) on a canonical-width qkv, layouts the kernels do not index falling back to the torch
+chain, and a tiny model's block with and without them. The GPU tests skip cleanly where the kernels
+cannot run (no GPU, no cuda.core / NVRTC); the CPU tests check what a CPU can (the E2M1 formula, the
+fingerprint closure, the layout checks)."""
 
 import importlib
+import re
 import struct
 
 import pytest
 import torch
 
-from conftest import requires_cuda
-from h3gates import cudakernels
 from h3gates import model as M
-from h3gates import provenance
+from h3gates import provenance, registry, standin_cuda
+from h3gates import config as C
 from h3gates.nvfp4 import formats as F
 from h3gates.nvfp4.quantize import block_values, block_values_reference, block_values_torch
+
+requires_kernels = pytest.mark.skipif(not standin_cuda.available(), reason="needs a CUDA GPU where cuda.core compiles kernels/common/standin.cu")
 
 
 def _e2m1_value(code: int) -> float:
@@ -30,22 +34,28 @@ def test_kernel_e2m1_value_formula_is_the_table():
         assert struct.pack("<f", _e2m1_value(code)) == struct.pack("<f", F.E2M1_VALUES[code]), code
 
 
-def test_every_cuda_source_the_package_compiles_is_in_the_rung_fingerprint():
-    """cudakernels compiles .cu files at run time; an import closure does not show them, so
-    provenance.LOADS names them and every rung's code files carry them (editing one reruns the gates)."""
-    import re
-
-    text = (provenance.ROOT / "h3gates" / "cudakernels.py").read_text()
+def test_the_stand_in_kernels_are_in_every_cuda_rungs_fingerprint_and_no_cpu_rungs():
+    """standin_cuda compiles its .cu at run time; an import closure does not show it, so provenance.LOADS
+    names it (and the headers it includes): every CUDA rung fingerprints it, no CPU rung does."""
+    text = (provenance.ROOT / "h3gates" / "standin_cuda.py").read_text()
     loaded = {f"kernels/common/{n}" for n in re.findall(r'Module\(COMMON / "([^"]+)"', text)}
-    assert loaded and loaded <= set(provenance.LOADS["h3gates/cudakernels.py"])
-    files = provenance.imported((provenance.rung_module(3),), str(provenance.ROOT))
-    assert "h3gates/cudakernels.py" in files and "kernels/common/standin.cu" in files and "kernels/common/nvfp4.cuh" in files
+    root = provenance.ROOT
+    with_headers = loaded | {h for f in loaded for h in registry._headers(root / f, root, set())}
+    assert loaded and with_headers == set(provenance.LOADS["h3gates/standin_cuda.py"])
+    for device, expect in (("cuda", True), ("cpu", False)):
+        cfg = C.validate_config({**C.load_config([root / "config/config.yaml"]), "device": device})
+        for rung in range(1, 9):
+            files = provenance.code_files(provenance.rung_context(cfg, "modulate_fusion", rung))
+            assert "h3gates/standin_cuda.py" in files  # imported (lazily) by the GEMM's block_values and the model
+            assert ("kernels/common/standin.cu" in files) is expect, (device, rung)
 
 
-def test_qk_norm_rope_fits_only_what_the_kernel_indexes():
+def test_fits_refuses_cpu_tensors():
     x = torch.zeros(4, 3 * 256, dtype=torch.bfloat16)
-    assert not cudakernels.qk_norm_rope_fits(x[:, :256], 128, 96)  # a CPU tensor
-    assert not cudakernels.qk_norm_rope_fits(x[:, :256].float(), 128, 96)
+    w, cs = torch.ones(128, dtype=torch.bfloat16), torch.zeros(4, 96)
+    assert not standin_cuda.qk_norm_rope_fits(x[:, :256], 128, 96, w, cs, cs)
+    q, s = torch.zeros(128, 32, dtype=torch.uint8), torch.zeros(128, 4, dtype=torch.uint8)
+    assert not standin_cuda.block_values_fits(q, s, 128)
 
 
 # ---------------------------------------------------------------------- on the GPU
@@ -53,24 +63,38 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().view(torch.int16)
 
 
-@requires_cuda
+@requires_kernels
 @pytest.mark.gpu
 def test_block_values_kernel_equals_the_plain_decode():
-    for rows, cols in ((256, 4096), (37, 64), (250, 192), (129, 256), (37810, 7168)):
+    # (256, 4096): every (QDATA byte, scale byte) pair; 80 and 208 columns: padded scale columns (nb % 4 != 0)
+    for rows, cols in ((256, 4096), (37, 64), (250, 192), (129, 256), (37, 80), (300, 208), (37810, 7168)):
         gen = torch.Generator().manual_seed(rows + cols)
         q = torch.randint(0, 256, (F.roundup(rows, 16), cols // 2), generator=gen, dtype=torch.uint8)
         s = torch.randint(0, 256, F.scales_shape(rows, cols), generator=gen, dtype=torch.uint8)
-        if rows == 256:  # every (QDATA byte, scale byte) pair
+        if rows == 256:
             q = torch.arange(256, dtype=torch.uint8).repeat(256, cols // 2 // 256)
             s = F.swizzle(torch.arange(256, dtype=torch.uint8).reshape(256, 1).repeat(1, cols // 16))
         q, s = q.cuda(), s.cuda()
         for scales in (s, torch.where((s & 0x7F) == 0x7F, s ^ 0x01, s)):  # with NaN scales and without
-            got = cudakernels.block_values(q, scales, rows)
+            assert standin_cuda.block_values_fits(q, scales, rows)
+            got = standin_cuda.block_values(q, scales, rows)
             want = block_values_reference(q, scales, rows)
             assert got.shape == want.shape and got.dtype == torch.bfloat16
             assert torch.equal(_bits(got), _bits(want)), f"{rows} x {cols}"
             assert torch.equal(_bits(got), _bits(block_values_torch(q, scales, rows)))
             assert torch.equal(_bits(block_values(q, scales, rows)), _bits(got))  # what the GEMM calls on a GPU
+
+
+@requires_kernels
+@pytest.mark.gpu
+def test_block_values_outside_the_kernels_layouts_falls_back_with_the_same_bytes():
+    rows, cols = 64, 128
+    q = torch.randint(0, 256, (rows, cols // 2 + 4), dtype=torch.uint8, device="cuda")
+    s = torch.randint(0, 0x7F, F.scales_shape(rows, cols), dtype=torch.uint8, device="cuda")
+    view = q[:, 4:]  # not contiguous, rows 8k bytes apart no more
+    assert not standin_cuda.block_values_fits(view, s, rows)
+    assert not standin_cuda.block_values_fits(view.contiguous(), s.cpu(), rows)  # scales on another device
+    assert torch.equal(_bits(block_values(view, s, rows)), _bits(block_values_reference(view.contiguous(), s, rows)))
 
 
 def _qkv(rows: int, heads: int, head_dim: int, seed: int) -> torch.Tensor:
@@ -86,30 +110,34 @@ def _qkv(rows: int, heads: int, head_dim: int, seed: int) -> torch.Tensor:
     return x
 
 
-@requires_cuda
+def _tables(rows: int, rope_dims: int):
+    ang = torch.randn(rows, rope_dims // 2, device="cuda", dtype=torch.float64) * 50
+    ang = torch.cat([ang, ang], 1)
+    return ang.cos().float(), ang.sin().float()
+
+
+@requires_kernels
 @pytest.mark.gpu
-@pytest.mark.parametrize("rows,heads", [(3001, 56), (1000, 2)])
+@pytest.mark.parametrize("rows,heads", [(3001, 56), (1000, 2), (0, 2)])
 def test_qk_norm_rope_equals_the_torch_chain(rows, heads):
-    """q and k of a canonical-width (56 heads) and a tiny qkv, RoPE tables of `rows` positions."""
+    """q and k of a canonical-width (56 heads) and a tiny qkv, RoPE tables of `rows` positions, and no rows."""
     model = M.build(M.load_profile("tiny"), seed=0, device="cuda")
     c = model.config
-    qkv = _qkv(rows, heads, c.head_dim, seed=rows)
+    qkv = _qkv(max(rows, 3), heads, c.head_dim, seed=rows)[:rows]
     attn = heads * c.head_dim
-    ang = torch.randn(rows, c.rope_dims // 2, device="cuda", dtype=torch.float64) * 50
-    ang = torch.cat([ang, ang], 1)
-    model._rope = (ang.cos().float(), ang.sin().float())
+    model._rope = _tables(rows, c.rope_dims)
     for part in range(2):
         x = qkv[:, part * attn : (part + 1) * attn]
         w = (1 + 0.05 * torch.randn(c.head_dim, device="cuda")).to(torch.bfloat16)
-        assert cudakernels.qk_norm_rope_fits(x, c.head_dim, c.rope_dims)
+        assert standin_cuda.qk_norm_rope_fits(x, c.head_dim, c.rope_dims, w, *model._rope)
         want = model.rope(M.h3.rms_norm(x.reshape(rows, heads, c.head_dim), w, c.eps))
-        got = cudakernels.qk_norm_rope(x, c.head_dim, w, c.eps, *model._rope, c.rope_dims)
+        got = standin_cuda.qk_norm_rope(x, c.head_dim, w, c.eps, *model._rope, c.rope_dims)
         assert got.shape == want.shape and got.is_contiguous() and want.is_contiguous()
         diff = (_bits(got) != _bits(want)).nonzero()
         assert diff.numel() == 0, f"{diff.shape[0]} bf16 values differ, first at {diff[:3].tolist()}"
 
 
-@requires_cuda
+@requires_kernels
 @pytest.mark.gpu
 def test_qk_norm_rope_nan_row_equals_the_torch_chain():
     model = M.build(M.load_profile("tiny"), seed=0, device="cuda")
@@ -118,18 +146,43 @@ def test_qk_norm_rope_nan_row_equals_the_torch_chain():
     qkv[3, 7] = float("nan")
     x, w = qkv[:, : c.attn], model.blocks[0].q_norm
     want = model.rope(M.h3.rms_norm(x.reshape(c.rows, c.heads, c.head_dim), w, c.eps))
-    got = cudakernels.qk_norm_rope(x, c.head_dim, w, c.eps, *model._rope, c.rope_dims)
+    got = standin_cuda.qk_norm_rope(x, c.head_dim, w, c.eps, *model._rope, c.rope_dims)
     assert torch.equal(_bits(got), _bits(want))
 
 
-@requires_cuda
+@requires_kernels
+@pytest.mark.gpu
+def test_norm_rope_outside_the_kernels_layouts_runs_the_torch_chain():
+    """Views the kernel does not index (a row stride not a multiple of 8 values, a misaligned start, a
+    float32 weight) are refused by fits, and the model's norm_rope then runs the torch chain."""
+    model = M.build(M.load_profile("tiny"), seed=0, device="cuda")
+    c = model.config
+    rows = c.rows
+    base = _qkv(rows, c.heads, c.head_dim, seed=9)
+    odd = torch.zeros(rows, 3 * c.attn + 3, dtype=torch.bfloat16, device="cuda")
+    odd[:, : 3 * c.attn] = base
+    w = model.blocks[0].q_norm
+    for x, weight in ((odd[:, : c.attn], w), (torch.cat([base[:, :1], base], 1)[:, 1 : 1 + c.attn], w), (base[:, : c.attn], w.float())):
+        assert not standin_cuda.qk_norm_rope_fits(x, c.head_dim, c.rope_dims, weight, *model._rope)
+        want = model.rope(M.h3.rms_norm(x.reshape(rows, c.heads, c.head_dim), weight, c.eps))
+        assert torch.equal(_bits(model.norm_rope(x, weight)), _bits(want))
+
+
+@requires_kernels
 @pytest.mark.gpu
 def test_tiny_block_is_the_same_with_the_standin_kernels(monkeypatch):
     model = M.build(M.load_profile("tiny"), seed=0, device="cuda")
     assert model.fused_qk
+    calls = {"qk": 0, "bv": 0}
+    for name, key in (("qk_norm_rope", "qk"), ("block_values", "bv")):
+        real = getattr(standin_cuda, name)
+        monkeypatch.setattr(standin_cuda, name, lambda *a, _r=real, _k=key, **k: calls.__setitem__(_k, calls[_k] + 1) or _r(*a, **k))
     x = model.initial_hidden(0)
     fused = model.block_forward(0, x, 0)
+    assert calls["qk"] == 2 and calls["bv"] >= 4  # q and k; the four GEMMs' activations (and weights not yet cached)
     model.fused_qk = False
-    monkeypatch.setattr(importlib.import_module("h3gates.nvfp4.quantize"), "_cuda_ok", lambda: False)  # the GEMM's block_values in torch too
+    monkeypatch.setattr(importlib.import_module("h3gates.nvfp4.quantize"), "_cuda_ok", lambda *a: False)  # the GEMM's block_values in torch too
+    before = dict(calls)
     plain = model.block_forward(0, x, 0)
+    assert calls == before
     assert torch.equal(_bits(fused), _bits(plain))

@@ -9,12 +9,13 @@ an fp32 product, then alpha, then one rounding.
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import torch
 
 from . import formats as F
-from .quantize import NVFP4InputError, _cuda_ok, block_values
+from .quantize import NVFP4InputError, block_values
 
 
 def _check_operand(name: str, q: torch.Tensor, s: torch.Tensor, k: int) -> None:
@@ -74,7 +75,7 @@ def backend_info(device) -> dict:
         info["allow_bf16_reduced_precision_reduction"] = REDUCED_PRECISION_REDUCTION
         info["torch_allow_bf16_reduced_precision_reduction_now"] = torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
         # which dequantization fed the GEMM: both write the same bytes, the kernel in one pass
-        info["block_values"] = "cuda-kernel kernels/common/standin.cu" if _cuda_ok() else "torch"
+        info["block_values"] = "cuda-kernel kernels/common/standin.cu" if importlib.import_module("h3gates.nvfp4.quantize")._cuda_ok(dev.index) else "torch"
     return info
 
 

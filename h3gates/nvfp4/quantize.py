@@ -11,7 +11,6 @@ because fused and ring producers are assembled from these pieces.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 
 import torch
@@ -194,22 +193,24 @@ def rcp_sensitive(x: torch.Tensor, g: torch.Tensor, *, pad_16x: bool = True, tab
 def block_values(qdata: torch.Tensor, scales: torch.Tensor, rows: int | None = None) -> torch.Tensor:
     """code value * E4M3 block scale, WITHOUT the global scale, as bf16 (exact) [rows, C_pad].
 
-    On a GPU with cuda.core: one kernel (kernels/common/standin.cu, h3gates.cudakernels.block_values),
-    byte-identical to `block_values_reference` including NaN scales (tests/test_standin_cuda.py);
-    elsewhere `block_values_torch`."""
+    On a GPU where the stand-in's kernels run, in the layouts they index: one kernel
+    (kernels/common/standin.cu, h3gates.standin_cuda.block_values), byte-identical to
+    `block_values_reference` including NaN scales (tests/test_standin_cuda.py); otherwise
+    `block_values_torch`, the same bytes."""
     rows = qdata.shape[0] if rows is None else rows
-    if qdata.is_cuda and _cuda_ok():
-        from .. import cudakernels
+    if qdata.is_cuda and _cuda_ok(qdata.device.index):
+        from .. import standin_cuda
 
-        return cudakernels.block_values(qdata.contiguous(), scales, rows)
+        if standin_cuda.block_values_fits(qdata, scales, rows):
+            return standin_cuda.block_values(qdata, scales, rows)
     return block_values_torch(qdata, scales, rows)
 
 
-@functools.lru_cache(maxsize=None)
-def _cuda_ok() -> bool:
-    from .. import cudakernels
+def _cuda_ok(device_index: int | None = None) -> bool:
+    """Whether the stand-in's kernels run on this device (the switch gpu_model and the tests turn off)."""
+    from .. import standin_cuda
 
-    return cudakernels.available()
+    return standin_cuda.available(device_index)
 
 
 def block_values_torch(qdata: torch.Tensor, scales: torch.Tensor, rows: int | None = None) -> torch.Tensor:

@@ -1,9 +1,9 @@
 // The stand-in model's own elementwise work on CUDA, in fewer passes than torch's eager chain and
 // byte-identical to it (issue 12 part 5; tests/test_standin_cuda.py compares every output with the
-// torch path on the GPU). Launched by h3gates/cudakernels.py.
+// torch path on the GPU). Launched by h3gates/standin_cuda.py.
 //
 // block_values: the emulated GEMM's dequantized operand, code value x E4M3 block scale as bf16, in one
-//   pass (torch: eight kernels, ~1.3-3.5 ms per canonical activation). Each product has at most 6
+//   pass (torch: eight kernels, 1.6-4.1 ms per canonical activation on the H200). Each product has at most 6
 //   significant bits, so the bf16 rounding is exact; a NaN scale gives the fp32 multiply's canonical
 //   NaN rounded by cvt.rn.bf16.f32, as block_values_reference's fp32 multiply and bf16 copy do on a GPU.
 // qk_square / qk_norm_rope: the attention's RMSNorm + RoPE of q or k (torch: 16 kernels, ~8.7 ms each

@@ -1,0 +1,148 @@
+"""CUDA C on torch's current stream, the machinery every h3gates CUDA launcher builds on: `Module`
+compiles one .cu file (with kernels/common on the include path) at first use with NVRTC through
+cuda-python's `cuda.core` (arch sm_XYa of the current device), cached per process and source content,
+and launches its kernels. Imported by h3gates.cudakernels (the producers' launchers) and
+h3gates.standin_cuda (the stand-in model's kernels); it imports no kernel source itself, so editing
+a .cu file reruns only the gates whose code compiles it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .nvfp4.quantize import NVFP4InputError
+
+COMMON = Path(__file__).resolve().parent.parent / "kernels" / "common"
+THREADS = 256
+
+
+def _cc():
+    try:
+        from cuda import core as cc
+
+        cc.Program  # noqa: B018  (new layout: cuda.core.Program)
+        return cc
+    except (ImportError, AttributeError):
+        from cuda.core import experimental as cc
+
+        return cc
+
+
+class _TorchStream:
+    """torch's current stream, as the __cuda_stream__ protocol cuda.core launches on."""
+
+    def __cuda_stream__(self):
+        return (0, torch.cuda.current_stream().cuda_stream)
+
+
+def _include_paths() -> list[str]:
+    cands = [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", ""), "/usr/local/cuda"]
+    paths = [str(Path(c) / "include") for c in cands if c and (Path(c) / "include" / "cuda_fp8.h").exists()]
+    try:
+        import nvidia.cuda_runtime  # pip CUDA headers, where present
+
+        paths += [str(Path(p) / "include") for p in nvidia.cuda_runtime.__path__]
+    except ImportError:
+        pass
+    return [str(COMMON)] + paths
+
+
+def _driver():
+    try:
+        from cuda.bindings import driver
+    except ImportError:  # cuda-python < 12.6
+        from cuda import cuda as driver
+    return driver
+
+
+def _allow_dynamic_smem(kern, nbytes: int, device_index: int) -> None:
+    """Raise a kernel's dynamic shared-memory limit above the 48 KB default (driver API)."""
+    drv = _driver()
+    attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    h = kern._handle
+    if isinstance(h, getattr(drv, "CUkernel", ())):
+        (err,) = drv.cuKernelSetAttribute(attr, nbytes, h, drv.CUdevice(device_index))
+    else:
+        (err,) = drv.cuFuncSetAttribute(h, attr, nbytes)
+    if err != drv.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"could not allow {nbytes} bytes of shared memory for a swiglu kernel: {err}")
+
+
+@functools.lru_cache(maxsize=None)
+def _compile(source: str, names: tuple[str, ...], smem: tuple[tuple[str, int], ...], device_index: int):
+    cc = _cc()
+    dev = cc.Device(device_index)
+    dev.set_current()
+    major, minor = torch.cuda.get_device_capability(device_index)
+    arch = f"sm_{major}{minor}a" if major >= 9 else f"sm_{major}{minor}"
+    opts = cc.ProgramOptions(std="c++17", arch=arch, include_path=_include_paths())
+    mod = cc.Program(source, code_type="c++", options=opts).compile("cubin", name_expressions=list(names))
+    kernels = {n: mod.get_kernel(n) for n in names}
+    for prefix, nbytes in smem:
+        for n, kern in kernels.items():
+            if n.startswith(prefix):
+                _allow_dynamic_smem(kern, nbytes, device_index)
+    return kernels
+
+
+class Module:
+    """One .cu file's kernels, compiled per device at first launch (the source text is the cache
+    key with its headers inlined by NVRTC, so an edited file recompiles in a new process).
+    `smem`: {kernel-name prefix: dynamic shared-memory bytes to allow above the 48 KB default}."""
+
+    def __init__(self, path, names, smem: dict | None = None):
+        self.path, self.names, self.smem = Path(path), tuple(names), tuple(sorted((smem or {}).items()))
+
+    @functools.cached_property
+    def source(self) -> str:
+        return self.path.read_text()
+
+    def launch(self, name: str, grid, *args, block: int = THREADS, shmem: int = 0, device: int | None = None) -> None:
+        """Launch on torch's current stream of `device` (default: the current device)."""
+        dev = torch.cuda.current_device() if device is None else device
+        kern = _compile(self.source, self.names, self.smem, dev)[name]
+        _cc().launch(_stream(dev), _config(grid, block, shmem), kern, *args)
+
+
+def items(rows: int, nbw: int) -> int:
+    if rows * nbw >= 2**31:
+        raise NVFP4InputError(f"{rows} x {nbw} scale blocks exceed the kernels' 32-bit block index")
+    return rows * nbw
+
+
+@functools.lru_cache(maxsize=4096)
+def _config(grid, block: int, shmem: int = 0):
+    return _cc().LaunchConfig(grid=grid, block=block, shmem_size=shmem) if shmem else _cc().LaunchConfig(grid=grid, block=block)
+
+
+_STREAMS: dict = {}
+
+
+def _raw_stream(device_index: int) -> int:
+    get = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # the handle without building a Stream object
+    return get(device_index) if get else torch.cuda.current_stream(device_index).cuda_stream
+
+
+def _stream(device_index: int):
+    """torch's current stream on the device as a cuda.core Stream (cached per handle: converting
+    costs more than the launch)."""
+    handle = _raw_stream(device_index)
+    st = _STREAMS.get(handle)
+    if st is None:
+        cc = _cc()
+        st = cc.Stream.from_handle(handle) if hasattr(cc.Stream, "from_handle") else _TorchStream()
+        _STREAMS[handle] = st
+    return st
+
+
+def ptr(t: torch.Tensor) -> int:
+    return t.data_ptr()
+
+
+def i64(v) -> np.int64:
+    return np.int64(v)
