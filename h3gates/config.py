@@ -58,7 +58,14 @@ def schema(root=None) -> dict:
 
 def _errors(config, sch) -> list[str]:
     errs = sorted(_with_defaults(jsonschema.Draft202012Validator)(sch).iter_errors(config), key=lambda e: list(e.absolute_path))
-    return [f"config key {'.'.join(map(str, e.absolute_path)) or '(top level)'}: {e.message}" for e in errs]
+    return [f"config key {'.'.join(map(str, e.absolute_path)) or '(top level)'}: {e.message}{_known(e)}" for e in errs]
+
+
+def _known(e) -> str:
+    """The names a mapping of fixed keys accepts, after jsonschema's 'was unexpected' (e.g. a misspelt candidate)."""
+    if e.validator == "additionalProperties" and isinstance(e.schema.get("properties"), dict):
+        return f" (known: {', '.join(sorted(e.schema['properties']))})"
+    return ""
 
 
 def validate_config(config: dict, root=None) -> dict:
