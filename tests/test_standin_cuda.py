@@ -186,3 +186,34 @@ def test_tiny_block_is_the_same_with_the_standin_kernels(monkeypatch):
     plain = model.block_forward(0, x, 0)
     assert calls == before
     assert torch.equal(_bits(fused), _bits(plain))
+
+
+def test_a_wrong_library_dequantization_fails_rung_1(tmp_path, monkeypatch):
+    """The reference GEMM's operand is the library's block_values (the stand-in kernel on a GPU); rung 1
+    checks it against the plain decode for every candidate, so a wrong one (here the two values of each
+    QDATA byte swapped) fails a gate instead of shifting the reference silently. On a CPU the torch
+    path is the one planted; a GPU's kernel is checked by the same code."""
+    import json
+
+    import yaml
+
+    from h3gates import rungs
+    from workflow_util import CI_CONFIG, ROOT, merge
+
+    cfg = C.validate_config(merge(yaml.safe_load((ROOT / "config/config.yaml").read_text()), CI_CONFIG))
+    ctx = provenance.rung_context(cfg, "modulate_fusion", 1)
+    good = tmp_path / "good.json"
+    rungs.run(1, ctx, str(good))
+    lib = json.loads(good.read_text())["measurements"]["library"]["block_values"]
+    assert lib["differing"] == [] and lib["operands"] > 20 and lib["bytes_compared"] > 0
+
+    Q = importlib.import_module("h3gates.nvfp4.quantize")
+    real = Q.block_values_torch
+    monkeypatch.setattr(Q, "block_values_torch", lambda q, s, rows=None: real(q, s, rows).unflatten(-1, (-1, 2)).flip(-1).flatten(-2))
+    monkeypatch.setattr(Q, "_cuda_ok", lambda *a: False)
+    bad = tmp_path / "bad.json"
+    rungs.run(1, ctx, str(bad))
+    doc = json.loads(bad.read_text())
+    assert doc["verdict"] == "fail"
+    assert any("the library's dequantization (torch) differs from the plain decode" in r for r in doc["reasons"]), doc["reasons"]
+    assert doc["measurements"]["library"]["block_values"]["differing"][0]["operand"] == "every_byte_x_every_scale"

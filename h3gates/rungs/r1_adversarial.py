@@ -3,7 +3,9 @@ kernel and the reference. A producer override is compared on QDATA, SFA and glob
 and random modulation/SwiGLU), then on the path cases (rungs/paths.py) through the candidate as it is
 scheduled, and every kernel path the producer declares (h3gates.coverage) must be hit by one of them;
 a GEMM override on the output bits for adversarial operands (catalogue activations as the reference
-packs them, zero and extreme-range weights, every role's K)."""
+packs them, zero and extreme-range weights, every role's K). Every candidate's rung 1 also checks the
+library's own dequantization, the operand of the reference GEMM (`nvfp4.block_values`: on a GPU the
+stand-in's kernel), against the plain decode, so a wrong reference on this machine fails a gate."""
 
 from __future__ import annotations
 
@@ -11,8 +13,13 @@ from pathlib import Path
 
 import torch
 
+import importlib
+
 from .. import coverage
 from ..nvfp4 import catalogue as C
+from ..nvfp4 import formats as F
+from ..nvfp4 import gemm as G
+from ..nvfp4.compare import compare_outputs
 from . import paths as P
 from .compare import compare_gemms, compare_producers
 from .gate import Gate, progress
@@ -157,9 +164,48 @@ def gemm_cases(gate, out, inputs) -> tuple[list[dict], dict]:
     return cases, {"declared": declared, "unhit": [f"{d['role']}:{d['path']}" for d in unhit], "cases": len(cases)}
 
 
+def library_cases(gate, inputs) -> dict:
+    """The reference GEMM's operand, the library's block_values (the stand-in kernel on a GPU where it
+    runs, the torch path elsewhere), against the plain fp32 decode (block_values_reference): every
+    catalogue and random activation as the reference packs it, every QDATA byte with every scale byte
+    (NaN, negative, subnormal, zero), and padded scale columns."""
+    Q = importlib.import_module("h3gates.nvfp4.quantize")  # the module (the package exports a function of that name)
+    dev = gate.device
+    table_q = torch.arange(256, dtype=torch.uint8).repeat(256, 1)  # row r: every byte; its scale byte r
+    table_s = F.swizzle(torch.arange(256, dtype=torch.uint8).reshape(256, 1).repeat(1, 32))
+    g = torch.Generator().manual_seed(80)
+    wide = torch.randint(0, 256, (48, 48), generator=g, dtype=torch.uint8).to(dev)  # sliced on the device: a copy would be contiguous
+    operands = [("every_byte_x_every_scale", table_q, table_s, 256),
+                ("padded_scale_columns", torch.randint(0, 256, (48, 40), generator=g, dtype=torch.uint8),
+                 torch.randint(0, 256, F.scales_shape(37, 80), generator=g, dtype=torch.uint8), 37),
+                # a strided QDATA view: the layout the kernel does not index, so on a GPU the launcher's other
+                # side (the torch path) is checked too (standin_cuda.block_values_fits)
+                ("strided_qdata_view", wide[:, 8:], torch.randint(0, 256, F.scales_shape(48, 80), generator=g, dtype=torch.uint8), 48)]
+    for cid, _, x, gfun, _ in inputs:
+        if x.dtype == torch.float32:
+            continue
+        xd = x.to(dev)
+        p = packed_activation(xd, gate.reference_q, gfun(xd).to(dev) if gfun else None)
+        operands.append((cid, p.qdata, p.scales, p.rows))
+    checked, differing, nbytes = 0, [], 0
+    for name, q, s, rows in operands:
+        gate.at = f"library block_values {name}"
+        q, s = q.to(dev), s.to(dev)  # (a tensor already on dev is itself: the strided view stays a view)
+        cmp = compare_outputs(Q.block_values(q, s, rows), Q.block_values_reference(q, s, rows), digests=False)
+        checked, nbytes = checked + 1, nbytes + cmp["bytes_compared"]
+        if not cmp["equal"]:
+            differing.append({"operand": name, "bytes_differing": cmp["bytes_differing"], "first_mismatch": cmp.get("first_mismatch")})
+    if differing:
+        gate.fail(f"the library's dequantization ({G.backend_info(dev).get('block_values', 'torch')}) differs from the plain decode on "
+                  f"{len(differing)} of {checked} operands (first: {differing[0]['operand']}): the reference GEMM itself is wrong on this machine")
+    return {"block_values": {"backend": G.backend_info(dev).get("block_values", "torch"), "operands": checked,
+                             "bytes_compared": nbytes, "differing": differing}}
+
+
 def run(ctx, out, block=None, upstream=()):
     gate = Gate(ctx, 1, upstream=upstream)
     inputs = _inputs(ctx)
+    library = library_cases(gate, inputs)
     cases = []
     coverage_ = None
     if "producer" in gate.spec.overrides:
@@ -177,4 +223,4 @@ def run(ctx, out, block=None, upstream=()):
         gate.reasons.insert(0, f"{len(bad)} of {len(cases)} adversarial/random cases differ (first: {bad[0]['case']} {bad[0]['role']} {bad[0]['variant']})")
     return gate.write(out, {"cases": cases, "cases_total": len(cases), "cases_differing": len(bad),
                             "bytes_compared": sum(c["bytes_compared"] for c in cases), "bytes_differing": sum(c["bytes_differing"] for c in cases),
-                            "paths": coverage_})
+                            "paths": coverage_, "library": library})
