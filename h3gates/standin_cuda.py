@@ -3,13 +3,14 @@ GEMM's dequantized operand (`block_values`) in one pass and the attention's q/k 
 kernels around torch's row mean, each byte-identical to the torch chain it replaces
 (tests/test_standin_cuda.py on a GPU; evidence/h200/standin_kernels_2026-12-01/).
 
-Callers ask `available()` (a GPU, cuda.core, and the file compiles) and the `*_fits` checks (the
-layouts the kernels index) and otherwise run the torch chain, so a CPU, a GPU without NVRTC or an
+Callers ask `active()` (a GPU, cuda.core, the file compiles, and not inside `off()`) and the `*_fits`
+checks (the layouts the kernels index) and otherwise run the torch chain, so a CPU, a GPU without NVRTC or an
 unusual view loses speed, never bytes. Only CUDA rungs fingerprint standin.cu (provenance.LOADS).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import numpy as np
@@ -34,6 +35,26 @@ def available(device_index: int | None = None) -> bool:
     except Exception:  # noqa: BLE001  (no cuda.core, no NVRTC, no headers: the torch chains run instead)
         return False
     return True
+
+
+_OFF = 0
+
+
+@contextlib.contextmanager
+def off():
+    """The torch chains for a while, in this process: `active()` is False inside (the side-by-side
+    measurement in scripts/gpu_model.py, the tests comparing both paths). Same bytes either way."""
+    global _OFF
+    _OFF += 1
+    try:
+        yield
+    finally:
+        _OFF -= 1
+
+
+def active(device_index: int | None = None) -> bool:
+    """Whether callers use the kernels now: `available()` and not inside `off()`."""
+    return not _OFF and available(device_index)
 
 
 # ---------------------------------------------------------------------- block_values

@@ -11,8 +11,6 @@ Writes <out>/model.json (device, versions, command, raw numbers).
 from __future__ import annotations
 
 import argparse
-import contextlib
-import importlib
 import json
 import statistics
 import sys
@@ -24,7 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from h3gates import nvfp4  # noqa: E402
+from h3gates import nvfp4, standin_cuda  # noqa: E402
 from h3gates.model import build, load_profile  # noqa: E402
 from h3gates.nvfp4.quantize import block_values_torch  # noqa: E402
 from gpu_evidence import env  # noqa: E402
@@ -42,19 +40,6 @@ def cuda_ms(fn, rounds=5, warmup=1):
         e.synchronize()
         out.append(s.elapsed_time(e))
     return {"median_ms": statistics.median(out), "rounds_ms": out}
-
-
-@contextlib.contextmanager
-def torch_chains(model):
-    """The stand-in's kernels off for a while: block_values and q/k RMSNorm + RoPE in torch."""
-    Q = importlib.import_module("h3gates.nvfp4.quantize")  # the module (the package exports a function of that name)
-
-    saved = Q._cuda_ok, model.fused_qk
-    Q._cuda_ok, model.fused_qk = (lambda *a: False), False
-    try:
-        yield
-    finally:
-        Q._cuda_ok, model.fused_qk = saved
 
 
 def main():
@@ -86,8 +71,8 @@ def main():
         res["block"] = cuda_ms(lambda: model.block_forward(a.block, x, 0))
         # the same block with the stand-in's kernels off (torch's chains for block_values and q/k
         # RMSNorm + RoPE), in this run: its time, and whether its bytes are the same
-        res["standin_kernels"] = {"fused_qk": model.fused_qk, "block_values": nvfp4.gemm.backend_info("cuda")["block_values"]}
-        with torch_chains(model):
+        res["standin_kernels"] = {"active": standin_cuda.active(), "block_values": nvfp4.gemm.backend_info("cuda")["block_values"]}
+        with standin_cuda.off():
             res["block_torch_chains"] = cuda_ms(lambda: model.block_forward(a.block, x, 0))
             plain = model.block_forward(a.block, x, 0)
         res["block_same_bytes_with_torch_chains"] = bool(torch.equal(plain.view(torch.int16), model.block_forward(a.block, x, 0).view(torch.int16)))
@@ -112,7 +97,7 @@ def main():
             del a_vals
         qkv = model.baseline["qkv"].project(cap.inputs["qkv"], blk.weights["qkv"])
         parts["attention"] = cuda_ms(lambda: model.attention(blk, qkv))
-        with torch_chains(model):
+        with standin_cuda.off():
             res["attention_torch_chain"] = cuda_ms(lambda: model.attention(blk, qkv))
         parts["attention"]["tflops"] = 4 * cfg.rows**2 * cfg.head_dim * cfg.heads / (parts["attention"]["median_ms"] * 1e-3) / 1e12
         q, k_, v_ = (t.reshape(cfg.rows, cfg.heads, cfg.head_dim).transpose(0, 1).unsqueeze(0).contiguous() for t in qkv.split(cfg.attn, dim=1))

@@ -172,7 +172,7 @@ def test_norm_rope_outside_the_kernels_layouts_runs_the_torch_chain():
 @pytest.mark.gpu
 def test_tiny_block_is_the_same_with_the_standin_kernels(monkeypatch):
     model = M.build(M.load_profile("tiny"), seed=0, device="cuda")
-    assert model.fused_qk
+    assert standin_cuda.active()
     calls = {"qk": 0, "bv": 0}
     for name, key in (("qk_norm_rope", "qk"), ("block_values", "bv")):
         real = getattr(standin_cuda, name)
@@ -180,10 +180,9 @@ def test_tiny_block_is_the_same_with_the_standin_kernels(monkeypatch):
     x = model.initial_hidden(0)
     fused = model.block_forward(0, x, 0)
     assert calls["qk"] == 2 and calls["bv"] >= 4  # q and k; the four GEMMs' activations (and weights not yet cached)
-    model.fused_qk = False
-    monkeypatch.setattr(importlib.import_module("h3gates.nvfp4.quantize"), "_cuda_ok", lambda *a: False)  # the GEMM's block_values in torch too
     before = dict(calls)
-    plain = model.block_forward(0, x, 0)
+    with standin_cuda.off():  # q/k and the GEMMs' block_values in torch
+        plain = model.block_forward(0, x, 0)
     assert calls == before
     assert torch.equal(_bits(fused), _bits(plain))
 
@@ -210,9 +209,9 @@ def test_a_wrong_library_dequantization_fails_rung_1(tmp_path, monkeypatch):
     Q = importlib.import_module("h3gates.nvfp4.quantize")
     real = Q.block_values_torch
     monkeypatch.setattr(Q, "block_values_torch", lambda q, s, rows=None: real(q, s, rows).unflatten(-1, (-1, 2)).flip(-1).flatten(-2))
-    monkeypatch.setattr(Q, "_cuda_ok", lambda *a: False)
     bad = tmp_path / "bad.json"
-    rungs.run(1, ctx, str(bad))
+    with standin_cuda.off():  # on a GPU too: the planted torch path is the one checked
+        rungs.run(1, ctx, str(bad))
     doc = json.loads(bad.read_text())
     assert doc["verdict"] == "fail"
     assert any("the library's dequantization (torch) differs from the plain decode" in r for r in doc["reasons"]), doc["reasons"]

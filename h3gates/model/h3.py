@@ -60,8 +60,6 @@ class H3Model:
             # sets before each GEMM: otherwise the first step's input matmuls would run with torch's
             # default (True) or not, depending on whether this process had already run a GEMM
             pin_matmul_precision()
-        # q/k RMSNorm + RoPE in the stand-in's own kernels where they can run (same bytes as torch's chain)
-        self.fused_qk = self.device.type == "cuda" and standin_cuda.available(self.device.index)
         self.baseline = reference_roles(reference)
         self._rope = self._rope_tables()
 
@@ -105,12 +103,12 @@ class H3Model:
 
     def norm_rope(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """rope(rms_norm(.)) of q or k, x [S, heads * head_dim] (a view of the qkv output) -> [S, heads,
-        head_dim]. On a GPU where the stand-in's kernels run (`fused_qk`), in the layouts they index: two
+        head_dim]. On a GPU where the stand-in's kernels run (standin_cuda.active), in the layouts they index: two
         kernels around torch's row mean (h3gates.standin_cuda.qk_norm_rope), byte-identical to the torch
         chain (tests/test_standin_cuda.py)."""
         c = self.config
         cos, sin = self._rope
-        if self.fused_qk and standin_cuda.qk_norm_rope_fits(x, c.head_dim, c.rope_dims, weight, cos, sin):
+        if x.is_cuda and standin_cuda.active(x.device.index) and standin_cuda.qk_norm_rope_fits(x, c.head_dim, c.rope_dims, weight, cos, sin):
             return standin_cuda.qk_norm_rope(x, c.head_dim, weight, c.eps, cos, sin, c.rope_dims)
         return self.rope(rms_norm(x.reshape(x.shape[0], c.heads, c.head_dim), weight, c.eps))
 

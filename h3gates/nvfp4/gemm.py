@@ -75,7 +75,7 @@ def backend_info(device) -> dict:
         info["allow_bf16_reduced_precision_reduction"] = REDUCED_PRECISION_REDUCTION
         info["torch_allow_bf16_reduced_precision_reduction_now"] = torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
         # which dequantization fed the GEMM: both write the same bytes, the kernel in one pass
-        info["block_values"] = "cuda-kernel kernels/common/standin.cu" if importlib.import_module("h3gates.nvfp4.quantize")._cuda_ok(dev.index) else "torch"
+        info["block_values"] = "cuda-kernel kernels/common/standin.cu" if importlib.import_module("h3gates.standin_cuda").active(dev.index) else "torch"
     return info
 
 

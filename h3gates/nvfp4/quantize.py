@@ -198,19 +198,12 @@ def block_values(qdata: torch.Tensor, scales: torch.Tensor, rows: int | None = N
     `block_values_reference` including NaN scales (tests/test_standin_cuda.py); otherwise
     `block_values_torch`, the same bytes."""
     rows = qdata.shape[0] if rows is None else rows
-    if qdata.is_cuda and _cuda_ok(qdata.device.index):
+    if qdata.is_cuda:
         from .. import standin_cuda
 
-        if standin_cuda.block_values_fits(qdata, scales, rows):
+        if standin_cuda.active(qdata.device.index) and standin_cuda.block_values_fits(qdata, scales, rows):
             return standin_cuda.block_values(qdata, scales, rows)
     return block_values_torch(qdata, scales, rows)
-
-
-def _cuda_ok(device_index: int | None = None) -> bool:
-    """Whether the stand-in's kernels run on this device (the switch gpu_model and the tests turn off)."""
-    from .. import standin_cuda
-
-    return standin_cuda.available(device_index)
 
 
 def block_values_torch(qdata: torch.Tensor, scales: torch.Tensor, rows: int | None = None) -> torch.Tensor:
