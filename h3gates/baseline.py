@@ -13,7 +13,14 @@ its SHA-256 among its upstream digests (promotion and verify check it like any u
 checks that the artifact says it was made from the same context, on the same GPU model and with the same
 torch, CUDA and comfy-kitchen (a mismatch is refused, naming what differs and the file to remove).
 
-Sizes at canonical size (37,810 tokens): r5 keeps the SHA-256 and shape of the step output, not the
+The inputs of the gated blocks (config `blocks`, and rung 8's block) are a baseline artifact too, "rung
+0": one traversal of the reference model writes `r0-<key>.block<N>.pt` per block, and rungs 3, 4 and 8
+(and rung 8's baseline capture) read their block's input from it, generate that block's weights alone
+and run one block, instead of building all 50 blocks and running the blocks before theirs. The capture
+runs the library path (the model's reference roles), so its key leaves out the accepted baseline.
+
+Sizes at canonical size (37,810 tokens): a block's input is 406 MB (37,810 x 5,376 bf16; 1.2 GB for
+blocks 0, 24 and 49); r5 keeps the SHA-256 and shape of the step output, not the
 406 MB tensor (a rung that finds a different hash recomputes the baseline in its own process to say
 where it differs); r6 and r7 keep the video and audio latents (about 9.6 MB each). No torch import at
 module level (the Snakefile computes keys).
@@ -29,6 +36,8 @@ from .paths import RESULTS
 from .provenance import ROOT, digest, files_digest, imported, shared_context
 
 RUNGS = (5, 6, 7, 8)
+CAPTURES = 0  # the artifact of the gated blocks' inputs (rungs 3, 4 and 8 read it)
+CAPTURE_KEYS = ("profile", "user_profiles", "device", "semantics", "rcp_table", "seed")
 ENTRY = "h3gates/baseline.py"
 ENTRY_R8 = "h3gates/rungs/r8_baseline.py"  # rung 8's capture (kept out of this module: every rung imports it, nsight is rung 8's)
 KEEP_LIMIT = 64 << 20  # bytes of output tensors an artifact keeps (beyond: SHA-256 and shape only)
@@ -42,6 +51,36 @@ def context(config: dict, rung: int) -> dict:
     return ctx
 
 
+def capture_context_of(ctx: dict) -> dict:
+    """The context of the captured block inputs, from a config's shared context, a rung's context or a
+    baseline context: the model and the device's reference path, not the accepted baseline."""
+    return {**{k: ctx[k] for k in CAPTURE_KEYS}, "rung": CAPTURES}
+
+
+def captured_blocks(config: dict) -> list[int]:
+    """The blocks whose inputs the capture artifact holds: the gated blocks and rung 8's block."""
+    return sorted({*config["blocks"], config["profile_rung"]["block"]})
+
+
+def capture_path(cctx: dict, block: int, root=None) -> str:
+    return f"{RESULTS}/{cctx['profile']}/baseline/r{CAPTURES}-{key(cctx, root)}.block{int(block)}.pt"
+
+
+def captures_for(config: dict, rung: int) -> dict[str, str]:
+    """{block: capture path} of the blocks a rung starts from: rungs 3 and 4 the gated blocks, rung 8 its
+    block; other rungs none."""
+    blocks = config["blocks"] if rung in (3, 4) else [config["profile_rung"]["block"]] if rung == 8 else []
+    cctx = capture_context_of(shared_context(config))
+    return {str(b): capture_path(cctx, b) for b in blocks}
+
+
+def captures_of(bctx: dict) -> list[str]:
+    """The capture files a baseline artifact's computation reads: rung 8's capture starts from its block's."""
+    if bctx["rung"] != 8:
+        return []
+    return [capture_path(capture_context_of(bctx), bctx["profile_rung"]["block"])]
+
+
 def shared_for(config: dict, rung: int) -> bool:
     """Whether a rung reads a baseline artifact: rungs 5-7 always, rung 8 on a GPU (its Nsight
     Compute capture; on a CPU rung 8 is a torch-profiler capture of both sides in its own process)."""
@@ -51,7 +90,7 @@ def shared_for(config: dict, rung: int) -> bool:
 def files(bctx: dict, root=None) -> list[str]:
     """The accepted candidates' kernel files and the h3gates modules the computation imports."""
     out = []
-    for acc in bctx["baseline"]["accepted"]:
+    for acc in bctx.get("baseline", {}).get("accepted", []):
         out += [f for f in registry.sources(acc, bctx["baseline"]["candidates"][acc], bctx["device"], root) if f not in out]
     entries = (ENTRY if bctx["rung"] != 8 else ENTRY_R8, *[f for f in out if f.endswith(".py")])
     return out + [f for f in imported(entries, str(root or ROOT)) if f not in out]
@@ -72,6 +111,8 @@ def compute(bctx: dict, out: str) -> dict:
 
     if bctx["rung"] == 8:
         raise ValueError("rung 8's baseline artifact is computed by h3gates.rungs.r8_baseline (the CLI dispatches it)")
+    if bctx["rung"] == CAPTURES:
+        raise ValueError("the block inputs are computed by compute_captures (the CLI dispatches it)")
 
     from . import nvfp4
     from .candidates import baseline_roles
@@ -108,6 +149,70 @@ def compute(bctx: dict, out: str) -> dict:
     tmp.replace(p)
     progress(f"baseline r{bctx['rung']}: {p} ({wall:.1f} s)")
     return meta
+
+
+def compute_captures(cctx: dict, blocks: list[int], outs: list[str]) -> dict:
+    """One traversal of the reference model on the first step's input, writing the input of each block
+    in `blocks` to the matching path of `outs` (each atomically)."""
+    import torch
+
+    from . import nvfp4
+    from .model import build, load_profile
+    from .reference import Reference
+    from .rungs.gate import progress, resolve_device
+
+    if len(blocks) != len(outs) or sorted(blocks) != sorted(set(blocks)):
+        raise ValueError(f"captures: {len(blocks)} distinct blocks for {len(outs)} outputs expected, got blocks {blocks}")
+    device = resolve_device(cctx["device"])
+    prof = load_profile(cctx["profile"], cctx.get("user_profiles"))
+    if not all(0 <= b < prof.blocks for b in blocks):
+        raise ValueError(f"captures: blocks {blocks} outside the model's 0..{prof.blocks - 1}")
+    model = build(prof, seed=cctx["seed"], device=device, reference=Reference(device, cctx["semantics"], cctx["rcp_table"]), lazy=True)
+    want = dict(zip(blocks, outs))
+    env, k = environment(device), key(cctx)
+    _sync(device)
+    t0 = time.perf_counter()
+    x = model.initial_hidden(0)
+    metas = {}
+    for i in range(max(blocks) + 1):
+        if i in want:
+            meta = {"context": cctx, "key": k, "block": i, "files": {f: _sha(f) for f in files(cctx)}, "environment": env,
+                    "shape": list(x.shape), "dtype": str(x.dtype).replace("torch.", ""), "sha256": nvfp4.sha256(x), "wall_s": time.perf_counter() - t0,
+                    "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            p = Path(want[i])
+            p.parent.mkdir(parents=True, exist_ok=True)
+            tmp = p.with_name(f".{p.name}.tmp")
+            torch.save({"meta": meta, "x": x.cpu()}, tmp)
+            tmp.replace(p)
+            metas[i] = meta
+            progress(f"baseline captures: block {i} input -> {p} ({x.numel() * x.element_size() / 1e6:.0f} MB)")
+        if i < max(blocks):
+            x = model.block_forward(i, x, 0)
+            if i % 10 == 9:
+                progress(f"baseline captures: block {i + 1}/{max(blocks)}")
+    return metas
+
+
+def load_capture(path: str, ctx: dict, block: int, device: str):
+    """The input of `block` from the capture artifact at `path`, checked to be made from the capture
+    context of `ctx` (a rung's or a baseline context) and in this environment; on `device`."""
+    import torch
+
+    p = Path(path)
+    d = torch.load(p, weights_only=True, mmap=True)
+    meta, want = d["meta"], capture_context_of(ctx)
+    if meta["context"] != want or meta["block"] != int(block) or not p.name.endswith(f"-{meta['key']}.block{int(block)}.pt"):
+        raise ArtifactError(f"{p} was made from another context or block than this rung's (block {block})")
+    here, then = environment(ctx["device"]), meta.get("environment")
+    if then != here:
+        changed = sorted(k for k in set(here) | set(then or {}) if (then or {}).get(k) != here.get(k))
+        raise ArtifactError(f"{p} was computed with another {', '.join(changed)}: its bytes need not hold here; remove it (rm {p}) and rerun")
+    from . import nvfp4
+
+    x = d["x"]
+    if list(x.shape) != meta["shape"] or nvfp4.sha256(x) != meta["sha256"]:
+        raise ArtifactError(f"{p}: the input's bytes are not the ones its record names (edited or cut short); remove it (rm {p}) and rerun")
+    return x.to(device)
 
 
 class ArtifactError(RuntimeError):

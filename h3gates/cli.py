@@ -59,7 +59,8 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--upstream", nargs="*", default=[])
     b = sub.add_parser("baseline")
     b.add_argument("--context", required=True)
-    b.add_argument("--out", required=True)
+    b.add_argument("--out", required=True, nargs="+", help="one artifact; for the captures (rung 0), one per --blocks")
+    b.add_argument("--blocks", type=int, nargs="*", default=[], help="the captures' blocks (rung 0), in --out's order")
     t = sub.add_parser("token")
     t.add_argument("--out", required=True)
     t.add_argument("--revoke", nargs="*", default=[])
@@ -122,14 +123,19 @@ def _run(a) -> int:
         context = json.loads(a.context)
         if context["rung"] == 8:
             from .rungs.r8_baseline import compute
+        elif context["rung"] == 0:
+            from .baseline import compute_captures
+
+            compute = lambda ctx, outs: compute_captures(ctx, a.blocks, outs)
         else:
             from .baseline import compute
-
+        if context["rung"] != 0 and len(a.out) != 1:
+            parser().error(f"baseline r{context['rung']}: one --out expected, got {len(a.out)}")
         if context["device"] == "cuda":
             from .lease import acquire
 
-            acquire(f"baseline r{context['rung']}")
-        compute(context, a.out)
+            acquire("baseline captures" if context["rung"] == 0 else f"baseline r{context['rung']}")
+        compute(context, a.out if context["rung"] == 0 else a.out[0])
         return 0
     if a.cmd == "token":
         from .tokens import Refusal, revoke, token

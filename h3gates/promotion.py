@@ -53,7 +53,7 @@ def check_report(path, candidate: str, rung: int, expected: dict) -> tuple[str, 
         reasons.append(f"{p}: stale: config changed since the gate ran")
     for up, h in d["upstream"].items():
         try:
-            if file_sha256(up) != h:
+            if file_sha256(up, cached=True) != h:
                 reasons.append(f"{p}: digest chain broken: upstream {up} changed after this gate ran")
         except FileNotFoundError:
             reasons.append(f"{p}: upstream {up} is missing")

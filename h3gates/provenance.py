@@ -68,7 +68,14 @@ def rung_context(config, candidate: str, rung: int) -> dict:
         "rung_params": rung_params(config, rung),
         "artifacts": {c: a for c in (candidate, *acc) if (a := registry.artifacts(c, cand_config(config, c), config["profile"]))},
         **({"baseline_artifact": _baseline_artifact(config, rung)} if _shared(config, rung) else {}),
+        **({"captures": caps} if (caps := _captures(config, rung)) else {}),
     }
+
+
+def _captures(config, rung: int) -> dict:
+    from . import baseline  # it imports this module
+
+    return baseline.captures_for(config, rung)
 
 
 def _shared(config, rung: int) -> bool:
@@ -100,8 +107,10 @@ def digest(obj) -> str:
     return hashlib.sha256(canonical(obj)).hexdigest()
 
 
-def file_sha256(path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+def file_sha256(path, cached: bool = False) -> str:
+    """`cached`: once per (path, mtime, size) in this process (promotion reads the same block capture,
+    406 MB at canonical size, for rungs 3, 4 and 8)."""
+    return _content_sha(Path(path)).hex() if cached else hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def _content_sha(path: Path) -> bytes:
@@ -135,11 +144,17 @@ def kernel_files(ctx: dict, root=None) -> list[str]:
     return files
 
 
-def artifact_files(ctx: dict) -> list[str]:
+def artifact_files(ctx: dict, block=None) -> list[str]:
     """Workflow artifacts the rung reads -- the candidate's (and the accepted candidates') own, e.g. a
-    sweep, and for rungs 5-7 (and 8 on a GPU) the shared baseline artifact (h3gates/baseline.py): inputs of the rung,
-    recorded among the report's upstream digests."""
+    sweep, for rungs 5-7 (and 8 on a GPU) the shared baseline artifact (h3gates/baseline.py), and for
+    rungs 3 and 4 (of `block`) and 8 the captured input of their block: inputs of the rung, recorded
+    among the report's upstream digests."""
     out = [p for arts in ctx.get("artifacts", {}).values() for p in arts.values()]
+    caps = ctx.get("captures", {})
+    if ctx["rung"] in (3, 4) and block is not None:
+        out += [caps[str(block)]] if str(block) in caps else []
+    elif ctx["rung"] not in (3, 4):
+        out += list(caps.values())
     return out + ([ctx["baseline_artifact"]] if "baseline_artifact" in ctx else [])
 
 
@@ -168,10 +183,10 @@ def provenance(ctx: dict, root=None) -> dict:
 
 
 def config_digest(ctx: dict) -> str:
-    """The digest of the rung's configuration. The baseline artifact's path is left out: it carries a
+    """The digest of the rung's configuration. The baseline artifacts' paths are left out: they carry a
     content key, and the artifact's own SHA-256 is an upstream digest of the report (a module edit is
     then reported as the code or the artifact that changed, not as a config change)."""
-    return digest({k: v for k, v in ctx.items() if k != "baseline_artifact"})
+    return digest({k: v for k, v in ctx.items() if k not in ("baseline_artifact", "captures")})
 
 
 # ------------------------------------------------------------------ the import closure

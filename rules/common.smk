@@ -60,7 +60,7 @@ def code(rung):
 def artifacts(rung):
     """Workflow artifacts the candidate's rungs read (e.g. fc2_algo's sweep): produced by their own
     rules, recorded among each report's upstream digests."""
-    return lambda wc: H3.artifact_files(ctx_of(wc, rung))
+    return lambda wc: H3.artifact_files(ctx_of(wc, rung), getattr(wc, "block", None))
 
 
 def fc2_study(wildcards):
@@ -82,6 +82,19 @@ def baseline_context(wc):
             f"no baseline of this configuration has key {wc.key} (this one's is {H3baseline.key(bctx)})"
         )
     return bctx
+
+
+def capture_context(wc):
+    """The capture context whose key is wc.key (the inputs of the gated blocks, h3gates/baseline.py)."""
+    cctx = H3baseline.capture_context_of(H3.shared_context(config))
+    if H3baseline.key(cctx) != wc.key:
+        raise WorkflowError(
+            f"no capture of this configuration has key {wc.key} (this one's is {H3baseline.key(cctx)})"
+        )
+    return cctx
+
+
+CAPTURED = H3baseline.captured_blocks(config)
 
 
 def fingerprint(rung):

@@ -226,12 +226,35 @@ rule r8_profile:
         "python -m h3gates rung 8 --context {params.context:q} --out {output} --upstream {input.upstream} {input.artifacts} > {log} 2>&1"
 
 
+# The inputs of the gated blocks (and rung 8's), from one traversal of the reference model, read by
+# rungs 3, 4 and 8 of every candidate (h3gates/baseline.py; 406 MB per block at canonical size).
+rule baseline_captures:
+    input:
+        files=lambda wc: H3baseline.files(capture_context(wc)),
+    output:
+        [f"{RES}/baseline/r0-{{key}}.block{b}.pt" for b in CAPTURED],
+    log:
+        f"{LOGS}/baseline/r0-{{key}}.log",
+    wildcard_constraints:
+        key="[0-9a-f]{16}",
+    conda:
+        "../envs/h3gates.yaml"
+    resources:
+        gpu=GPU,
+    params:
+        context=lambda wc: json.dumps(capture_context(wc), sort_keys=True),
+        blocks=" ".join(map(str, CAPTURED)),
+    shell:
+        "python -m h3gates baseline --context {params.context:q} --blocks {params.blocks} --out {output} > {log} 2>&1"
+
+
 # The baseline side of rungs 5-7 (and rung 8's Nsight Compute capture on a GPU), computed once per
 # baseline and read by every candidate's rung
 # (h3gates/baseline.py): its path carries a key of the baseline context and the files computing it.
 rule baseline_artifact:
     input:
         files=lambda wc: H3baseline.files(baseline_context(wc)),
+        captures=lambda wc: H3baseline.captures_of(baseline_context(wc)),
     output:
         f"{RES}/baseline/r{{brung}}-{{key}}.pt",
     log:

@@ -33,6 +33,17 @@ PY
       grep -hE "REFUSED|FAILED|Error|rung [0-9] " "$OUT"/gpucheck/*.log | tail -20
       python3 -m h3gates status --configfile config/config.yaml config/ci.yaml config/fc2_algo.yaml /tmp/cuda.yaml /tmp/accepted.yaml 2>&1 | tee "$OUT/gpucheck/status.txt"
       mkdir -p /tmp/gc && cp -r results logs /tmp/gc/ && cp -r "$OUT/gpucheck" /tmp/gc/ && (cd /tmp && tar czf "$OUT/gpucheck.tgz" gc) && rm -rf "$OUT/gpucheck" ;;
+    jobprofile)  # canonical: modulate_fusion's rungs 1-2 and the block captures, then its rung 3 of block 24 again under
+                 # cProfile and -X importtime (what a GPU job's seconds go to: imports, CUDA start, compiles, the model, the work)
+      python3 -m snakemake --unlock --configfile config/canonical.yaml > /dev/null 2>&1; mkdir -p "$OUT/jobprofile"
+      timeout "${JP_TIMEOUT:-240}" python3 -m snakemake --cores 1 results/canonical/modulate_fusion/r3_projection/block24.json \
+        --configfile config/canonical.yaml > "$OUT/jobprofile/snakemake.log" 2>&1; echo "snakemake rc=$?"
+      python3 -c "import json; from h3gates import config as C, provenance as P; print(json.dumps(P.rung_context(C.load_config(['config/config.yaml', 'config/canonical.yaml']), 'modulate_fusion', 3)))" > /tmp/r3ctx.json
+      python3 -X importtime -m cProfile -o /tmp/r3.prof -m h3gates rung 3 --context "$(cat /tmp/r3ctx.json)" --out /tmp/r3b24.json --block 24 \
+        2> "$OUT/jobprofile/r3_importtime.log"; echo "profiled rung 3 rc=$?"
+      python3 -c "import pstats; s = pstats.Stats('/tmp/r3.prof'); s.sort_stats('cumulative').print_stats(60); s.sort_stats('tottime').print_stats(25)" > "$OUT/jobprofile/r3_cprofile.txt" 2>&1
+      grep -v "^import time:" "$OUT/jobprofile/r3_importtime.log" | tail -30; head -c 300 /tmp/r3b24.json; echo
+      cp -r logs/canonical "$OUT/jobprofile/logs"; cp logs/gpu_leases.jsonl "$OUT/jobprofile/"; ls -la results/canonical/baseline/ | tee "$OUT/jobprofile/baseline_ls.txt" ;;
     r1cuda)  # rung 1 (path coverage) of every candidate on CUDA at the CI profile (fc2_algo after its sweep)
       rm -rf results/ci logs/ci .snakemake; mkdir -p "$OUT/r1cuda"; printf 'device: cuda\n' > /tmp/cuda.yaml
       timeout 240 python3 -m snakemake --cores 1 --keep-going results/ci/{modulate_fusion,swiglu_fusion,qkv_ring,fc2_algo}/r1_adversarial.json \

@@ -1,5 +1,5 @@
 """A candidate's climb run in this process, as the workflow chains its jobs (no Snakemake: seconds
-instead of minutes): the baseline artifacts rule baseline_artifact would make, each rung, its pass
+instead of minutes): the baseline artifacts rules baseline_captures and baseline_artifact would make, each rung, its pass
 token."""
 
 from __future__ import annotations
@@ -14,6 +14,9 @@ def climb(cfg: dict, cand: str) -> tuple[int, str]:
     upstream: list[str] = []
     for rung in range(1, 9):
         ctx = provenance.rung_context(cfg, cand, rung)
+        if not all(Path(p).exists() for p in ctx.get("captures", {}).values()):
+            cctx, blocks = baseline.capture_context_of(ctx), baseline.captured_blocks(cfg)
+            baseline.compute_captures(cctx, blocks, [baseline.capture_path(cctx, b) for b in blocks])
         if "baseline_artifact" in ctx and not Path(ctx["baseline_artifact"]).exists():
             baseline.compute(baseline.context_of(ctx), ctx["baseline_artifact"])
         outs = paths.report_paths(cfg["profile"], cand, cfg["blocks"])[rung]

@@ -4,6 +4,7 @@ rung's context names, and part of each report's digest chain."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -138,7 +139,7 @@ def test_rung8_with_the_shared_capture_profiles_only_the_candidate(tmp_path, mon
     assert sides == ["baseline", "candidate"]
 
 
-def test_the_profiled_target_of_the_rung8_artifact_runs_one_baseline_block(monkeypatch):
+def test_the_profiled_target_of_the_rung8_artifact_runs_one_baseline_block(monkeypatch, tmp_path):
     """`profile-target --side baseline-artifact` (what the artifact's ncu launches) takes a baseline
     context, not a rung's: it builds the baseline and runs the gated block inside the profiled range
     (run here on the CPU, the range stubbed)."""
@@ -149,10 +150,89 @@ def test_the_profiled_target_of_the_rung8_artifact_runs_one_baseline_block(monke
     from h3gates.model import h3
 
     ranges, blocks = [], []
+    monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(nsight, "exit_with_parent", lambda *a, **k: None)
     monkeypatch.setattr(nsight, "profiled_range", lambda: contextlib.nullcontext(ranges.append(1)))
     real = h3.H3Model.block_forward
     bctx = baseline.context(C.validate_config(merge(BASE, {"device": "cpu"})), 5) | {"rung": 8, "steps": None, "profile_rung": {"block": 3, "ncu_timeout": 60}}
+    cctx = baseline.capture_context_of(bctx)
+    baseline.compute_captures(cctx, [3], [baseline.capture_path(cctx, 3)])
+    assert baseline.captures_of(bctx) == [baseline.capture_path(cctx, 3)]
     monkeypatch.setattr(h3.H3Model, "block_forward", lambda self, i, *a, **k: blocks.append(i) or real(self, i, *a, **k))
     assert cli.main(["profile-target", "--context", json.dumps(bctx), "--side", "baseline-artifact"]) == 0
-    assert ranges == [1] and blocks.count(3) >= 3  # two warm-up calls and the profiled one, at the configured block
+    assert ranges == [1] and blocks == [3] * 3  # from the captured input: two warm-up calls and the profiled one
+
+
+# ------------------------------------------------------------------ the gated blocks' inputs ("rung 0")
+def test_one_capture_per_block_shared_by_every_candidate_and_rung():
+    """Rungs 3 and 4 name the captures of the gated blocks, rung 8 its block's; one path per block for
+    every candidate; the key leaves out what the reference traversal does not run (the accepted
+    baseline) and follows what it does (seed, semantics, device)."""
+    for rung in (3, 4):
+        caps = {json.dumps(P.rung_context(BASE, c, rung)["captures"]) for c in C.enabled(BASE)}
+        assert len(caps) == 1
+        caps = P.rung_context(BASE, "qkv_ring", rung)["captures"]
+        assert sorted(caps) == ["0", "3"] and all(p.startswith("results/ci/baseline/r0-") and p.endswith(f".block{b}.pt") for b, p in caps.items())
+        assert P.artifact_files(P.rung_context(BASE, "qkv_ring", rung), 3) == [caps["3"]]
+    r8 = P.rung_context(BASE, "modulate_fusion", 8)["captures"]
+    assert r8 == {"3": P.rung_context(BASE, "modulate_fusion", 4)["captures"]["3"]} and r8["3"] in P.artifact_files(P.rung_context(BASE, "modulate_fusion", 8))
+    assert all("captures" not in P.rung_context(BASE, "modulate_fusion", r) for r in (1, 2, 5, 6, 7))
+    assert baseline.captured_blocks(C.validate_config(merge(BASE, {"profile_rung": {"block": 1}}))) == [0, 1, 3]
+    key = lambda cfg: baseline.key(baseline.capture_context_of(P.shared_context(cfg)))
+    assert key(C.validate_config(merge(BASE, {"baseline": {"accepted": ["modulate_fusion"]}}))) == key(BASE)
+    for change in ({"seed": 1}, {"semantics": "cuda"}):
+        assert key(C.validate_config(merge(BASE, change))) != key(BASE)
+    assert P.config_digest(P.rung_context(BASE, "qkv_ring", 3)) == P.config_digest({k: v for k, v in P.rung_context(BASE, "qkv_ring", 3).items() if k != "captures"})
+
+
+def test_captured_inputs_are_the_traversals_and_are_checked_when_read(tmp_path, monkeypatch):
+    """The capture holds the input the in-process traversal computes, byte for byte; a rung's Gate runs
+    its block alone from it (the other blocks never made); reading it checks context, block, bytes and
+    environment."""
+    import torch
+
+    from h3gates.model import build, load_profile
+    from h3gates.rungs.gate import Gate
+
+    ctx = P.rung_context(BASE, "modulate_fusion", 3)
+    cctx, blocks = baseline.capture_context_of(ctx), baseline.captured_blocks(BASE)
+    outs = [str(tmp_path / baseline.capture_path(cctx, b)) for b in blocks]
+    ctx["captures"] = dict(zip(map(str, blocks), outs))
+    metas = baseline.compute_captures(cctx, blocks, outs)
+    assert sorted(metas) == [0, 3] and not list(Path(outs[0]).parent.glob(".*.tmp"))
+    full = build(load_profile("ci", BASE["profiles"]), seed=0)
+    gate = Gate(ctx, 3, 3)
+    cap = gate.capture(3)
+    ref = full.capture(3)
+    assert torch.equal(cap.x, ref.x) and gate.model.blocks.made == [3]
+    for role in ref.inputs:
+        for k, v in ref.inputs[role].__dict__.items():
+            if isinstance(v, torch.Tensor):
+                assert torch.equal(v, cap.inputs[role].__dict__[k]), (role, k)
+    with pytest.raises(baseline.ArtifactError, match="another context or block"):
+        baseline.load_capture(outs[1], ctx, 0, "cpu")
+    with pytest.raises(baseline.ArtifactError, match="another context or block"):
+        baseline.load_capture(outs[1], {**ctx, "seed": 1}, 3, "cpu")
+    d = torch.load(outs[1], weights_only=True)
+    d["x"][5, 7] = -d["x"][5, 7] + 1
+    torch.save(d, outs[1])
+    with pytest.raises(baseline.ArtifactError, match="bytes are not the ones its record names"):
+        baseline.load_capture(outs[1], ctx, 3, "cpu")
+    here = baseline.environment("cpu")
+    monkeypatch.setattr(baseline, "environment", lambda device: {**here, "comfy_kitchen": "0.0.1"})
+    with pytest.raises(baseline.ArtifactError, match="computed with another comfy_kitchen"):
+        baseline.load_capture(outs[0], ctx, 0, "cpu")
+
+
+def test_capture_cli_pairs_blocks_and_outputs(tmp_path, monkeypatch):
+    import json as _json
+
+    from h3gates import cli
+
+    monkeypatch.chdir(tmp_path)
+    cctx = baseline.capture_context_of(P.shared_context(BASE))
+    with pytest.raises(ValueError, match="2 distinct blocks for 1 outputs"):
+        cli.main(["baseline", "--context", _json.dumps(cctx), "--blocks", "0", "3", "--out", "a.pt"])
+    with pytest.raises(ValueError, match="outside the model"):
+        cli.main(["baseline", "--context", _json.dumps(cctx), "--blocks", "4", "--out", "a.pt"])
+    assert cli.main(["baseline", "--context", _json.dumps(cctx), "--blocks", "3", "--out", "b3.pt"]) == 0 and Path("b3.pt").is_file()

@@ -83,7 +83,8 @@ def test_auto_runs_the_sweep_first_at_the_profiles_fc2_shape(tmp_path, fake_nvma
     cfg = C.validate_config(merge(merge(BASE, CI_CONFIG), merge(ONLY_FC2, {"device": "cuda"})))
     for rung in range(1, 9):
         ctx = provenance.rung_context(cfg, "fc2_algo", rung)
-        assert provenance.artifact_files(ctx) == ["results/ci/fc2_algo/study/fc2_sweep.json"] + ([ctx["baseline_artifact"]] if rung in (5, 6, 7, 8) else [])  # rung 8's capture: cuda
+        caps = [ctx["captures"]["3"]] if rung in (3, 4, 8) else []  # the input of block 3 (rungs 3-4 of that block, rung 8's)
+        assert provenance.artifact_files(ctx, 3) == ["results/ci/fc2_algo/study/fc2_sweep.json"] + caps + ([ctx["baseline_artifact"]] if rung in (5, 6, 7, 8) else [])  # rung 8's capture: cuda
     # a named algorithm needs no sweep
     (ws / "config" / "h0.yaml").write_text(yaml.safe_dump({"candidates": {"fc2_algo": {"params": {"algorithm": "heuristic0"}}}}))
     out = _dry_run(ws, fake_nvmath, "promote_fc2_algo", "--configfile", "config/config.yaml", "config/h0.yaml")

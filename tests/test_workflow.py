@@ -77,7 +77,7 @@ def test_baseline_artifacts_are_shared_and_in_the_digest_chain(ws):
     broken digest chain for every record that rests on it."""
     import torch
 
-    arts = sorted((ws / RES / "baseline").glob("r*.pt"))
+    arts = sorted((ws / RES / "baseline").glob("r[5-8]-*.pt"))
     assert [a.name[:3] for a in arts] == ["r5-", "r6-", "r7-"]
     for cand in CANDS:
         r7 = json.loads((ws / RES / cand / "r7_trajectory.json").read_text())
@@ -88,6 +88,33 @@ def test_baseline_artifacts_are_shared_and_in_the_digest_chain(ws):
     torch.save(d, arts[2])
     p = h3gates(ws, "verify", f"{RES}/promotion/qkv_ring.json")
     _refused(p, "digest chain broken", f"{RES}/baseline/r7-")
+
+
+def test_block_inputs_are_one_shared_capture_in_the_digest_chain(ws):
+    """Rungs 3, 4 and 8 start from their block's input in the shared capture artifact (one traversal for
+    the three candidates); its SHA-256 is an upstream digest of their reports, so an edited capture
+    is a broken digest chain, and a capture whose bytes no longer match its record is refused by the
+    rung that reads it."""
+    import torch
+
+    caps = sorted((ws / RES / "baseline").glob("r0-*.pt"))
+    assert [c.name.split(".", 1)[1] for c in caps] == ["block0.pt", "block3.pt"] and len({c.name.split(".")[0] for c in caps}) == 1
+    for cand in CANDS:
+        for rung, name in ((3, "r3_projection"), (4, "r4_block")):
+            for b in (0, 3):
+                up = json.loads((ws / RES / cand / name / f"block{b}.json").read_text())["upstream"]
+                assert [u for u in up if "/baseline/r0-" in u] == [f"{RES}/baseline/{caps[b > 0].name}"], (cand, rung, b, up)
+        r8 = json.loads((ws / RES / cand / "r8_profile.json").read_text())["upstream"]
+        assert [u for u in r8 if "/baseline/r0-" in u] == [f"{RES}/baseline/{caps[1].name}"]
+    d = torch.load(caps[1], weights_only=True)
+    d["x"][0, 0] += 1
+    torch.save(d, caps[1])
+    p = h3gates(ws, "verify", f"{RES}/promotion/swiglu_fusion.json")
+    _refused(p, "digest chain broken", f"{RES}/baseline/{caps[1].name}")
+    r = snakemake(ws, f"{RES}/modulate_fusion/r3_projection/block3.json")  # the capture is newer: rung 3 of block 3 reruns
+    assert r.returncode != 0
+    log = (ws / "logs/ci/modulate_fusion/r3_projection_block3.log").read_text()
+    assert "bytes are not the ones its record names" in log and not (ws / RES / "modulate_fusion/r3_projection/block3.json").exists()
 
 
 def test_report_and_plots_build(ws):
@@ -455,15 +482,16 @@ def test_default_tiny_ladder_promotes_modulate_fusion(tmp_path):
 def test_rerun_of_a_gate_reproduces_its_report_except_timing(ws):
     """Reports compare byte for byte between identical runs once timing fields are set aside."""
     from h3gates.config import load_config
-    from h3gates.provenance import rung_context
+    from h3gates.provenance import artifact_files, rung_context
     from h3gates.report import comparable
 
     cfg = load_config([ws / "config/config.yaml"])
-    context = json.dumps(rung_context(cfg, "modulate_fusion", 4), sort_keys=True)
+    ctx = rung_context(cfg, "modulate_fusion", 4)
+    context = json.dumps(ctx, sort_keys=True)
     first = ws / RES / "modulate_fusion/r4_block/block3.json"
     again = ws / "again.json"
     p = h3gates(ws, "rung", "4", "--context", context, "--block", "3", "--out", str(again),
-                "--upstream", f"{RES}/modulate_fusion/r3_projection/block3.json", OMP_NUM_THREADS="1")  # as snakemake runs a job
+                "--upstream", f"{RES}/modulate_fusion/r3_projection/block3.json", *artifact_files(ctx, 3), OMP_NUM_THREADS="1")  # as snakemake runs a job
     assert p.returncode == 0, p.stderr
     a, b = json.loads(first.read_text()), json.loads(again.read_text())
     assert a["timing"]["baseline_s"] != b["timing"]["baseline_s"]  # fresh measurements ...

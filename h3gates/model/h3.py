@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -151,9 +152,17 @@ class H3Model:
 
     def capture(self, block: int, step: int = 0) -> Capture:
         """Run the reference model to block `block` on the first step's input; capture its exact inputs."""
+        return self.capture_at(block, self.block_input(block, step), step)
+
+    def block_input(self, block: int, step: int = 0) -> torch.Tensor:
+        """The input of block `block` in the reference model on step `step`'s input."""
         x = self.initial_hidden(step)
         for i in range(block):
             x = self.block_forward(i, x, step)
+        return x
+
+    def capture_at(self, block: int, x: torch.Tensor, step: int = 0) -> Capture:
+        """The exact inputs of each role of block `block` on input x, on the reference path."""
         cap = Capture(x=x)
         self.block_forward(block, x, step, capture=cap)
         return cap
@@ -225,8 +234,38 @@ def generate_io(config: H3Config, seed: int, device) -> dict:
     }
 
 
-def build(config: H3Config, *, seed: int, device="cpu", reference: Reference | None = None, blocks: list[Block] | None = None) -> H3Model:
-    """A deterministic stand-in model: same config, seed and device give the same bytes."""
+class LazyBlocks(Sequence):
+    """The model's blocks, each generated on first use: every block has its own seeds (generate_block),
+    so the bytes do not depend on which blocks were made, or in which order. A gate that runs one block
+    from a captured input (h3gates.baseline captures) makes that block alone."""
+
+    def __init__(self, config: H3Config, seed: int, device, reference: Reference):
+        self._args, self._made = (config, seed, device, reference), {}
+
+    def __len__(self) -> int:
+        return self._args[0].blocks
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        i = range(len(self))[i]  # IndexError past the end, negative indices from it
+        if i not in self._made:
+            self._made[i] = generate_block(self._args[0], i, *self._args[1:])
+        return self._made[i]
+
+    @property
+    def made(self) -> list[int]:
+        return sorted(self._made)
+
+
+def build(config: H3Config, *, seed: int, device="cpu", reference: Reference | None = None, blocks: list[Block] | None = None,
+          lazy: bool = False) -> H3Model:
+    """A deterministic stand-in model: same config, seed and device give the same bytes. `lazy`: each
+    block is generated on first use (same bytes; for a process that runs a few blocks, and whose timed
+    region never is a block's first use)."""
     reference = reference or Reference(device)
-    blocks = blocks if blocks is not None else [generate_block(config, i, seed, device, reference) for i in range(config.blocks)]
+    if blocks is None:
+        blocks = LazyBlocks(config, seed, device, reference)
+        if not lazy:
+            blocks = list(blocks)
     return H3Model(config, blocks, generate_io(config, seed, device), device, reference)

@@ -20,7 +20,8 @@ CURRENT: list = []  # the gate of this process, for the crash handler
 
 
 def progress(msg: str) -> None:
-    print(f"[h3gates {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+    now = time.time()
+    print(f"[h3gates {time.strftime('%H:%M:%S', time.localtime(now))}.{int(now % 1 * 1000):03d}] {msg}", file=sys.stderr, flush=True)
 
 
 def resolve_device(device: str) -> str:
@@ -70,10 +71,26 @@ class Gate:
 
     @property
     def model(self):
+        """The model; where the context names captured block inputs (rungs 3, 4, 8), its blocks are made on
+        first use (only the gated block's, the bytes of a full build)."""
         if self._model is None:
-            progress(f"building the {self.config.name} model on {self.device}")
-            self._model = build(self.config, seed=self.ctx["seed"], device=self.device, reference=self.reference_q)
+            lazy = bool(self.ctx.get("captures"))
+            progress(f"building the {self.config.name} model on {self.device}" + (" (blocks on first use)" if lazy else ""))
+            self._model = build(self.config, seed=self.ctx["seed"], device=self.device, reference=self.reference_q, lazy=lazy)
         return self._model
+
+    def capture(self, block: int):
+        """The reference inputs of `block` (its input and each role's): from the block input the shared
+        capture artifact holds when the context names one (checked: h3gates.baseline.load_capture), else
+        by running the reference model up to the block in this process."""
+        path = self.ctx.get("captures", {}).get(str(block))
+        if path is None:
+            return self.model.capture(block)
+        from ..baseline import load_capture
+
+        x = load_capture(path, self.ctx, block, self.device)
+        progress(f"block {block}: input from {path}")
+        return self.model.capture_at(block, x)
 
     def with_candidate(self) -> dict:
         return {**self.baseline, **self.candidate}

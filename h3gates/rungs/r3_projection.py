@@ -14,7 +14,7 @@ from .gate import Gate
 
 def run(ctx, out, block, upstream=()):
     gate = Gate(ctx, 3, block, upstream)
-    cap = gate.model.capture(block)
+    cap = gate.capture(block)
     roles = {}
     for role in gate.spec.roles:
         inp = cap.inputs[role]

@@ -12,7 +12,7 @@ TIMING_KEYS = ("confidence", "min_rounds", "batch", "max_rounds", "min_gain", "w
 
 def run(ctx, out, block, upstream=()):
     gate = Gate(ctx, 4, block, upstream)
-    x = gate.model.capture(block).x
+    x = gate.capture(block).x
     base = lambda: gate.model.block_forward(block, x, 0, gate.baseline)
     cand = lambda: gate.model.block_forward(block, x, 0, gate.with_candidate())
     cmp = nvfp4.compare_outputs(cand(), base())

@@ -60,9 +60,11 @@ def profile_target(bctx: dict) -> None:
     ref = Reference(device, bctx["semantics"], bctx["rcp_table"])
     prof = load_profile(bctx["profile"], bctx.get("user_profiles"))
     roles = baseline_roles(bctx, device, ref, prof)
-    model = build(prof, seed=bctx["seed"], device=device, reference=ref)
+    from ..baseline import capture_context_of, capture_path, load_capture
+
+    model = build(prof, seed=bctx["seed"], device=device, reference=ref, lazy=True)
     block = bctx["profile_rung"]["block"]
-    x = model.capture(block).x
+    x = load_capture(capture_path(capture_context_of(bctx), block), bctx, block, device)
     for _ in range(2):
         model.block_forward(block, x, 0, roles)
     with nsight.profiled_range():

@@ -56,7 +56,7 @@ def target(ctx: dict, side: str) -> None:
     gate = Gate(ctx, 8)
     block = ctx["rung_params"]["block"]
     roles = gate.baseline if side == "baseline" else gate.with_candidate()
-    x = gate.model.capture(block).x
+    x = gate.capture(block).x
     for _ in range(2):
         gate.model.block_forward(block, x, 0, roles)
     with nsight.profiled_range():
@@ -100,7 +100,7 @@ def _counters(gate, ns) -> dict:
 def run(ctx, out, block=None, upstream=()):
     gate = Gate(ctx, 8, upstream=upstream)
     block = ctx["rung_params"]["block"]
-    x = gate.model.capture(block).x
+    x = gate.capture(block).x
     base = _profile_block(gate, block, x, gate.baseline)
     cand = _profile_block(gate, block, x, gate.with_candidate())
     key = "peak_cuda_bytes" if gate.device == "cuda" else "peak_cpu_bytes"
