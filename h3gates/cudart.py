@@ -1,7 +1,11 @@
 """CUDA C on torch's current stream, the machinery every h3gates CUDA launcher builds on: `Module`
 compiles one .cu file (with kernels/common on the include path) at first use with NVRTC through
 cuda-python's `cuda.core` (arch sm_XYa of the current device), cached per process and source content,
-and launches its kernels. Imported by h3gates.cudakernels (the producers' launchers) and
+and launches its kernels. The cubin is also kept on disk (`H3GATES_CUBIN_CACHE`, default
+~/.cache/h3gates/cubin; `off` disables it), keyed by everything NVRTC's output depends on (the source,
+the headers it can include, kernel names, arch, options, NVRTC and cuda.core versions), so the next
+process loads it instead of compiling (1-3 s per file, in every GPU job of the ladder); an entry that
+does not load is recompiled. Imported by h3gates.cudakernels (the producers' launchers) and
 h3gates.standin_cuda (the stand-in model's kernels); it imports no kernel source itself, so editing
 a .cu file reruns only the gates whose code compiles it.
 """
@@ -9,6 +13,8 @@ a .cu file reruns only the gates whose code compiles it.
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -73,6 +79,84 @@ def _allow_dynamic_smem(kern, nbytes: int, device_index: int) -> None:
         raise RuntimeError(f"could not allow {nbytes} bytes of shared memory for a swiglu kernel: {err}")
 
 
+# ------------------------------------------------------------------ the on-disk cubin cache
+CACHE_ENV = "H3GATES_CUBIN_CACHE"
+HEADERS = ("cuda_bf16", "cuda_fp16", "cuda_fp8")  # the toolkit headers the kernels include (and their .hpp)
+STATS = {"compiled": [], "loaded": []}  # this process's modules, by cache key (tests and evidence read it)
+
+
+def cache_dir() -> Path | None:
+    v = os.environ.get(CACHE_ENV, "")
+    if v.lower() in ("off", "0", "no"):
+        return None
+    return Path(v) if v else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "h3gates" / "cubin"
+
+
+def _versions() -> dict | None:
+    try:
+        from importlib.metadata import version
+
+        from cuda.bindings import nvrtc
+
+        err, major, minor = nvrtc.nvrtcVersion()
+        return {"nvrtc": [int(major), int(minor)], "cuda_core": version("cuda-core"), "cuda_bindings": version("cuda-bindings")}
+    except Exception:  # noqa: BLE001 (no versions, no cache: compile as before)
+        return None
+
+
+def cache_key(source: str, names, arch: str, include: list[str]) -> str | None:
+    """SHA-256 of what the cubin depends on; None where the NVRTC version cannot be read."""
+    vers = _versions()
+    if vers is None:
+        return None
+    headers = {}
+    for d in include:
+        for f in sorted(Path(d).glob("*")):
+            if f.is_file() and (f.suffix == ".cuh" or f.name.startswith(HEADERS)):
+                headers[str(f)] = hashlib.sha256(f.read_bytes()).hexdigest()
+    what = {"source": source, "names": list(names), "arch": arch, "std": "c++17", "include": include, "headers": headers, **vers}
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
+
+
+def _symbols(mod) -> dict | None:
+    sym = getattr(mod, "_sym_map", None)
+    if not isinstance(sym, dict):
+        return None
+    return {str(k): {"bytes": v.decode()} if isinstance(v, bytes) else {"str": str(v)} for k, v in sym.items()}
+
+
+def _store(key: str, mod, names) -> None:
+    d = cache_dir()
+    sym, code = _symbols(mod), getattr(mod, "code", None)
+    if d is None or sym is None or not isinstance(code, (bytes, bytearray)) or not all(n in sym for n in names):
+        return
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        for name, data in ((f"{key}.cubin", bytes(code)),
+                           (f"{key}.json", json.dumps({"symbols": sym, "cubin_sha256": hashlib.sha256(code).hexdigest()}).encode())):
+            tmp = d / f".{name}.{os.getpid()}.tmp"
+            tmp.write_bytes(data)
+            tmp.replace(d / name)  # the index last: a reader that finds it finds the whole cubin
+    except OSError:
+        pass  # a read-only or full cache: compile next time
+
+
+def _load(key: str, names):
+    d = cache_dir()
+    if d is None or not (d / f"{key}.json").is_file():
+        return None
+    try:
+        idx = json.loads((d / f"{key}.json").read_text())
+        code = (d / f"{key}.cubin").read_bytes()
+        if hashlib.sha256(code).hexdigest() != idx["cubin_sha256"]:
+            return None
+        sym = {k: v["bytes"].encode() if "bytes" in v else v["str"] for k, v in idx["symbols"].items()}
+        mod = _cc().ObjectCode.from_cubin(code, symbol_mapping=sym)
+        return mod, {n: mod.get_kernel(n) for n in names}
+    except Exception:  # noqa: BLE001 (an entry that does not load is recompiled)
+        return None
+
+
 @functools.lru_cache(maxsize=None)
 def _compile(source: str, names: tuple[str, ...], smem: tuple[tuple[str, int], ...], device_index: int):
     cc = _cc()
@@ -80,9 +164,19 @@ def _compile(source: str, names: tuple[str, ...], smem: tuple[tuple[str, int], .
     dev.set_current()
     major, minor = torch.cuda.get_device_capability(device_index)
     arch = f"sm_{major}{minor}a" if major >= 9 else f"sm_{major}{minor}"
-    opts = cc.ProgramOptions(std="c++17", arch=arch, include_path=_include_paths())
-    mod = cc.Program(source, code_type="c++", options=opts).compile("cubin", name_expressions=list(names))
-    kernels = {n: mod.get_kernel(n) for n in names}
+    include = _include_paths()
+    key = cache_key(source, names, arch, include)
+    hit = _load(key, names) if key else None
+    if hit is not None:
+        kernels = hit[1]
+        STATS["loaded"].append(key)
+    else:
+        opts = cc.ProgramOptions(std="c++17", arch=arch, include_path=include)
+        mod = cc.Program(source, code_type="c++", options=opts).compile("cubin", name_expressions=list(names))
+        kernels = {n: mod.get_kernel(n) for n in names}
+        STATS["compiled"].append(key)
+        if key:
+            _store(key, mod, names)
     for prefix, nbytes in smem:
         for n, kern in kernels.items():
             if n.startswith(prefix):

@@ -1,0 +1,109 @@
+"""The on-disk cubin cache of h3gates.cudart (issue 12: every GPU job of the ladder compiled its .cu
+files again, 1-3 s each): a second process loads what the first compiled, the kernels it loads write
+the same bytes, an entry that does not load (cut short, edited) is recompiled, and the key follows
+everything NVRTC's output depends on. The GPU tests skip where cuda.core cannot compile (CI)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from h3gates import cudart, standin_cuda
+
+ROOT = Path(__file__).resolve().parent.parent
+requires_kernels = pytest.mark.skipif(not standin_cuda.available(), reason="needs a CUDA GPU where cuda.core compiles kernels/common/standin.cu")
+
+# one process: decode a fixed packed tensor with the stand-in's block_values kernel and the swiglu
+# producer's template kernels (name expressions), print the cache's log and the outputs' digests
+CHILD = r"""
+import json, sys, torch
+sys.path.insert(0, ".")
+from h3gates import cudart, standin_cuda
+from h3gates.nvfp4 import compare
+from kernels.swiglu_fusion.cuda import swiglu_produce
+g = torch.Generator().manual_seed(0)
+q = torch.randint(0, 256, (256, 2048), generator=g, dtype=torch.uint8).cuda()
+s = torch.randint(0, 127, (256, 256), generator=g, dtype=torch.uint8).cuda()
+y = standin_cuda.block_values(q, s, 256)
+u = (torch.randn(300, 2 * 512, generator=g) * 3).to(torch.bfloat16).cuda()
+gs, pq, ps = swiglu_produce(u)
+torch.cuda.synchronize()
+print(json.dumps({"stats": cudart.STATS, "y": compare.sha256(y), "swiglu": [compare.sha256(t) for t in (gs, pq, ps)]}))
+"""
+
+def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv(cudart.CACHE_ENV, "off")
+    assert cudart.cache_dir() is None
+    monkeypatch.setenv(cudart.CACHE_ENV, str(tmp_path))
+    assert cudart.cache_dir() == tmp_path
+    monkeypatch.delenv(cudart.CACHE_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cudart.cache_dir() == tmp_path / "xdg" / "h3gates" / "cubin"
+
+
+def test_key_follows_source_names_arch_headers_and_versions(monkeypatch, tmp_path):
+    monkeypatch.setattr(cudart, "_versions", lambda: {"nvrtc": [13, 0], "cuda_core": "1.2.0", "cuda_bindings": "13.0.0"})
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    (inc / "nvfp4.cuh").write_text("// a header\n")
+    (inc / "unrelated.txt").write_text("x")
+    base = cudart.cache_key("src", ("k",), "sm_90a", [str(inc)])
+    assert base == cudart.cache_key("src", ("k",), "sm_90a", [str(inc)])
+    assert cudart.cache_key("src2", ("k",), "sm_90a", [str(inc)]) != base
+    assert cudart.cache_key("src", ("k", "k2"), "sm_90a", [str(inc)]) != base
+    assert cudart.cache_key("src", ("k",), "sm_100a", [str(inc)]) != base
+    (inc / "unrelated.txt").write_text("y")
+    assert cudart.cache_key("src", ("k",), "sm_90a", [str(inc)]) == base  # not a header NVRTC reads
+    (inc / "nvfp4.cuh").write_text("// an edited header\n")
+    assert cudart.cache_key("src", ("k",), "sm_90a", [str(inc)]) != base
+    edited = cudart.cache_key("src", ("k",), "sm_90a", [str(inc)])
+    monkeypatch.setattr(cudart, "_versions", lambda: {"nvrtc": [13, 1], "cuda_core": "1.2.0", "cuda_bindings": "13.0.0"})
+    assert cudart.cache_key("src", ("k",), "sm_90a", [str(inc)]) != edited
+    monkeypatch.setattr(cudart, "_versions", lambda: None)
+    assert cudart.cache_key("src", ("k",), "sm_90a", [str(inc)]) is None  # no NVRTC version: no cache
+
+
+def test_a_module_without_a_symbol_map_or_cubin_is_not_stored(monkeypatch, tmp_path):
+    monkeypatch.setenv(cudart.CACHE_ENV, str(tmp_path))
+
+    class Mod:
+        code = b"\x7fELF"
+        _sym_map = {"k<int>": b"_Z1kIiEvv"}
+
+    cudart._store("a" * 64, Mod(), ("k<int>",))
+    assert json.loads((tmp_path / f"{'a' * 64}.json").read_text())["symbols"] == {"k<int>": {"bytes": "_Z1kIiEvv"}}
+    Mod._sym_map = None
+    cudart._store("b" * 64, Mod(), ("k<int>",))
+    assert not (tmp_path / f"{'b' * 64}.json").exists()
+
+
+def _child(env) -> dict:
+    p = subprocess.run([sys.executable, "-c", CHILD], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+@requires_kernels
+@pytest.mark.gpu
+def test_a_second_process_loads_the_cubins_and_gets_the_same_bytes(tmp_path):
+    env = {**os.environ, cudart.CACHE_ENV: str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
+    first = _child(env)
+    assert first["stats"]["compiled"] and not first["stats"]["loaded"]
+    second = _child(env)
+    assert sorted(second["stats"]["loaded"]) == sorted(first["stats"]["compiled"]) and not second["stats"]["compiled"]
+    assert second["y"] == first["y"] and second["swiglu"] == first["swiglu"]
+    off = _child({**env, cudart.CACHE_ENV: "off"})
+    assert off["y"] == first["y"] and off["swiglu"] == first["swiglu"] and not off["stats"]["loaded"]
+    for f in (tmp_path / "cache").glob("*.cubin"):  # cut short: recompiled, same bytes
+        f.write_bytes(f.read_bytes()[:100])
+    third = _child(env)
+    assert sorted(third["stats"]["compiled"]) == sorted(first["stats"]["compiled"]) and third["y"] == first["y"]
+    assert third["swiglu"] == first["swiglu"]
+    fourth = _child(env)  # and stored again
+    assert not fourth["stats"]["compiled"] and fourth["y"] == first["y"] and fourth["swiglu"] == first["swiglu"]
