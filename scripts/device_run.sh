@@ -12,7 +12,7 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 for step in "$@"; do
   case "$step" in
-    cachetests) python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/test_cubin_cache.py tests/test_standin_cuda.py 2>&1 | tee "$OUT/cache_tests.log" | tail -4 ;;
+    cachetests) python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/test_cubin_cache.py tests/test_gpu_digest.py tests/test_standin_cuda.py 2>&1 | tee "$OUT/cache_tests.log" | tail -4 ;;
     warmimports)  # one import of what every job imports, so the bytecode cache is in place before the timed jobs
       python3 -c "import time; t = time.time(); import torch, comfy_kitchen, snakemake; from h3gates import rungs, baseline, nsight; from h3gates.rungs import gate; print(f'imports {time.time() - t:.1f}s')"
       python3 -c "import time; t = time.time(); import torch, comfy_kitchen, snakemake; from h3gates import rungs, baseline, nsight; from h3gates.rungs import gate; print(f'imports again {time.time() - t:.1f}s')" ;;
