@@ -119,7 +119,7 @@ def cache_key(source: str, names, arch: str, include: list[str]) -> str | None:
 
 
 def _symbols(mod) -> dict | None:
-    sym = getattr(mod, "_sym_map", None)
+    sym = getattr(mod, "symbol_mapping", None) or getattr(mod, "_sym_map", None)  # public from cuda.core 0.3
     if not isinstance(sym, dict):
         return None
     return {str(k): {"bytes": v.decode()} if isinstance(v, bytes) else {"str": str(v)} for k, v in sym.items()}
