@@ -47,7 +47,7 @@ def test_profile_lints_and_dry_runs_every_gpu_job(slurm):
     ws, env, _ = slurm
     p = _snakemake(ws, env, "-n", "all", "--config", "device=cuda")
     assert p.returncode == 0, p.stderr[-2000:]
-    for rule in ("baseline_artifact", "r1_adversarial", "r7_trajectory", "r8_profile", "promotion_record"):
+    for rule in ("baseline_artifact", "baseline_captures", "r1_adversarial", "r7_trajectory", "r8_profile", "promotion_record"):
         assert rule in p.stdout
     p = _snakemake(ws, env, "--lint", "--config", "device=cuda")
     assert p.returncode == 0 and "good condition" in p.stdout + p.stderr, p.stdout[-2000:] + p.stderr[-2000:]
