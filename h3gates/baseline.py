@@ -14,10 +14,12 @@ checks that the artifact says it was made from the same context, on the same GPU
 torch, CUDA and comfy-kitchen (a mismatch is refused, naming what differs and the file to remove).
 
 The inputs of the gated blocks (config `blocks`, and rung 8's block) are a baseline artifact too, "rung
-0": one traversal of the reference model writes `r0-<key>.block<N>.pt` per block, and rungs 3, 4 and 8
-(and rung 8's baseline capture) read their block's input from it, generate that block's weights alone
-and run one block, instead of building all 50 blocks and running the blocks before theirs. The capture
-runs the library path (the model's reference roles), so its key leaves out the accepted baseline.
+0": a traversal of the reference model writes `r0-<key>.block<N>.pt` (one job per block; no time or date
+inside, so a remade file has the same bytes), and rungs 3, 4 and 8 (and rung 8's baseline capture) read
+their block's input from it, generate that block's weights alone and run one block, instead of building
+all 50 blocks and running the blocks before theirs. The capture runs the library path (the model's
+reference roles), so its key leaves out the accepted baseline. On a GPU every artifact's files include
+the .cu files its modules compile at run time (provenance.LOADS), as a CUDA rung's code files do.
 
 Sizes at canonical size (37,810 tokens): a block's input is 406 MB (37,810 x 5,376 bf16; 1.2 GB for
 blocks 0, 24 and 49); r5 keeps the SHA-256 and shape of the step output, not the
@@ -33,7 +35,7 @@ from pathlib import Path
 
 from . import registry
 from .paths import RESULTS
-from .provenance import ROOT, digest, files_digest, imported, shared_context
+from .provenance import LOADS, ROOT, digest, files_digest, imported, shared_context
 
 RUNGS = (5, 6, 7, 8)
 CAPTURES = 0  # the artifact of the gated blocks' inputs (rungs 3, 4 and 8 read it)
@@ -93,7 +95,10 @@ def files(bctx: dict, root=None) -> list[str]:
     for acc in bctx.get("baseline", {}).get("accepted", []):
         out += [f for f in registry.sources(acc, bctx["baseline"]["candidates"][acc], bctx["device"], root) if f not in out]
     entries = (ENTRY if bctx["rung"] != 8 else ENTRY_R8, *[f for f in out if f.endswith(".py")])
-    return out + [f for f in imported(entries, str(root or ROOT)) if f not in out]
+    mods = [f for f in imported(entries, str(root or ROOT)) if f not in out]
+    if bctx["device"] == "cuda":  # the .cu files a module compiles at run time (provenance.LOADS), as a CUDA rung's code_files
+        mods += [x for f in mods for x in LOADS.get(f, ()) if Path(root or ROOT, x).is_file() and x not in mods]
+    return out + mods
 
 
 def key(bctx: dict, root=None) -> str:
@@ -162,7 +167,7 @@ def compute_captures(cctx: dict, blocks: list[int], outs: list[str]) -> dict:
     from .rungs.gate import progress, resolve_device
 
     if len(blocks) != len(outs) or sorted(blocks) != sorted(set(blocks)):
-        raise ValueError(f"captures: {len(blocks)} distinct blocks for {len(outs)} outputs expected, got blocks {blocks}")
+        raise ValueError(f"captures: each output needs its own block (--blocks B1 B2 ... --out F1 F2 ...), got blocks {blocks} for {len(outs)} output(s)")
     device = resolve_device(cctx["device"])
     prof = load_profile(cctx["profile"], cctx.get("user_profiles"))
     if not all(0 <= b < prof.blocks for b in blocks):
@@ -176,18 +181,20 @@ def compute_captures(cctx: dict, blocks: list[int], outs: list[str]) -> dict:
     metas = {}
     for i in range(max(blocks) + 1):
         if i in want:
+            # no time or date inside: remade from the same context and code, the file has the same bytes (and
+            # the same SHA-256 in the reports that read it); the job's log has the times
             meta = {"context": cctx, "key": k, "block": i, "files": {f: _sha(f) for f in files(cctx)}, "environment": env,
-                    "shape": list(x.shape), "dtype": str(x.dtype).replace("torch.", ""), "sha256": nvfp4.sha256(x), "wall_s": time.perf_counter() - t0,
-                    "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                    "shape": list(x.shape), "dtype": str(x.dtype).replace("torch.", ""), "sha256": nvfp4.sha256(x)}
             p = Path(want[i])
             p.parent.mkdir(parents=True, exist_ok=True)
             tmp = p.with_name(f".{p.name}.tmp")
             torch.save({"meta": meta, "x": x.cpu()}, tmp)
             tmp.replace(p)
             metas[i] = meta
-            progress(f"baseline captures: block {i} input -> {p} ({x.numel() * x.element_size() / 1e6:.0f} MB)")
+            progress(f"baseline captures: block {i} input -> {p} ({x.numel() * x.element_size() / 1e6:.0f} MB, {time.perf_counter() - t0:.1f} s)")
         if i < max(blocks):
             x = model.block_forward(i, x, 0)
+            model.blocks.drop(i)
             if i % 10 == 9:
                 progress(f"baseline captures: block {i + 1}/{max(blocks)}")
     return metas
@@ -199,17 +206,27 @@ def load_capture(path: str, ctx: dict, block: int, device: str):
     import torch
 
     p = Path(path)
-    d = torch.load(p, weights_only=True, mmap=True)
-    meta, want = d["meta"], capture_context_of(ctx)
-    if meta["context"] != want or meta["block"] != int(block) or not p.name.endswith(f"-{meta['key']}.block{int(block)}.pt"):
-        raise ArtifactError(f"{p} was made from another context or block than this rung's (block {block})")
+    try:
+        d = torch.load(p, weights_only=True, mmap=True)
+        meta, x = d["meta"], d["x"]
+    except FileNotFoundError:
+        raise
+    except Exception as e:  # noqa: BLE001 (cut short, not a torch file, another layout)
+        raise ArtifactError(f"{p} is not a readable block capture ({type(e).__name__}: {e}); remove it (rm {p}) and rerun") from e
+    want = capture_context_of(ctx)
+    if meta.get("context") != want or meta.get("block") != int(block) or not p.name.endswith(f"-{meta.get('key')}.block{int(block)}.pt"):
+        then = meta.get("context") or {}
+        diff = [f"{k}: {then.get(k)!r} there, {want[k]!r} here" for k in want if then.get(k) != want[k]]
+        if meta.get("block") != int(block):
+            diff.append(f"block: {meta.get('block')} there, {block} here")
+        raise ArtifactError(f"{p} was made from another context or block than this rung's ({'; '.join(diff) or 'its key is not its name'}); "
+                            f"remove it (rm {p}) and rerun")
     here, then = environment(ctx["device"]), meta.get("environment")
     if then != here:
         changed = sorted(k for k in set(here) | set(then or {}) if (then or {}).get(k) != here.get(k))
         raise ArtifactError(f"{p} was computed with another {', '.join(changed)}: its bytes need not hold here; remove it (rm {p}) and rerun")
     from . import nvfp4
 
-    x = d["x"]
     if list(x.shape) != meta["shape"] or nvfp4.sha256(x) != meta["sha256"]:
         raise ArtifactError(f"{p}: the input's bytes are not the ones its record names (edited or cut short); remove it (rm {p}) and rerun")
     return x.to(device)

@@ -134,7 +134,7 @@ def _run(a) -> int:
         if context["device"] == "cuda":
             from .lease import acquire
 
-            acquire("baseline captures" if context["rung"] == 0 else f"baseline r{context['rung']}")
+            acquire(f"baseline captures block {' '.join(map(str, a.blocks))}" if context["rung"] == 0 else f"baseline r{context['rung']}")
         compute(context, a.out if context["rung"] == 0 else a.out[0])
         return 0
     if a.cmd == "token":

@@ -16,6 +16,7 @@ import functools
 import hashlib
 import json
 import os
+import socket
 from pathlib import Path
 
 import numpy as np
@@ -81,7 +82,6 @@ def _allow_dynamic_smem(kern, nbytes: int, device_index: int) -> None:
 
 # ------------------------------------------------------------------ the on-disk cubin cache
 CACHE_ENV = "H3GATES_CUBIN_CACHE"
-HEADERS = ("cuda_bf16", "cuda_fp16", "cuda_fp8")  # the toolkit headers the kernels include (and their .hpp)
 STATS = {"compiled": [], "loaded": []}  # this process's modules, by cache key (tests and evidence read it)
 
 
@@ -94,27 +94,48 @@ def cache_dir() -> Path | None:
 
 def _versions() -> dict | None:
     try:
-        from importlib.metadata import version
+        from importlib.metadata import PackageNotFoundError, version
 
         from cuda.bindings import nvrtc
 
         err, major, minor = nvrtc.nvrtcVersion()
-        return {"nvrtc": [int(major), int(minor)], "cuda_core": version("cuda-core"), "cuda_bindings": version("cuda-bindings")}
+        out = {"nvrtc": [int(major), int(minor)], "cuda_core": version("cuda-core"), "cuda_bindings": version("cuda-bindings")}
+        for pkg in ("nvidia-cuda-nvrtc", "nvidia-cuda-nvrtc-cu13", "nvidia-cuda-nvrtc-cu12"):  # the pip NVRTC, patch level included
+            try:
+                out[pkg] = version(pkg)
+            except PackageNotFoundError:
+                pass
+        return out
     except Exception:  # noqa: BLE001 (no versions, no cache: compile as before)
         return None
 
 
-def cache_key(source: str, names, arch: str, include: list[str]) -> str | None:
-    """SHA-256 of what the cubin depends on; None where the NVRTC version cannot be read."""
+@functools.lru_cache(maxsize=None)
+def _tree(d: Path, contents: bool) -> dict:
+    """Every file under d: its SHA-256 (`contents`), or its size and mtime (a toolkit's include tree,
+    thousands of headers: a new toolkit or patch changes them)."""
+    out = {}
+    for root, _, names in os.walk(d):
+        for n in sorted(names):
+            f = Path(root, n)
+            try:
+                st = f.stat()
+                out[str(f.relative_to(d))] = hashlib.sha256(f.read_bytes()).hexdigest() if contents else [st.st_size, st.st_mtime_ns]
+            except OSError:
+                continue
+    return out
+
+
+def cache_key(source: str, names, options: dict, include: list[str]) -> str | None:
+    """SHA-256 of what the cubin depends on: the source, the options NVRTC gets (arch, std, include
+    path), every file NVRTC can include (kernels/common by content, the toolkit include trees by size
+    and time), the kernel names and the NVRTC / cuda.core / cuda-bindings versions; None where the
+    NVRTC version cannot be read."""
     vers = _versions()
     if vers is None:
         return None
-    headers = {}
-    for d in include:
-        for f in sorted(Path(d).glob("*")):
-            if f.is_file() and (f.suffix == ".cuh" or f.name.startswith(HEADERS)):
-                headers[str(f)] = hashlib.sha256(f.read_bytes()).hexdigest()
-    what = {"source": source, "names": list(names), "arch": arch, "std": "c++17", "include": include, "headers": headers, **vers}
+    trees = {d: _tree(Path(d), contents=Path(d).resolve() == COMMON.resolve()) for d in include}
+    what = {"source": source, "names": list(names), "options": options, "trees": trees, **vers}
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
 
 
@@ -134,7 +155,7 @@ def _store(key: str, mod, names) -> None:
         d.mkdir(parents=True, exist_ok=True)
         for name, data in ((f"{key}.cubin", bytes(code)),
                            (f"{key}.json", json.dumps({"symbols": sym, "cubin_sha256": hashlib.sha256(code).hexdigest()}).encode())):
-            tmp = d / f".{name}.{os.getpid()}.tmp"
+            tmp = d / f".{name}.{socket.gethostname()}.{os.getpid()}.tmp"  # a cache shared by several hosts
             tmp.write_bytes(data)
             tmp.replace(d / name)  # the index last: a reader that finds it finds the whole cubin
     except OSError:
@@ -165,13 +186,14 @@ def _compile(source: str, names: tuple[str, ...], smem: tuple[tuple[str, int], .
     major, minor = torch.cuda.get_device_capability(device_index)
     arch = f"sm_{major}{minor}a" if major >= 9 else f"sm_{major}{minor}"
     include = _include_paths()
-    key = cache_key(source, names, arch, include)
+    options = {"std": "c++17", "arch": arch, "include_path": include}  # what NVRTC gets, and what the key covers
+    key = cache_key(source, names, options, include)
     hit = _load(key, names) if key else None
     if hit is not None:
         kernels = hit[1]
         STATS["loaded"].append(key)
     else:
-        opts = cc.ProgramOptions(std="c++17", arch=arch, include_path=include)
+        opts = cc.ProgramOptions(**options)
         mod = cc.Program(source, code_type="c++", options=opts).compile("cubin", name_expressions=list(names))
         kernels = {n: mod.get_kernel(n) for n in names}
         STATS["compiled"].append(key)

@@ -94,9 +94,6 @@ def capture_context(wc):
     return cctx
 
 
-CAPTURED = H3baseline.captured_blocks(config)
-
-
 def fingerprint(rung):
     """Kernel and module contents as a param: a gate reruns on an edit, never on a touch."""
     return lambda wc: H3.files_digest(

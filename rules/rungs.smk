@@ -226,15 +226,16 @@ rule r8_profile:
         "python -m h3gates rung 8 --context {params.context:q} --out {output} --upstream {input.upstream} {input.artifacts} > {log} 2>&1"
 
 
-# The inputs of the gated blocks (and rung 8's), from one traversal of the reference model, read by
-# rungs 3, 4 and 8 of every candidate (h3gates/baseline.py; 406 MB per block at canonical size).
+# The input of a gated block (or rung 8's), from a traversal of the reference model, read by rungs 3,
+# 4 and 8 of every candidate (h3gates/baseline.py; 406 MB per block at canonical size). One job per
+# block: changing the gated blocks or rung 8's block makes only the new ones.
 rule baseline_captures:
     input:
         files=lambda wc: H3baseline.files(capture_context(wc)),
     output:
-        [f"{RES}/baseline/r0-{{key}}.block{b}.pt" for b in CAPTURED],
+        f"{RES}/baseline/r0-{{key}}.block{{block}}.pt",
     log:
-        f"{LOGS}/baseline/r0-{{key}}.log",
+        f"{LOGS}/baseline/r0-{{key}}.block{{block}}.log",
     wildcard_constraints:
         key="[0-9a-f]{16}",
     conda:
@@ -243,9 +244,8 @@ rule baseline_captures:
         gpu=GPU,
     params:
         context=lambda wc: json.dumps(capture_context(wc), sort_keys=True),
-        blocks=" ".join(map(str, CAPTURED)),
     shell:
-        "python -m h3gates baseline --context {params.context:q} --blocks {params.blocks} --out {output} > {log} 2>&1"
+        "python -m h3gates baseline --context {params.context:q} --blocks {wildcards.block} --out {output} > {log} 2>&1"
 
 
 # The baseline side of rungs 5-7 (and rung 8's Nsight Compute capture on a GPU), computed once per

@@ -231,8 +231,38 @@ def test_capture_cli_pairs_blocks_and_outputs(tmp_path, monkeypatch):
 
     monkeypatch.chdir(tmp_path)
     cctx = baseline.capture_context_of(P.shared_context(BASE))
-    with pytest.raises(ValueError, match="2 distinct blocks for 1 outputs"):
+    with pytest.raises(ValueError, match=r"each output needs its own block .*got blocks \[0, 3\] for 1 output"):
         cli.main(["baseline", "--context", _json.dumps(cctx), "--blocks", "0", "3", "--out", "a.pt"])
     with pytest.raises(ValueError, match="outside the model"):
         cli.main(["baseline", "--context", _json.dumps(cctx), "--blocks", "4", "--out", "a.pt"])
     assert cli.main(["baseline", "--context", _json.dumps(cctx), "--blocks", "3", "--out", "b3.pt"]) == 0 and Path("b3.pt").is_file()
+
+
+def test_a_remade_capture_has_the_same_bytes_and_a_gate_records_what_it_read(tmp_path):
+    """No time or date in a capture: remade from the same context and code it is byte-identical (so the
+    digests the reports recorded still hold). A Gate records the capture it read among its upstream
+    digests even when the caller did not pass it."""
+    from h3gates.provenance import file_sha256
+    from h3gates.rungs.gate import Gate
+
+    cctx = baseline.capture_context_of(P.shared_context(BASE))
+    out = str(tmp_path / baseline.capture_path(cctx, 3))
+    baseline.compute_captures(cctx, [3], [out])
+    first = file_sha256(out)
+    Path(out).unlink()
+    baseline.compute_captures(cctx, [3], [out])
+    assert file_sha256(out) == first
+    ctx = {**P.rung_context(BASE, "modulate_fusion", 4), "captures": {"3": out}}
+    gate = Gate(ctx, 4, 3, upstream=())
+    gate.capture(3)
+    assert gate.upstream == {out: first}
+
+
+def test_on_cuda_the_baseline_keys_follow_the_kernels_the_model_compiles():
+    """The stand-in's kernels (kernels/common/standin.cu, compiled at run time by h3gates.standin_cuda)
+    are among the files of every CUDA baseline artifact and capture, as in a CUDA rung's code files."""
+    cuda = C.validate_config(merge(BASE, {"device": "cuda"}))
+    for bctx in (baseline.capture_context_of(P.shared_context(cuda)), *(baseline.context(cuda, r) for r in (5, 6, 7, 8))):
+        assert "kernels/common/standin.cu" in baseline.files(bctx), bctx["rung"]
+    for bctx in (baseline.capture_context_of(P.shared_context(BASE)), baseline.context(BASE, 7)):
+        assert "kernels/common/standin.cu" not in baseline.files(bctx)

@@ -47,29 +47,37 @@ def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):
     assert cudart.cache_dir() == tmp_path / "xdg" / "h3gates" / "cubin"
 
 
-def test_key_follows_source_names_arch_headers_and_versions(monkeypatch, tmp_path):
-    monkeypatch.setattr(cudart, "_versions", lambda: {"nvrtc": [13, 0], "cuda_core": "1.2.0", "cuda_bindings": "13.0.0"})
-    inc = tmp_path / "inc"
+def test_key_follows_source_names_options_headers_and_versions(monkeypatch, tmp_path):
+    vers = {"nvrtc": [13, 0], "cuda_core": "1.2.0", "cuda_bindings": "13.0.0"}
+    monkeypatch.setattr(cudart, "_versions", lambda: dict(vers))
+    inc, tk = tmp_path / "inc", tmp_path / "toolkit"
+    (tk / "crt").mkdir(parents=True)
     inc.mkdir()
     (inc / "nvfp4.cuh").write_text("// a header\n")
-    (inc / "unrelated.txt").write_text("x")
-    base = cudart.cache_key("src", ("k",), "sm_90a", [str(inc)])
-    assert base == cudart.cache_key("src", ("k",), "sm_90a", [str(inc)])
-    assert cudart.cache_key("src2", ("k",), "sm_90a", [str(inc)]) != base
-    assert cudart.cache_key("src", ("k", "k2"), "sm_90a", [str(inc)]) != base
-    assert cudart.cache_key("src", ("k",), "sm_100a", [str(inc)]) != base
-    (inc / "unrelated.txt").write_text("y")
-    assert cudart.cache_key("src", ("k",), "sm_90a", [str(inc)]) == base  # not a header NVRTC reads
+    (tk / "crt" / "host_defines.h").write_text("// toolkit\n")
+    opts = {"std": "c++17", "arch": "sm_90a", "include_path": [str(inc), str(tk)]}
+
+    def key(src="src", names=("k",), **o):
+        cudart._tree.cache_clear()
+        return cudart.cache_key(src, names, {**opts, **o}, [str(inc), str(tk)])
+
+    base = key()
+    assert base == key()
+    assert key(src="src2") != base and key(names=("k", "k2")) != base
+    assert key(arch="sm_100a") != base and key(std="c++20") != base
     (inc / "nvfp4.cuh").write_text("// an edited header\n")
-    assert cudart.cache_key("src", ("k",), "sm_90a", [str(inc)]) != base
-    edited = cudart.cache_key("src", ("k",), "sm_90a", [str(inc)])
-    monkeypatch.setattr(cudart, "_versions", lambda: {"nvrtc": [13, 1], "cuda_core": "1.2.0", "cuda_bindings": "13.0.0"})
-    assert cudart.cache_key("src", ("k",), "sm_90a", [str(inc)]) != edited
+    assert key() != base
+    edited = key()
+    (tk / "crt" / "host_defines.h").write_text("// a newer toolkit header\n")  # a nested toolkit header: size changes
+    assert key() != edited
+    newer = key()
+    vers["nvidia-cuda-nvrtc"] = "13.0.88"  # a patch release of the pip NVRTC
+    assert key() != newer
     monkeypatch.setattr(cudart, "_versions", lambda: None)
-    assert cudart.cache_key("src", ("k",), "sm_90a", [str(inc)]) is None  # no NVRTC version: no cache
+    assert key() is None  # no NVRTC version: no cache
 
 
-def test_a_module_without_a_symbol_map_or_cubin_is_not_stored(monkeypatch, tmp_path):
+def test_a_module_without_a_symbol_map_or_a_cubin_is_not_stored(monkeypatch, tmp_path):
     monkeypatch.setenv(cudart.CACHE_ENV, str(tmp_path))
 
     class Mod:
@@ -81,6 +89,21 @@ def test_a_module_without_a_symbol_map_or_cubin_is_not_stored(monkeypatch, tmp_p
     Mod._sym_map = None
     cudart._store("b" * 64, Mod(), ("k<int>",))
     assert not (tmp_path / f"{'b' * 64}.json").exists()
+
+    class Public:  # cuda.core >= 0.3: the public name map
+        code = b"\x7fELF"
+        symbol_mapping = {"k<int>": b"_Z1kIiEvv"}
+
+    cudart._store("c" * 64, Public(), ("k<int>",))
+    assert (tmp_path / f"{'c' * 64}.cubin").read_bytes() == b"\x7fELF"
+
+    class NoCubin:
+        code = None
+        symbol_mapping = {"k<int>": b"_Z1kIiEvv"}
+
+    cudart._store("d" * 64, NoCubin(), ("k<int>",))
+    assert not (tmp_path / f"{'d' * 64}.json").exists() and not (tmp_path / f"{'d' * 64}.cubin").exists()
+    assert not list(tmp_path.glob(".*.tmp"))
 
 
 def _child(env) -> dict:

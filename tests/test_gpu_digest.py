@@ -21,6 +21,7 @@ def test_streamed_digest_is_the_bytes_digest(extra):
 
 
 def test_streamed_digest_of_a_view_and_of_bf16():
-    x = torch.randn(9000, 4096, dtype=torch.bfloat16, device="cuda")
-    v = x[:, 1000:3200]
+    x = torch.randn(20000, 4096, dtype=torch.bfloat16, device="cuda")  # 164 MB
+    v = x[:, 100:3300]  # 128 MB, not contiguous: over STREAM_CHUNK, so streamed
+    assert v.numel() * v.element_size() > compare.STREAM_CHUNK and not v.is_contiguous()
     assert compare.sha256(v) == compare.sha256(v.cpu()) and compare.sha256(x) == compare.sha256(x.cpu())

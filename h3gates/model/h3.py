@@ -257,6 +257,10 @@ class LazyBlocks(Sequence):
     def made(self) -> list[int]:
         return sorted(self._made)
 
+    def drop(self, i: int) -> None:
+        """Free block i's tensors (made again, with the same bytes, if used again)."""
+        self._made.pop(i, None)
+
 
 def build(config: H3Config, *, seed: int, device="cpu", reference: Reference | None = None, blocks: list[Block] | None = None,
           lazy: bool = False) -> H3Model:

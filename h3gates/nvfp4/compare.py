@@ -50,12 +50,13 @@ def _sha256_streamed(flat: torch.Tensor) -> str:
         done[j % 2].record()
 
     h = hashlib.sha256()
-    issue(0)
-    for j, (a, b) in enumerate(spans):
-        if j + 1 < len(spans):
-            issue(j + 1)  # into the other buffer, whose previous span was hashed in the last iteration
-        done[j % 2].synchronize()
-        h.update(memoryview(bufs[j % 2][: b - a].numpy()))  # hashlib releases the GIL: the next copy runs meanwhile
+    with torch.cuda.device(flat.device):  # the events and copies on the tensor's device's current stream
+        issue(0)
+        for j, (a, b) in enumerate(spans):
+            if j + 1 < len(spans):
+                issue(j + 1)  # into the other buffer, whose previous span was hashed in the last iteration
+            done[j % 2].synchronize()
+            h.update(memoryview(bufs[j % 2][: b - a].numpy()))  # hashlib releases the GIL: the next copy runs meanwhile
     return h.hexdigest()
 
 

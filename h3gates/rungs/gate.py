@@ -88,6 +88,8 @@ class Gate:
             return self.model.capture(block)
         from ..baseline import load_capture
 
+        if path not in self.upstream:  # recorded whatever the caller passed: promotion checks what a report read
+            self.upstream[path] = report.file_sha256(path)
         x = load_capture(path, self.ctx, block, self.device)
         progress(f"block {block}: input from {path}")
         return self.model.capture_at(block, x)
