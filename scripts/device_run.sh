@@ -24,6 +24,12 @@ for step in "$@"; do
         echo "dry run of $t: rc=$? $(python3 -c "import time; print(round(time.time() - $t0, 2))") s"; done; grep -A14 "^Job stats" "$OUT/noop.log" | grep -vE "^-|^job " ; done
       python3 scripts/lease_timeline.py logs/gpu_leases.jsonl --json "$OUT/lease_timeline_all.json" | tail -${ONEMORE_TAIL:-24}
       mkdir -p /tmp/om && rm -rf /tmp/om/* && cp -r results/canonical logs /tmp/om/ 2>/dev/null; find /tmp/om -name "*.pt" -size +4M -delete; (cd /tmp && tar czf "$OUT/onemore_$c.tgz" om) ;;
+    ci4cuda)  # the CI profile on CUDA through rung 4 of modulate_fusion: the per-block capture jobs, rungs 3-4 reading them
+      rm -rf results/ci logs/ci .snakemake; mkdir -p "$OUT/ci4cuda"; printf 'device: cuda\n' > /tmp/cuda.yaml
+      timeout "${CI4_TIMEOUT:-180}" python3 -m snakemake --cores 2 --resources gpu=1 --configfile config/ci.yaml /tmp/cuda.yaml -- results/ci/modulate_fusion/tokens/r4.pass \
+        > "$OUT/ci4cuda/snakemake.log" 2>&1; echo "snakemake rc=$?"; grep -E "REFUSED|Error|steps" "$OUT/ci4cuda/snakemake.log" | tail -4
+      cp -r logs/ci "$OUT/ci4cuda/logs"; ls results/ci/baseline | tee "$OUT/ci4cuda/baseline_ls.txt"
+      python3 -c "import json; d = json.load(open('results/ci/modulate_fusion/r4_block/block3.json')); print(d['verdict'], sorted(d['upstream']))" | tee "$OUT/ci4cuda/r4_block3_upstream.txt" ;;
     warmimports)  # one import of what every job imports, so the bytecode cache is in place before the timed jobs
       python3 -c "import time; t = time.time(); import torch, comfy_kitchen, snakemake; from h3gates import rungs, baseline, nsight; from h3gates.rungs import gate; print(f'imports {time.time() - t:.1f}s')"
       python3 -c "import time; t = time.time(); import torch, comfy_kitchen, snakemake; from h3gates import rungs, baseline, nsight; from h3gates.rungs import gate; print(f'imports again {time.time() - t:.1f}s')" ;;
