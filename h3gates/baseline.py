@@ -191,7 +191,9 @@ def compute_captures(cctx: dict, blocks: list[int], outs: list[str]) -> dict:
             torch.save({"meta": meta, "x": x.cpu()}, tmp)
             tmp.replace(p)
             metas[i] = meta
-            progress(f"baseline captures: block {i} input -> {p} ({x.numel() * x.element_size() / 1e6:.0f} MB, {time.perf_counter() - t0:.1f} s)")
+            nbytes = x.numel() * x.element_size()
+            size = f"{nbytes / 1e6:.0f} MB" if nbytes >= 10**7 else f"{nbytes / 1e3:.0f} kB"
+            progress(f"baseline captures: block {i} input -> {p} ({size}, {time.perf_counter() - t0:.2f} s)")
         if i < max(blocks):
             x = model.block_forward(i, x, 0)
             model.blocks.drop(i)
