@@ -227,7 +227,9 @@ def format_status(rows) -> str:
     reasons = []
     for row in rows:
         lines.append(f"{row['candidate']:18s} " + " ".join(f"{row['rungs'][r]['state']:{width}s}" for r in RUNG_NAMES))
-        reasons += [f"  {row['candidate']} r{r}: {v['state']}: {v['reason']}" for r, v in row["rungs"].items() if v["reason"]]
+        # a reason that already names its state ("<report>: missing", "<report>: stale: ...") is not prefixed with it again
+        reasons += [f"  {row['candidate']} r{r}: " + (v["reason"] if f": {v['state']}" in v["reason"] else f"{v['state']}: {v['reason']}")
+                    for r, v in row["rungs"].items() if v["reason"]]
     return "\n".join(lines + ([""] + reasons if reasons else []))
 
 
