@@ -35,7 +35,7 @@ from pathlib import Path
 
 from . import registry
 from .paths import RESULTS
-from .provenance import LOADS, ROOT, digest, files_digest, imported, shared_context
+from .provenance import ROOT, digest, files_digest, imported, shared_context, with_loads
 
 RUNGS = (5, 6, 7, 8)
 CAPTURES = 0  # the artifact of the gated blocks' inputs (rungs 3, 4 and 8 read it)
@@ -95,10 +95,7 @@ def files(bctx: dict, root=None) -> list[str]:
     for acc in bctx.get("baseline", {}).get("accepted", []):
         out += [f for f in registry.sources(acc, bctx["baseline"]["candidates"][acc], bctx["device"], root) if f not in out]
     entries = (ENTRY if bctx["rung"] != 8 else ENTRY_R8, *[f for f in out if f.endswith(".py")])
-    mods = [f for f in imported(entries, str(root or ROOT)) if f not in out]
-    if bctx["device"] == "cuda":  # the .cu files a module compiles at run time (provenance.LOADS), as a CUDA rung's code_files
-        mods += [x for f in mods for x in LOADS.get(f, ()) if Path(root or ROOT, x).is_file() and x not in mods]
-    return out + mods
+    return out + with_loads([f for f in imported(entries, str(root or ROOT)) if f not in out], bctx["device"], root)
 
 
 def key(bctx: dict, root=None) -> str:
@@ -223,10 +220,7 @@ def load_capture(path: str, ctx: dict, block: int, device: str):
             diff.append(f"block: {meta.get('block')} there, {block} here")
         raise ArtifactError(f"{p} was made from another context or block than this rung's ({'; '.join(diff) or 'its key is not its name'}); "
                             f"remove it (rm {p}) and rerun")
-    here, then = environment(ctx["device"]), meta.get("environment")
-    if then != here:
-        changed = sorted(k for k in set(here) | set(then or {}) if (then or {}).get(k) != here.get(k))
-        raise ArtifactError(f"{p} was computed with another {', '.join(changed)}: its bytes need not hold here; remove it (rm {p}) and rerun")
+    _same_environment(p, meta.get("environment"), environment(ctx["device"]))
     from . import nvfp4
 
     if list(x.shape) != meta["shape"] or nvfp4.sha256(x) != meta["sha256"]:
@@ -248,12 +242,16 @@ def load(ctx: dict, here: dict | None = None) -> dict:
     want = context_of(ctx)
     if d["meta"]["context"] != want or not p.name.endswith(f"-{d['meta']['key']}.pt"):
         raise ArtifactError(f"{p} was made from another baseline context than this rung's")
-    here, then = here or environment(ctx["device"]), d["meta"].get("environment")
+    _same_environment(p, d["meta"].get("environment"), here or environment(ctx["device"]))
+    return d
+
+
+def _same_environment(p: Path, then: dict | None, here: dict) -> None:
+    """Refuse an artifact made on another GPU model or with other torch / CUDA / comfy-kitchen (/ ncu)."""
     if then != here:
         changed = sorted(k for k in set(here) | set(then or {}) if (then or {}).get(k) != here.get(k))
         raise ArtifactError(f"{p} was computed with another {', '.join(changed)} ({ {k: (then or {}).get(k) for k in changed} } vs here "
                             f"{ {k: here.get(k) for k in changed} }): its bytes need not hold here; remove it (rm {p}) and rerun")
-    return d
 
 
 def environment(device: str) -> dict:

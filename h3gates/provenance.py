@@ -166,10 +166,16 @@ def code_files(ctx: dict, root=None) -> list[str]:
     """The h3gates modules (and package data) a rung imports: the rung's module and the kernel modules
     it loads, followed through their imports inside the package."""
     entries = [rung_module(ctx["rung"])] + [f for f in kernel_files(ctx, root) if f.endswith(".py")]
-    files = set(ALWAYS) | set(imported(tuple(entries), str(root or ROOT)))
-    if ctx.get("device") == "cuda":
-        files |= {x for f in files for x in LOADS.get(f, ()) if Path(root or ROOT, x).is_file()}
-    return sorted(files)
+    return sorted(with_loads(set(ALWAYS) | set(imported(tuple(entries), str(root or ROOT))), ctx.get("device"), root))
+
+
+def with_loads(files, device, root=None) -> list[str]:
+    """`files` plus, on a GPU, the .cu files their modules compile at run time (LOADS): what a CUDA
+    rung's code fingerprint and a CUDA baseline artifact's key cover."""
+    out = list(files)
+    if device == "cuda":
+        out += [x for f in list(out) for x in LOADS.get(f, ()) if Path(root or ROOT, x).is_file() and x not in out]
+    return out
 
 
 def provenance(ctx: dict, root=None) -> dict:

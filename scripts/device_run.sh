@@ -5,8 +5,9 @@
 set -uo pipefail
 mkdir -p /tmp/site && for z in .devsite/*.zip; do python3 -m zipfile -e "$z" /tmp/site; done
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 PATH=/tmp/site/bin:$PATH
-# Python's bytecode under /tmp (a profiled canonical rung-3 job spent 5 s of 21 s in compile() of
-# module sources: evidence/h200/job_overhead_2026-12-01/), as an installed environment keeps it next to its sources.
+# Python's bytecode under /tmp, as an installed environment keeps it next to its sources (a profiled canonical
+# rung-3 job showed 5 s in compile() of module sources, but unprofiled imports got only 0.3 s faster with it:
+# evidence/h200/job_overhead_2026-12-01/, canonical_x2_2026-12-01/).
 unset PYTHONDONTWRITEBYTECODE; export PYTHONPYCACHEPREFIX=/tmp/pycache
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader

@@ -241,7 +241,7 @@ def test_capture_cli_pairs_blocks_and_outputs(tmp_path, monkeypatch):
 def test_a_remade_capture_has_the_same_bytes_and_a_gate_records_what_it_read(tmp_path):
     """No time or date in a capture: remade from the same context and code it is byte-identical (so the
     digests the reports recorded still hold). A Gate records the capture it read among its upstream
-    digests even when the caller did not pass it."""
+    digests even when the caller did not pass it (as it does every artifact its context names)."""
     from h3gates.provenance import file_sha256
     from h3gates.rungs.gate import Gate
 
@@ -256,6 +256,10 @@ def test_a_remade_capture_has_the_same_bytes_and_a_gate_records_what_it_read(tmp
     gate = Gate(ctx, 4, 3, upstream=())
     gate.capture(3)
     assert gate.upstream == {out: first}
+    art = tmp_path / "r6-stand-in.pt"  # any artifact the context names, not only captures
+    art.write_bytes(b"an artifact")
+    gate6 = Gate({**P.rung_context(BASE, "qkv_ring", 6), "baseline_artifact": str(art)}, 6, upstream=())
+    assert gate6.upstream == {str(art): file_sha256(art)}
 
 
 def test_on_cuda_the_baseline_keys_follow_the_kernels_the_model_compiles():

@@ -12,7 +12,7 @@ import torch
 from .. import candidates, nvfp4, registry, report
 from ..model import build, load_profile
 from ..paths import RUNG_NAMES
-from ..provenance import provenance
+from ..provenance import artifact_files, provenance
 from ..reference import Reference
 from ..roles import reference_roles
 
@@ -48,6 +48,11 @@ class Gate:
         self.notes: list[str] = []  # what a reader must know about a pass (e.g. a gate recorded but not enforced)
         self.replay: list[str] = []
         self.upstream = {str(p): report.file_sha256(p) for p in upstream}
+        # every workflow artifact the context names for this rung (and block) is an upstream digest, whatever
+        # the caller passed: promotion checks what a report read (one missing here fails the rung that reads it)
+        for p in artifact_files(ctx, block):
+            if p not in self.upstream and Path(p).is_file():
+                self.upstream[p] = report.file_sha256(p)
         self.config = load_profile(ctx["profile"], ctx.get("user_profiles"))
         self.provenance = provenance(ctx)
         self._model = None
@@ -88,8 +93,6 @@ class Gate:
             return self.model.capture(block)
         from ..baseline import load_capture
 
-        if path not in self.upstream:  # recorded whatever the caller passed: promotion checks what a report read
-            self.upstream[path] = report.file_sha256(path)
         x = load_capture(path, self.ctx, block, self.device)
         progress(f"block {block}: input from {path}")
         return self.model.capture_at(block, x)
