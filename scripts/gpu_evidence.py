@@ -334,15 +334,20 @@ def with_graphs(fns: dict) -> tuple[dict, dict]:
     return out, errors
 
 
-def section_bench() -> dict:
-    res = {}
+def copy_bandwidth() -> dict:
+    """A 2 GiB device-to-device copy, timed: the bandwidth the floors divide by."""
     big = torch.empty(2 * 2**30, dtype=torch.uint8, device=DEV)
     dst = torch.empty_like(big)
     t = timed({"copy": lambda: dst.copy_(big)}, rounds=10)
-    bw = 2 * big.numel() / (t["copy"]["median_ms"] * 1e-3)
-    res["copy_bandwidth"] = {"bytes_moved": 2 * big.numel(), **t["copy"], "bytes_per_s": bw}
+    out = {"bytes_moved": 2 * big.numel(), **t["copy"], "bytes_per_s": 2 * big.numel() / (t["copy"]["median_ms"] * 1e-3)}
     del big, dst
     torch.cuda.empty_cache()
+    return out
+
+
+def section_bench() -> dict:
+    res = {"copy_bandwidth": copy_bandwidth()}
+    bw = res["copy_bandwidth"]["bytes_per_s"]
     gen = torch.Generator(device=DEV).manual_seed(3)
 
     def floor(read, write):

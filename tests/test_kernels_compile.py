@@ -45,16 +45,18 @@ def test_producers_compile_for_sm90a(tmp_path, source):
 
 
 def _kernel_e2m1_nibble(v):
-    """kernels/common/nvfp4.cuh e2m1_nibble, emulated: each FMA against 2^23 is exact in
-    float64 (a <= 6 has 24 significant bits) and rounded once to fp32, as the hardware FMA does.
-    NaN arrives as the multiply's positive canonical NaN."""
+    """kernels/common/nvfp4.cuh e2m1_code with encode_word's sign, emulated: each FMA against 2^23
+    is exact in float64 (a <= 6 has 24 significant bits) and rounded once to fp32, as the hardware
+    FMA does; the nibble is the code with v's sign bit as bit 3. NaN arrives as the multiply's
+    positive canonical NaN."""
     import torch
 
     v = torch.where(torch.isnan(v), torch.full_like(v, float("nan")).abs(), v)
     a = torch.fmin(v.abs(), torch.tensor(6.0)).double()
-    t1, t2, t3 = (a * 2 + 8388612.0).float(), (a + 8388614.0).float(), (a * 0.5 + 8388616.0).float()
-    t = torch.minimum(torch.minimum(t1, t2), t3) - torch.copysign(torch.tensor(4.0), v)
-    return (t.view(torch.int32) - 0x4B000000).to(torch.uint8)
+    t1, t2, t3 = (a * 2 + 8388608.0).float(), (a + 8388610.0).float(), (a * 0.5 + 8388612.0).float()
+    code = torch.minimum(torch.minimum(t1, t2), t3).view(torch.int32) - 0x4B000000
+    sign = (v.view(torch.int32) < 0).to(torch.int32)
+    return (code | (sign << 3)).to(torch.uint8)
 
 
 def test_kernel_e2m1_formula_equals_the_spec_conversion():

@@ -10,7 +10,8 @@
 // Cost model (why the code looks like this): sm_90 has no E2M1 conversion, and the first version's
 //            integer E2M1 (~20 ALU-pipe ops per element) made every producer ALU-bound at about
 //            twice the memory floor (git show a2bdff9:evidence/h200/ncu.csv). Here the E2M1 rounding runs on the FMA
-//            pipe (three magic-number roundings, e2m1_nibble), pairs are packed, index math is 32-bit.
+//            pipe (three magic-number roundings, e2m1_code), signs and bytes are gathered by byte
+//            permutes (encode_word), pairs are packed, index math is 32-bit.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -101,20 +102,43 @@ __device__ __forceinline__ float max_nan(float a, float b) { return (b != b || b
 template <typename T>
 __device__ __forceinline__ float pair_max(unsigned acc) { return max_nan(Pair<T>::lo(acc), Pair<T>::hi(acc)); }
 
-// E2M1 nibble of v (CUDA's software conversion on sm_90: RNE on the grid {0,.5,1,1.5,2,3,4,6},
-// saturating at 6, sign kept also for values that round to 0, NaN -> 0x7) as the float 2^23 + nibble.
+// E2M1 code of |v| (CUDA's software conversion on sm_90: RNE on the grid {0,.5,1,1.5,2,3,4,6},
+// saturating at 6, NaN -> 7) as the float 2^23 + code; the sign bit is v's (encode_word puts it in).
 // For a = min(|v|, 6) the code is min(RNE(2a), RNE(a) + 2, RNE(a/2) + 4): the grid is the lower
 // envelope of three uniform grids (spacing 1/2, 1, 2) and RNE commutes with min. Each RNE is one
 // FMA against 2^23 (+ an even offset, so ties still go to even codes), which rounds at unit spacing.
 // NaN: fminf returns 6 (code 7) and the multiply that produced v made it the positive canonical NaN.
-// Equal to formats.e2m1_encode on all 2^32 fp32 patterns: tests/test_kernels_compile.py (a sample in CI,
-// H3_E2M1_EXHAUSTIVE=1 for all; run: evidence/cpu/e2m1_exhaustive.log).
-__device__ __forceinline__ float e2m1_nibble(float v) {
+// With v's sign bit as bit 3, equal to formats.e2m1_encode on all 2^32 fp32 patterns:
+// tests/test_kernels_compile.py (a sample in CI, H3_E2M1_EXHAUSTIVE=1 for all; run: evidence/cpu/e2m1_exhaustive.log).
+__device__ __forceinline__ float e2m1_code(float v) {
   float a = fminf(fabsf(v), 6.0f);
-  float t1 = __fmaf_rn(a, 2.0f, 8388612.0f);  // 2^23 + 4 + RNE(2a)
-  float t2 = __fadd_rn(a, 8388614.0f);        // 2^23 + 4 + RNE(a) + 2
-  float t3 = __fmaf_rn(a, 0.5f, 8388616.0f);  // 2^23 + 4 + RNE(a/2) + 4
-  return __fsub_rn(fminf(fminf(t1, t2), t3), copysignf(4.0f, v));  // 2^23 + code + 8 * sign
+  float t1 = __fmaf_rn(a, 2.0f, 8388608.0f);  // 2^23 + RNE(2a)
+  float t2 = __fadd_rn(a, 8388610.0f);        // 2^23 + RNE(a) + 2
+  float t3 = __fmaf_rn(a, 0.5f, 8388612.0f);  // 2^23 + RNE(a/2) + 4
+  return fminf(fminf(t1, t2), t3);
+}
+
+// PTX prmt.b32 (generic mode): result byte k is source byte sel[4k..4k+2] of {b, a} (a = bytes 0-3),
+// or, where sel[4k+3] is set, that byte's top bit repeated over all 8 bits.
+__device__ __forceinline__ unsigned prmt(unsigned a, unsigned b, unsigned sel) {
+  unsigned r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+  return r;
+}
+
+// One QDATA word (hi_first): byte j holds the nibble of v[2j] high, of v[2j+1] low, each nibble
+// code(|v|) + 8 * signbit(v). Cost model: the codes' low bytes are paired with one shift-add and
+// gathered by byte permutes; the signs come from the floats' top bytes, repeated by prmt, two masks
+// for 8 values (a per-value copysign and subtract cost two instructions each).
+__device__ __forceinline__ unsigned encode_word(const float v[8]) {
+  unsigned p[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) p[j] = __float_as_uint(e2m1_code(v[2 * j])) * 16u + __float_as_uint(e2m1_code(v[2 * j + 1]));  // low byte: the pair
+  const unsigned* w = reinterpret_cast<const unsigned*>(v);
+  const unsigned codes = prmt(prmt(p[0], p[1], 0x0040u), prmt(p[2], p[3], 0x0040u), 0x5410u);
+  const unsigned hi_signs = prmt(prmt(w[0], w[2], 0x00FBu), prmt(w[4], w[6], 0x00FBu), 0x5410u);  // byte j: 0xFF where v[2j] < 0
+  const unsigned lo_signs = prmt(prmt(w[1], w[3], 0x00FBu), prmt(w[5], w[7], 0x00FBu), 0x5410u);  // byte j: 0xFF where v[2j+1] < 0
+  return codes | (hi_signs & 0x80808080u) | (lo_signs & 0x08080808u);
 }
 
 // cuBLAS 128x4 swizzled offset of the scale of row r, 16-block c (groups = ceil(nb / 4) per row);
@@ -125,29 +149,25 @@ __device__ __forceinline__ unsigned sf_offset(unsigned r, unsigned c, unsigned g
 
 // One 16-value block, comfy's CUDA steps: amax (NaN-ignoring) -> d = amax*RN(1/6)*rcp(g) ->
 // min 448 -> E4M3 -> enc = min(rcp(g*s), FLT_MAX) -> codes of x*enc, hi_first. rg = rcp(g).
+// The abs-max is a tree (fmaxf of non-negative values is associative: the max of the non-NaN ones,
+// NaN only when all are), so its dependency chain is 4 deep, not 15.
 __device__ __forceinline__ void encode_block(const float x[16], float g, float rg, uint2* q, unsigned char* s) {
-  float amax = fabsf(x[0]);
+  float m[8];
 #pragma unroll
-  for (int i = 1; i < 16; ++i) amax = fmaxf(amax, fabsf(x[i]));
-  float d = mul_ftz(mul_ftz(amax, __uint_as_float(0x3E2AAAABu)), rg);
+  for (int i = 0; i < 8; ++i) m[i] = fmaxf(fabsf(x[2 * i]), fabsf(x[2 * i + 1]));
+#pragma unroll
+  for (int n = 4; n > 0; n >>= 1)
+#pragma unroll
+    for (int i = 0; i < n; ++i) m[i] = fmaxf(m[i], m[i + n]);
+  float d = mul_ftz(mul_ftz(m[0], __uint_as_float(0x3E2AAAABu)), rg);
   d = fminf(d, 448.0f);
   __nv_fp8_storage_t sb = __nv_cvt_float_to_fp8(d, __NV_SATFINITE, __NV_E4M3);
   float sf = __half2float(__half(__nv_cvt_fp8_to_halfraw(sb, __NV_E4M3)));
   float enc = fminf(rcp_approx(mul_ftz(g, sf)), 3.402823466e+38f);
-  constexpr unsigned BIAS = 0x4B000000u * 0x11111111u;  // the 2^23 exponent bits of the 8 nibble floats
-  unsigned w[2];
+  float v[16];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    unsigned acc = 0u;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      unsigned hi = __float_as_uint(e2m1_nibble(mul_ftz(x[8 * h + 2 * j], enc)));
-      unsigned lo = __float_as_uint(e2m1_nibble(mul_ftz(x[8 * h + 2 * j + 1], enc)));
-      acc += (hi * 16u + lo) << (8 * j);
-    }
-    w[h] = acc - BIAS;
-  }
-  *q = make_uint2(w[0], w[1]);
+  for (int i = 0; i < 16; ++i) v[i] = mul_ftz(x[i], enc);
+  *q = make_uint2(encode_word(v), encode_word(v + 8));
   *s = sb;
 }
 

@@ -121,35 +121,39 @@ __global__ void __launch_bounds__(128, QR == 2 ? 7 : 5) modulate_quantize(const 
 #pragma unroll
       for (unsigned k = 0; k < QR; ++k)
         if (fast && rq + k < rows) h3::load32(hc + (size_t)(rq + k) * cols, raw[k]);
+      // Rows rq .. rq + QR - 1 lie in one 32-row group of the scale tile (QR divides 32, rq % QR == 0),
+      // so their scale bytes are 16 apart; their QDATA rows nb words apart.
+      unsigned char* const sq = s + h3::sf_offset(rq, c, groups);
+      uint2* const qq = reinterpret_cast<uint2*>(qc + (size_t)rq * nb * 8);
 #pragma unroll
       for (unsigned k = 0; k < QR; ++k) {
         const unsigned r = rq + k;
         if (r >= srows) break;
-        unsigned char* sp = s + h3::sf_offset(r, c, groups);
-        if (c >= nb || r >= rows_pad) {
-          *sp = h3::comfy_tail(r, c, rows_pad, nb) ? h3::zero_block_scale(rg) : 0;
-          continue;
-        }
         float v[16];
-        if (r >= rows) {
-#pragma unroll
-          for (int i = 0; i < 16; ++i) v[i] = 0.0f;
-        } else if (fast) {
+        if (fast && r < rows) {  // the vector block (c < nb and r < rows_pad follow): straight-line
           const int sg = h3::segment_of(r, b1, b2);
           if (sg != cur) segment_params(scale, shift, cols, sg, c, s1w, shw), cur = sg;
           const unsigned* hw = reinterpret_cast<const unsigned*>(raw[k]);
-          unsigned m[8];
-#pragma unroll
-          for (int i = 0; i < 8; ++i) m[i] = h3::modulate2<T>(hw[i], s1w[i], shw[i]);
 #pragma unroll
           for (int i = 0; i < 8; ++i) {
-            v[2 * i] = h3::Pair<T>::lo(m[i]);
-            v[2 * i + 1] = h3::Pair<T>::hi(m[i]);
+            const unsigned m = h3::modulate2<T>(hw[i], s1w[i], shw[i]);
+            v[2 * i] = h3::Pair<T>::lo(m);
+            v[2 * i + 1] = h3::Pair<T>::hi(m);
           }
+          h3::encode_block(v, gs, rg, qq + k * nb, sq + 16 * k);
+          continue;
+        }
+        if (c >= nb || r >= rows_pad) {
+          sq[16 * k] = h3::comfy_tail(r, c, rows_pad, nb) ? h3::zero_block_scale(rg) : 0;
+          continue;
+        }
+        if (r >= rows) {
+#pragma unroll
+          for (int i = 0; i < 16; ++i) v[i] = 0.0f;
         } else {
           modulate_scalar(h, scale, shift, cols, r, c, h3::segment_of(r, b1, b2), v);
         }
-        h3::encode_block(v, gs, rg, reinterpret_cast<uint2*>(qc + (size_t)r * nb * 8), sp);
+        h3::encode_block(v, gs, rg, qq + k * nb, sq + 16 * k);
       }
     }
   }

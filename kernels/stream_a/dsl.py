@@ -151,8 +151,8 @@ def block_scale(w0, w1, w2, w3, w4, w5, w6, w7, g: Uint32, rg: Uint32, *, loc=No
 
 
 def _nibble_ptx(src: str, dst: str) -> str:
-    """E2M1 nibble of the f32 `src` * enc (nvfp4.cuh e2m1_nibble: three FMA-pipe RNE grids, sign
-    kept, NaN -> 7) into the low 4 bits of b32 `dst`."""
+    """E2M1 nibble of the f32 `src` * enc (the three FMA-pipe RNE grids of nvfp4.cuh e2m1_code, here
+    with the sign put in per value by a copysign and subtract; NaN -> 7) into the low 4 bits of b32 `dst`."""
     return (
         f"mul.rn.ftz.f32 v, {src}, e;\n\t"
         "abs.f32 a, v;\n\tmin.f32 a, a, 0f40C00000;\n\t"
