@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run on the H200 device machine from the repository root, with .devsite/ (pack-site core) carried.
-# Usage: bash scripts/device_run.sh STEP...   (steps: tests qkvstudy gpucheck r1cuda canon2 canonx2 canon r8swiglu perfgate blocktime evidence ncu profile canonical4 tune model ladder
+# Usage: bash scripts/device_run.sh STEP...   (steps: tests qkvstudy onegpu gpucheck r1cuda canon2 canonx2 canon r8swiglu perfgate blocktime evidence ncu profile canonical4 tune model ladder
 #        ncuquery ladderci fc2); with BUNDLE=name the outputs also come back as one $OUT/name.tgz
 set -uo pipefail
 mkdir -p /tmp/site && for z in .devsite/*.zip; do python3 -m zipfile -e "$z" /tmp/site; done
@@ -93,6 +93,16 @@ PY
       python3 scripts/lease_timeline.py logs/gpu_leases.jsonl --json "$OUT/lease_timeline.json" | tail -30
       mkdir -p /tmp/canon && rm -rf /tmp/canon/* && cp -r results/canonical logs /tmp/canon/ 2>/dev/null; find /tmp/canon -name "*.pt" -size +4M -delete
       find /tmp/canon -name "*.ncu-rep" -delete; (cd /tmp && tar czf "$OUT/canonx2.tgz" canon) ;;
+    onegpu)  # the canonical ladder on ONE GPU in back-to-back invocations (ONEGPU_TARGETS; ONEGPU_CLEAN=1 starts from an
+             # empty results/ and logs/), each timed; the lease timeline and the reports come back (a later call continues)
+      python3 -m snakemake --unlock --configfile config/canonical.yaml > /dev/null 2>&1
+      [ "${ONEGPU_CLEAN:-0}" = 1 ] && rm -rf results logs .snakemake
+      tag=$(date +%H%M%S); t0=$(date +%s.%N)
+      timeout "${ONEGPU_TIMEOUT:-560}" python3 -m snakemake --cores 4 --resources gpu=1 --keep-going ${ONEGPU_TARGETS:-all} --configfile config/canonical.yaml > "$OUT/onegpu_$tag.log" 2>&1
+      echo "snakemake ${ONEGPU_TARGETS:-all} rc=$? wall $(python3 -c "import time; print(round(time.time() - $t0, 1))") s"; grep -E "REFUSED|FAILED|Error|steps|promoted" "$OUT/onegpu_$tag.log" | tail -8
+      python3 scripts/lease_timeline.py logs/gpu_leases.jsonl --json "$OUT/lease_timeline_onegpu.json" | tail -${ONEGPU_TAIL:-6}
+      mkdir -p /tmp/og && rm -rf /tmp/og/* && cp -r results/canonical logs /tmp/og/ 2>/dev/null; find /tmp/og \( -name "*.pt" -size +4M -o -name "*.ncu-rep" \) -delete
+      (cd /tmp && tar czf "$OUT/onegpu_$tag.tgz" og) ;;
     canon)  # canonical ladder of CANON_CANDIDATE (promote target; continues a climb a previous call left)
       python3 -m snakemake --unlock --configfile config/canonical.yaml ${CANON_CONFIGS:-} > /dev/null 2>&1
       timeout "${CANON_TIMEOUT:-540}" python3 -m snakemake --cores 1 --rerun-incomplete promote_${CANON_CANDIDATE} --configfile config/canonical.yaml ${CANON_CONFIGS:-} > "$OUT/canon_${CANON_CANDIDATE}.log" 2>&1
