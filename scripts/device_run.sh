@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run on the H200 device machine from the repository root, with .devsite/ (pack-site core) carried.
-# Usage: bash scripts/device_run.sh STEP...   (steps: tests qkvstudy onegpu gpucheck r1cuda canon2 canonx2 canon r8swiglu perfgate blocktime evidence ncu profile canonical4 tune model ladder
+# Usage: bash scripts/device_run.sh STEP...   (steps: tests qkvstudy gemmparts onegpu gpucheck r1cuda canon2 canonx2 canon r8swiglu perfgate blocktime evidence ncu profile canonical4 tune model ladder
 #        ncuquery ladderci fc2); with BUNDLE=name the outputs also come back as one $OUT/name.tgz
 set -uo pipefail
 mkdir -p /tmp/site && for z in .devsite/*.zip; do python3 -m zipfile -e "$z" /tmp/site; done
@@ -172,6 +172,19 @@ PY
       python3 -m h3gates status --configfile config/config.yaml config/ci.yaml ${LADDER_CONFIGS:-} 2>&1 | tee -a "$OUT/ladderci.log"
       mkdir -p "$OUT/ladderci" && cp -r results logs "$OUT/ladderci/" 2>/dev/null ;;
     fc2) python3 scripts/fc2_study.py --out "$OUT/fc2" 2>&1 | tee "$OUT/fc2.log" | tail -25 ;;
+    gemmparts)  # the stand-in's GEMM parts with the earlier (.before/standin.cu) and the current block_values_kernel, side by side;
+                # the stand-in's GPU tests first; Nsight Compute of the two kernels on the out projection's activation
+      mkdir -p "$OUT/parts"; python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/test_standin_cuda.py tests/test_nvfp4_gemm_and_inputs.py 2>&1 | tee "$OUT/parts/standin_tests.log" | tail -3
+      python3 scripts/gemm_part_study.py --before .before --out "$OUT/parts" 2>&1 | tee "$OUT/parts/study.log" | tail -6
+      ncu --clock-control none --csv -k regex:block_values -c 3 --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,smsp__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_elapsed,lts__t_sectors_op_write.sum \
+        python3 scripts/gemm_part_study.py --before .before --roles out --rounds 1 > "$OUT/parts/ncu.csv" 2> "$OUT/parts/ncu.err"
+      python3 - "$OUT/parts/ncu.csv" <<'PY'
+import csv, sys
+for r in csv.reader(open(sys.argv[1])):
+    if len(r) > 14 and r[0] != "ID":
+        print(r[0], r[4][:30], r[12], r[14])
+PY
+      ;;
     qkvstudy)  # the QKV producer before (.before/: git show of the two sources) and now, side by side; then Nsight Compute of each
       mkdir -p "$OUT/qkv"; python3 scripts/qkv_producer_study.py --before .before --out "$OUT/qkv" 2>&1 | tee "$OUT/qkv/study.log" | tail -4
       ncu --clock-control none --csv -k regex:"modulate|finalize" --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,smsp__inst_executed.sum,launch__registers_per_thread,dram__throughput.avg.pct_of_peak_sustained_elapsed,smsp__issue_active.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active \
