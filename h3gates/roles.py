@@ -186,10 +186,7 @@ class ReferenceGemm:
 
     def __call__(self, p: Packed, w: Weight) -> torch.Tensor:
         check_k(p, w)
-        al = alpha(p.global_scale, w.global_scale)
-        if p.qdata.is_cuda:  # cuBLAS takes alpha from the host: fetched before the dequantization is queued, the
-            al = al.item()  # addmm follows it on the GPU without a host round trip between them
-        return mm_alpha(nvfp4.block_values(p.qdata, p.scales, p.rows), w.block_values(), al)
+        return mm_alpha(nvfp4.block_values(p.qdata, p.scales, p.rows), w.block_values(), alpha(p.global_scale, w.global_scale))
 
 
 def check_k(p: Packed, w: Weight) -> None:

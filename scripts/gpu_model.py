@@ -42,6 +42,23 @@ def cuda_ms(fn, rounds=5, warmup=1):
     return {"median_ms": statistics.median(out), "rounds_ms": out}
 
 
+def paired(part, anchor, rounds=15, warmup=2):
+    """A part and its anchor in alternating rounds (order swapped every round), CUDA events each."""
+    for _ in range(warmup):
+        part(), anchor()
+    out = {"part": [], "anchor": []}
+    for r in range(rounds):
+        for name in (("part", "anchor") if r % 2 == 0 else ("anchor", "part")):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            (part if name == "part" else anchor)()
+            e.record()
+            e.synchronize()
+            out[name].append(s.elapsed_time(e))
+    return ({"median_ms": statistics.median(out["part"]), "rounds_ms": out["part"]},
+            {"median_ms": statistics.median(out["anchor"]), "rounds_ms": out["anchor"]})
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="evidence/h200")
@@ -84,30 +101,31 @@ def main():
             prod, gemm = model.baseline[role].producer, model.baseline[role].gemm  # the library path: reference producer, emulated GEMM
             pk = next(prod.produce(inp))[1]
 
-            parts[f"gemm_{role}"] = cuda_ms(lambda: gemm(pk, blk.weights[role]))
             parts[f"producer_{role}"] = cuda_ms(lambda: list(prod.produce(inp)))
-            n, k = blk.weights[role].n, blk.weights[role].k
-            parts[f"gemm_{role}"]["tflops"] = 2 * cfg.rows * n * k / (parts[f"gemm_{role}"]["median_ms"] * 1e-3) / 1e12
-            # its anchor, measured in the same run: the bf16 addmm of that shape on already dequantized operands
+            # the part and its anchor (the bf16 addmm of that shape on already dequantized operands) side by
+            # side in alternating rounds: a part timed first and its anchor after drifted apart by up to 10%
             a_vals = nvfp4.block_values(pk.qdata, pk.scales, pk.rows)
             b_vals, al = blk.weights[role].block_values(), nvfp4.gemm.alpha(pk.global_scale, blk.weights[role].global_scale)
-            anchors[f"gemm_{role}"] = cuda_ms(lambda: nvfp4.gemm.mm_alpha(a_vals, b_vals, al))
+            parts[f"gemm_{role}"], anchors[f"gemm_{role}"] = paired(lambda: gemm(pk, blk.weights[role]), lambda: nvfp4.gemm.mm_alpha(a_vals, b_vals, al))
+            n, k = blk.weights[role].n, blk.weights[role].k
+            parts[f"gemm_{role}"]["tflops"] = 2 * cfg.rows * n * k / (parts[f"gemm_{role}"]["median_ms"] * 1e-3) / 1e12
             parts[f"block_values_{role}"] = cuda_ms(lambda: nvfp4.block_values(pk.qdata, pk.scales, pk.rows))
             parts[f"block_values_torch_{role}"] = cuda_ms(lambda: block_values_torch(pk.qdata, pk.scales, pk.rows))
             del a_vals
         qkv = model.baseline["qkv"].project(cap.inputs["qkv"], blk.weights["qkv"])
-        parts["attention"] = cuda_ms(lambda: model.attention(blk, qkv))
         with standin_cuda.off():
             res["attention_torch_chain"] = cuda_ms(lambda: model.attention(blk, qkv))
-        parts["attention"]["tflops"] = 4 * cfg.rows**2 * cfg.head_dim * cfg.heads / (parts["attention"]["median_ms"] * 1e-3) / 1e12
         q, k_, v_ = (t.reshape(cfg.rows, cfg.heads, cfg.head_dim).transpose(0, 1).unsqueeze(0).contiguous() for t in qkv.split(cfg.attn, dim=1))
-        anchors["attention"] = cuda_ms(lambda: torch.nn.functional.scaled_dot_product_attention(q, k_, v_, scale=cfg.head_dim ** -0.5))
+        parts["attention"], anchors["attention"] = paired(lambda: model.attention(blk, qkv),
+                                                          lambda: torch.nn.functional.scaled_dot_product_attention(q, k_, v_, scale=cfg.head_dim ** -0.5))
+        parts["attention"]["tflops"] = 4 * cfg.rows**2 * cfg.head_dim * cfg.heads / (parts["attention"]["median_ms"] * 1e-3) / 1e12
         del q, k_, v_
         res["block_parts"] = {k_: v_ for k_, v_ in parts.items() if not k_.startswith("block_values_")}
         res["block_values"] = {k_: v_ for k_, v_ in parts.items() if k_.startswith("block_values_")}
         res["block_parts_sum_ms"] = sum(v["median_ms"] for v in res["block_parts"].values())
         res["anchors"] = anchors  # issue 12: each part within 10% of its anchor, side by side in this run
         res["part_over_anchor"] = {k_: parts[k_]["median_ms"] / a_["median_ms"] for k_, a_ in anchors.items()}
+        res["part_over_anchor_paired"] = {k_: statistics.median(p / q for p, q in zip(parts[k_]["rounds_ms"], a_["rounds_ms"])) for k_, a_ in anchors.items()}
         out1 = model.block_forward(a.block, x, 0)
         out2 = model.block_forward(a.block, x, 0)
         res["block_sha256"] = [nvfp4.sha256(out1), nvfp4.sha256(out2)]
@@ -129,7 +147,7 @@ def main():
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "model.json").write_text(json.dumps({"section": "model", "environment": env(), "error": err, "results": res}, indent=1, default=str))
-    keys = ("build_s", "block", "block_parts_sum_ms", "part_over_anchor", "trajectory", "two_step_repeat_equal", "peak_memory_gb")
+    keys = ("build_s", "block", "block_parts_sum_ms", "part_over_anchor", "part_over_anchor_paired", "trajectory", "two_step_repeat_equal", "peak_memory_gb")
     print(json.dumps({k: (res.get(k) if k not in ("block",) else res.get(k, {}).get("median_ms")) for k in keys}, default=str)[:3000])
 
 

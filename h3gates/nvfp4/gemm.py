@@ -55,13 +55,12 @@ def pin_matmul_precision() -> None:
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = REDUCED_PRECISION_REDUCTION
 
 
-def mm_alpha(a: torch.Tensor, b: torch.Tensor, al: torch.Tensor | float) -> torch.Tensor:
-    """bf16 block values a [m, k] @ b [n, k]^T, FP32 accumulation, * alpha in FP32, one bf16 rounding.
-    On a GPU cuBLAS takes alpha as a host number: `al` may already be one (host_alpha), else .item()."""
+def mm_alpha(a: torch.Tensor, b: torch.Tensor, al: torch.Tensor) -> torch.Tensor:
+    """bf16 block values a [m, k] @ b [n, k]^T, FP32 accumulation, * alpha in FP32, one bf16 rounding."""
     if a.is_cuda:
         pin_matmul_precision()
         out = torch.empty(a.shape[0], b.shape[0], dtype=torch.bfloat16, device=a.device)
-        return torch.addmm(out, a, b.t(), beta=0, alpha=al if isinstance(al, float) else al.item())
+        return torch.addmm(out, a, b.t(), beta=0, alpha=al.item())
     return ((a.float() @ b.float().t()) * al.to(a.device)).to(torch.bfloat16)
 
 

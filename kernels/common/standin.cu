@@ -40,38 +40,29 @@ __device__ __forceinline__ float hi_f(unsigned w) { return __uint_as_float(w & 0
 
 // One thread per 16-value block: 8 QDATA bytes (even element in the high nibble), one scale byte of
 // the 128x4-swizzled buffer (groups = padded scale columns / 4), 16 bf16 out. rows * nb < 2^31.
-// Block i's 16 values are out[16 i .. 16 i + 15] (rows of nb blocks, contiguous), so a CTA's output is
-// one contiguous range: each thread leaves its 32 bytes in shared memory and the CTA stores the range
-// with consecutive 16-byte stores (a warp's store covers 512 contiguous bytes; stored straight from the
-// registers, each of a thread's two 16-byte stores covered half of 32 sectors). blockDim.x <= 256.
-extern "C" __global__ void __launch_bounds__(256) block_values_kernel(const unsigned char* __restrict__ qdata, const unsigned char* __restrict__ scales,
-                                                                      __nv_bfloat16* __restrict__ out, int rows, int nb, int groups) {
-  __shared__ uint4 stage[2 * 256];
-  const int n = rows * nb, first = blockIdx.x * blockDim.x, i = first + threadIdx.x;
-  if (i < n) {
-    unsigned r = (unsigned)(i / nb), c = (unsigned)(i % nb);
-    uint2 q = *reinterpret_cast<const uint2*>(qdata + (size_t)r * (nb * 8) + c * 8);
-    unsigned off = (((r >> 7) * groups + (c >> 2)) * 32u + (r & 31u)) * 16u + ((r >> 5) & 3u) * 4u + (c & 3u);
-    __nv_fp8_e4m3 sb;
-    sb.__x = scales[off];
-    float s = float(sb);
-    unsigned w[8];
-    unsigned words[2] = {q.x, q.y};
+extern "C" __global__ void block_values_kernel(const unsigned char* __restrict__ qdata, const unsigned char* __restrict__ scales,
+                                               __nv_bfloat16* __restrict__ out, int rows, int nb, int groups) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= rows * nb) return;
+  unsigned r = (unsigned)(i / nb), c = (unsigned)(i % nb);
+  uint2 q = *reinterpret_cast<const uint2*>(qdata + (size_t)r * (nb * 8) + c * 8);
+  unsigned off = (((r >> 7) * groups + (c >> 2)) * 32u + (r & 31u)) * 16u + ((r >> 5) & 3u) * 4u + (c & 3u);
+  __nv_fp8_e4m3 sb;
+  sb.__x = scales[off];
+  float s = float(sb);
+  unsigned w[8];
+  unsigned words[2] = {q.x, q.y};
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
+  for (int h = 0; h < 2; ++h) {
 #pragma unroll
-      for (int b = 0; b < 4; ++b) {
-        unsigned byte = (words[h] >> (8 * b)) & 0xffu;
-        w[h * 4 + b] = pack_bf16(__fmul_rn(e2m1_value(byte >> 4), s), __fmul_rn(e2m1_value(byte & 15u), s));
-      }
+    for (int b = 0; b < 4; ++b) {
+      unsigned byte = (words[h] >> (8 * b)) & 0xffu;
+      w[h * 4 + b] = pack_bf16(__fmul_rn(e2m1_value(byte >> 4), s), __fmul_rn(e2m1_value(byte & 15u), s));
     }
-    stage[2 * threadIdx.x] = make_uint4(w[0], w[1], w[2], w[3]);
-    stage[2 * threadIdx.x + 1] = make_uint4(w[4], w[5], w[6], w[7]);
   }
-  __syncthreads();
-  const int chunks = 2 * min((int)blockDim.x, n - first);  // 16-byte chunks of this CTA's blocks
-  uint4* dst = reinterpret_cast<uint4*>(out + (size_t)first * 16);
-  for (int j = threadIdx.x; j < chunks; j += blockDim.x) dst[j] = stage[j];
+  uint4* dst = reinterpret_cast<uint4*>(out + (size_t)r * (nb * 16) + c * 16);
+  dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
+  dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
 }
 
 // x: [S, width] bf16 rows `stride` elements apart (q or k of the qkv output); sq: [S, width] fp32
