@@ -216,3 +216,6 @@ def test_a_wrong_library_dequantization_fails_rung_1(tmp_path, monkeypatch):
     assert doc["verdict"] == "fail"
     assert any("the library's dequantization (torch) differs from the plain decode" in r for r in doc["reasons"]), doc["reasons"]
     assert doc["measurements"]["library"]["block_values"]["differing"][0]["operand"] == "every_byte_x_every_scale"
+    # the report's byte totals carry it too: a failing rung 1 never says 0 bytes differ
+    lib_bad = sum(d["bytes_differing"] for d in doc["measurements"]["library"]["block_values"]["differing"])
+    assert lib_bad > 0 and doc["measurements"]["bytes_differing"] >= lib_bad

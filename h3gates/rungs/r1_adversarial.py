@@ -221,6 +221,8 @@ def run(ctx, out, block=None, upstream=()):
     bad = [c for c in cases if not c["equal"]]
     if bad:
         gate.reasons.insert(0, f"{len(bad)} of {len(cases)} adversarial/random cases differ (first: {bad[0]['case']} {bad[0]['role']} {bad[0]['variant']})")
+    lib = library["block_values"]  # the reference's own operand check counts in the report's byte totals too
     return gate.write(out, {"cases": cases, "cases_total": len(cases), "cases_differing": len(bad),
-                            "bytes_compared": sum(c["bytes_compared"] for c in cases), "bytes_differing": sum(c["bytes_differing"] for c in cases),
+                            "bytes_compared": sum(c["bytes_compared"] for c in cases) + lib["bytes_compared"],
+                            "bytes_differing": sum(c["bytes_differing"] for c in cases) + sum(d["bytes_differing"] for d in lib["differing"]),
                             "paths": coverage_, "library": library})
