@@ -11,6 +11,9 @@ those rungs, and names the one command that does it. No torch import.
 from __future__ import annotations
 
 import hashlib
+import os
+import re
+import shlex
 import time
 from pathlib import Path
 
@@ -94,9 +97,52 @@ def quarantine(results: dict, candidate: str, profile: str) -> list[str]:
     return moved
 
 
+def invocation(proc: Path = Path("/proc"), pid: int | None = None) -> str:
+    """The --cores / --resources / --profile / --executor of the snakemake run this process is a job
+    of, read from its ancestors' command lines (Linux /proc), so that the refusal's fix line is the
+    user's own command; `--cores 1` where no snakemake is found (a direct CLI call, a cluster job)."""
+    pid = os.getppid() if pid is None else pid
+    for _ in range(8):
+        try:
+            argv = [a.decode(errors="replace") for a in (proc / str(pid) / "cmdline").read_bytes().split(b"\0") if a]
+            ppid = int((proc / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+        if any(Path(a).name == "snakemake" for a in argv[:3]):
+            return _run_options(argv) or "--cores 1"
+        if ppid <= 1:
+            break
+        pid = ppid
+    return "--cores 1"
+
+
+def _run_options(argv: list[str]) -> str:
+    kept, i = [], 0
+    while i < len(argv):
+        a = argv[i]
+        name = a.split("=", 1)[0]
+        if name in ("--cores", "-c", "--jobs", "-j") or re.fullmatch(r"-[cj]\d+", a):
+            kept.append(a)
+            if "=" not in a and not re.fullmatch(r"-[cj]\d+", a) and i + 1 < len(argv) and re.fullmatch(r"\d+|all", argv[i + 1]):
+                kept.append(argv[i + 1])
+                i += 1
+        elif name in ("--resources", "--res"):
+            kept.append(a)
+            while i + 1 < len(argv) and re.fullmatch(r"\w+=\S+", argv[i + 1]):
+                kept.append(argv[i + 1])
+                i += 1
+        elif name in ("--profile", "--executor", "-e"):
+            kept.append(a)
+            if "=" not in a and i + 1 < len(argv):
+                kept.append(argv[i + 1])
+                i += 1
+        i += 1
+    return " ".join(shlex.quote(k) for k in kept)
+
+
 def _fix(candidate: str, configfiles, moved) -> str:
     cfg = " --configfile " + " ".join(configfiles) if configfiles else ""
-    cmd = f"snakemake --cores 1 promote_{candidate}{cfg}"
+    cmd = f"snakemake {invocation()} promote_{candidate}{cfg}"
     return f"{cmd}   (reruns the {len(moved)} report(s) moved aside and what depends on them)" if moved else cmd
 
 

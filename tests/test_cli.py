@@ -40,3 +40,27 @@ def test_status_shows_whole_rung_names():
 def test_fc2_study_needs_a_gpu_and_says_so_in_one_line():
     p = _h3gates("fc2", "characterize")
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "needs" in p.stderr
+
+
+def test_refusal_fix_line_repeats_the_runs_own_cores_and_resources(tmp_path):
+    """A refusal's `fix:` command carries the --cores / --resources / --profile of the snakemake run the
+    job belongs to (read from its ancestors' command lines), and `--cores 1` outside snakemake."""
+    from h3gates.promotion import invocation
+
+    def proc(pid, ppid, *argv):
+        d = tmp_path / str(pid)
+        d.mkdir()
+        (d / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+        (d / "stat").write_text(f"{pid} ({argv[0].split('/')[-1]}) S {ppid} 1 1 0")
+
+    proc(40, 1, "/usr/bin/python3", "-m", "snakemake", "--cores", "8", "--resources", "gpu=2", "all", "--configfile", "config/canonical.yaml")
+    proc(41, 40, "/bin/bash", "-c", "python -m h3gates promote x")
+    proc(42, 41, "/usr/bin/python3", "-m", "h3gates", "promote", "x")
+    assert invocation(tmp_path, 42) == "--cores 8 --resources gpu=2"
+    proc(50, 1, "/venv/bin/python", "/venv/bin/snakemake", "-c2", "--profile", "profiles/slurm", "promote_x")
+    proc(51, 50, "/bin/bash", "-c", "true")
+    assert invocation(tmp_path, 51) == "-c2 --profile profiles/slurm"
+    proc(60, 1, "/bin/bash")  # a direct call from a shell: no snakemake among the ancestors
+    proc(61, 60, "/usr/bin/python3", "-m", "h3gates", "verify", "r.json")
+    assert invocation(tmp_path, 61) == "--cores 1"
+    assert invocation(tmp_path / "absent", 7) == "--cores 1"  # no /proc (another OS)

@@ -417,7 +417,7 @@ def test_kernel_edit_then_touch_is_refused_and_the_next_run_heals(ws):
     _edit(ws / "kernels/modulate_fusion/cpu.py")
     snakemake(ws, "--touch", "promote_modulate_fusion", check=True)
     p = snakemake(ws, "promote_modulate_fusion")
-    _refused(p, "stale: kernel kernels/modulate_fusion/cpu.py changed since the gate ran", "fix: snakemake --cores 1 promote_modulate_fusion")
+    _refused(p, "stale: kernel kernels/modulate_fusion/cpu.py changed since the gate ran", "fix: snakemake --cores 2 promote_modulate_fusion")  # the run's own --cores
     assert not (ws / RES / "promotion/modulate_fusion.env").exists()
     st = _status(ws)
     assert all(st["modulate_fusion"][r]["state"] == "missing" for r in range(1, 9)) and st["qkv_ring"][1]["state"] == "pass"
