@@ -1,17 +1,22 @@
 """The stand-in's emulated NVFP4 GEMM parts (dequantize the activation, then the bf16 addmm) against
 their anchor (the same addmm on operands already dequantized) at MiniMax-H3's canonical 37,810 rows,
-with the earlier and the current `block_values_kernel` side by side in one process:
+with a `block_values_kernel` from DIR ("before") and the working tree's ("now") side by side in one process:
 
     git show REV:kernels/common/standin.cu > DIR/standin.cu
     python scripts/gemm_part_study.py --before DIR --out OUTDIR
+
+(evidence/h200/standin_parts_2026-12-01/ ran it at commit 46252c2, whose kernel staged its stores through
+shared memory, with DIR from 67a2ea6; that kernel was backed out, so at later commits both sides are the
+same kernel unless DIR holds another version.)
 
 Per projection (qkv, out, fc1, fc2; random activations and weights quantized by the CUDA producer):
 - bytes: the dequantized activation of both kernels against the torch decode (block_values_torch);
   the part's output with each kernel against the anchor's;
 - CUDA-event times in alternating rounds (medians): `part_before` / `part_now` (the reference GEMM as the
-  ladder runs it: dequantize, alpha on the GPU, alpha.item(), addmm), `part_host_alpha` (alpha fetched
-  before the dequantization, so the addmm queues behind it without a host round trip in between),
-  `anchor`, and each kernel alone;
+  ladder runs it: dequantize, alpha on the GPU, alpha.item(), addmm), `part_host_alpha` (an alternative
+  the library does not take: alpha fetched before the dequantization is queued), `anchor`, and each
+  kernel's Python call alone (`dequant_call_TBps`: host launch included, so not a kernel bandwidth; use
+  Nsight Compute for that, as `bash scripts/device_run.sh gemmparts` does);
 - a torch.profiler trace of one call of each part and the anchor: kernel names, GPU times, and the
   span's time no kernel ran (launch gaps, the host round trip).
 """
@@ -137,11 +142,11 @@ def main():
         r["paired_over_anchor"] = {kk: statistics.median(p / q_ for p, q_ in zip(t[kk]["rounds_ms"], t["anchor"]["rounds_ms"]))
                                    for kk in ("part_before", "part_now", "part_host_alpha")}
         deq_bytes = q.numel() + s.numel() + rows * k * 2
-        r["dequant_TBps"] = {kk: deq_bytes / (t[f"block_values_{kk}"]["median_ms"] * 1e-3) / 1e12 for kk in ("before", "now")}
+        r["dequant_call_TBps"] = {kk: deq_bytes / (t[f"block_values_{kk}"]["median_ms"] * 1e-3) / 1e12 for kk in ("before", "now")}
         r["trace"] = {kk: trace(f) for kk, f in (("part_before", part_before), ("part_now", part), ("part_host_alpha", part_host_alpha), ("anchor", anchor))}
         res["roles"][role] = r
         print(role, {kk: round(v, 3) for kk, v in r["medians_ms"].items()}, "over anchor", {kk: round(v, 3) for kk, v in r["over_anchor"].items()},
-              "dequant TB/s", {kk: round(v, 2) for kk, v in r["dequant_TBps"].items()}, r["dequant_bytes_differing"], r["output_equal_anchor"],
+              "dequant call TB/s (host launch included)", {kk: round(v, 2) for kk, v in r["dequant_call_TBps"].items()}, r["dequant_bytes_differing"], r["output_equal_anchor"],
               "idle us", {kk: round(v.get("idle_us", 0), 1) for kk, v in r["trace"].items()}, flush=True)
         del q, s, qw, sw, wvals, vn
         torch.cuda.empty_cache()

@@ -134,7 +134,9 @@ __device__ __forceinline__ unsigned encode_word(const float v[8]) {
   unsigned p[4];
 #pragma unroll
   for (int j = 0; j < 4; ++j) p[j] = __float_as_uint(e2m1_code(v[2 * j])) * 16u + __float_as_uint(e2m1_code(v[2 * j + 1]));  // low byte: the pair
-  const unsigned* w = reinterpret_cast<const unsigned*>(v);
+  unsigned w[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) w[i] = __float_as_uint(v[i]);
   const unsigned codes = prmt(prmt(p[0], p[1], 0x0040u), prmt(p[2], p[3], 0x0040u), 0x5410u);
   const unsigned hi_signs = prmt(prmt(w[0], w[2], 0x00FBu), prmt(w[4], w[6], 0x00FBu), 0x5410u);  // byte j: 0xFF where v[2j] < 0
   const unsigned lo_signs = prmt(prmt(w[1], w[3], 0x00FBu), prmt(w[5], w[7], 0x00FBu), 0x5410u);  // byte j: 0xFF where v[2j+1] < 0

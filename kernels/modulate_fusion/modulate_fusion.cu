@@ -103,6 +103,7 @@ __global__ void __launch_bounds__(128, QR == 2 ? 7 : 5) modulate_quantize(const 
                                                             const T* __restrict__ scale, const T* __restrict__ shift, long long b1, long long b2,
                                                             const float* __restrict__ g, unsigned char* __restrict__ q, unsigned char* __restrict__ s,
                                                             long long nb_, long long srows_, int vec) {
+  static_assert(MROWS % QR == 0 && 32 % QR == 0, "a thread's QR rows share one 32-row group of the scale tile");
   const float gs = *g, rg = h3::rcp_approx(gs);
   const unsigned rows = rows_, cols = cols_, rows_pad = rows_pad_, nb = nb_, srows = srows_;
   const unsigned groups = (nb + 3) >> 2, c = blockIdx.x * blockDim.x + threadIdx.x;
