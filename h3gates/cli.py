@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 EXIT_CODES = """exit codes:
@@ -103,6 +104,9 @@ def main(argv=None) -> int:
     except ConfigError as e:
         print(f"h3gates {a.cmd}: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (`status | head -1`): stop quietly, as other commands do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that the exit's flush cannot fail again
+        return 1
 
 
 def _run(a) -> int:

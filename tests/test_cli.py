@@ -64,3 +64,12 @@ def test_refusal_fix_line_repeats_the_runs_own_cores_and_resources(tmp_path):
     proc(61, 60, "/usr/bin/python3", "-m", "h3gates", "verify", "r.json")
     assert invocation(tmp_path, 61) == "--cores 1"
     assert invocation(tmp_path / "absent", 7) == "--cores 1"  # no /proc (another OS)
+
+
+def test_output_cut_off_by_the_reader_is_not_a_traceback():
+    """`python -m h3gates status | head -1`: a reader that closes the pipe early ends the command
+    quietly (exit 1, nothing on stderr), not with a BrokenPipeError traceback."""
+    p = subprocess.Popen([sys.executable, "-m", "h3gates", "candidates"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()  # before the command writes: its first write finds no reader
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 1 and "Traceback" not in err and "BrokenPipe" not in err, err
