@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from h3gates import nvfp4, standin_cuda  # noqa: E402
 from h3gates.model import build, load_profile  # noqa: E402
 from h3gates.nvfp4.quantize import block_values_torch  # noqa: E402
-from gpu_evidence import env  # noqa: E402
+from gpu_evidence import env, timed  # noqa: E402
 
 
 def cuda_ms(fn, rounds=5, warmup=1):
@@ -43,20 +43,9 @@ def cuda_ms(fn, rounds=5, warmup=1):
 
 
 def paired(part, anchor, rounds=15, warmup=2):
-    """A part and its anchor in alternating rounds (order swapped every round), CUDA events each."""
-    for _ in range(warmup):
-        part(), anchor()
-    out = {"part": [], "anchor": []}
-    for r in range(rounds):
-        for name in (("part", "anchor") if r % 2 == 0 else ("anchor", "part")):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            (part if name == "part" else anchor)()
-            e.record()
-            e.synchronize()
-            out[name].append(s.elapsed_time(e))
-    return ({"median_ms": statistics.median(out["part"]), "rounds_ms": out["part"]},
-            {"median_ms": statistics.median(out["anchor"]), "rounds_ms": out["anchor"]})
+    """A part and its anchor in alternating rounds (gpu_evidence.timed: the order swapped every round), CUDA events each."""
+    t = timed({"part": part, "anchor": anchor}, rounds=rounds, warmup=warmup)
+    return t["part"], t["anchor"]
 
 
 def main():
