@@ -211,8 +211,10 @@ class Module:
     key with its headers inlined by NVRTC, so an edited file recompiles in a new process).
     `smem`: {kernel-name prefix: dynamic shared-memory bytes to allow above the 48 KB default}."""
 
-    def __init__(self, path, names, smem: dict | None = None):
+    def __init__(self, path, names, smem: dict | None = None, source: str | None = None):
         self.path, self.names, self.smem = Path(path), tuple(names), tuple(sorted((smem or {}).items()))
+        if source is not None:  # another version of the file's text (a before/after study compiles both)
+            self.__dict__["source"] = source
 
     @functools.cached_property
     def source(self) -> str:

@@ -11,7 +11,6 @@ those rungs, and names the one command that does it. No torch import.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import shlex
 import time
@@ -97,22 +96,22 @@ def quarantine(results: dict, candidate: str, profile: str) -> list[str]:
     return moved
 
 
-def invocation(proc: Path = Path("/proc"), pid: int | None = None) -> str:
+def invocation(process=None) -> str:
     """The --cores / --resources / --profile / --executor of the snakemake run this process is a job
-    of, read from its ancestors' command lines (Linux /proc), so that the refusal's fix line is the
-    user's own command; `--cores 1` where no snakemake is found (a direct CLI call, a cluster job)."""
-    pid = os.getppid() if pid is None else pid
-    for _ in range(8):
-        try:
-            argv = [a.decode(errors="replace") for a in (proc / str(pid) / "cmdline").read_bytes().split(b"\0") if a]
-            ppid = int((proc / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            break
-        if any(Path(a).name == "snakemake" for a in argv[:3]):
-            return _run_options(argv) or "--cores 1"
-        if ppid <= 1:
-            break
-        pid = ppid
+    of, read from its ancestors' command lines (psutil, which snakemake itself depends on: Linux and
+    macOS alike), so that the refusal's fix line is the user's own command; `--cores 1` where no
+    snakemake is found (a direct CLI call, a cluster job) or the process table cannot be read."""
+    try:
+        import psutil
+    except ImportError:
+        return "--cores 1"
+    try:
+        for parent in (process or psutil.Process()).parents():
+            argv = parent.cmdline()
+            if any(Path(a).name == "snakemake" for a in argv[:3]):
+                return _run_options(argv) or "--cores 1"
+    except psutil.Error:  # a process gone or not readable: the hint falls back, the refusal stands
+        pass
     return "--cores 1"
 
 

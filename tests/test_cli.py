@@ -42,28 +42,36 @@ def test_fc2_study_needs_a_gpu_and_says_so_in_one_line():
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "needs" in p.stderr
 
 
-def test_refusal_fix_line_repeats_the_runs_own_cores_and_resources(tmp_path):
+def test_refusal_fix_line_repeats_the_runs_own_cores_and_resources():
     """A refusal's `fix:` command carries the --cores / --resources / --profile of the snakemake run the
     job belongs to (read from its ancestors' command lines), and `--cores 1` outside snakemake."""
+    import psutil
+
     from h3gates.promotion import invocation
 
-    def proc(pid, ppid, *argv):
-        d = tmp_path / str(pid)
-        d.mkdir()
-        (d / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
-        (d / "stat").write_text(f"{pid} ({argv[0].split('/')[-1]}) S {ppid} 1 1 0")
+    class Proc:
+        def __init__(self, *chain):  # chain: the ancestors' command lines, nearest first
+            self.chain = chain
 
-    proc(40, 1, "/usr/bin/python3", "-m", "snakemake", "--cores", "8", "--resources", "gpu=2", "all", "--configfile", "config/canonical.yaml")
-    proc(41, 40, "/bin/bash", "-c", "python -m h3gates promote x")
-    proc(42, 41, "/usr/bin/python3", "-m", "h3gates", "promote", "x")
-    assert invocation(tmp_path, 42) == "--cores 8 --resources gpu=2"
-    proc(50, 1, "/venv/bin/python", "/venv/bin/snakemake", "-c2", "--profile", "profiles/slurm", "promote_x")
-    proc(51, 50, "/bin/bash", "-c", "true")
-    assert invocation(tmp_path, 51) == "-c2 --profile profiles/slurm"
-    proc(60, 1, "/bin/bash")  # a direct call from a shell: no snakemake among the ancestors
-    proc(61, 60, "/usr/bin/python3", "-m", "h3gates", "verify", "r.json")
-    assert invocation(tmp_path, 61) == "--cores 1"
-    assert invocation(tmp_path / "absent", 7) == "--cores 1"  # no /proc (another OS)
+        def parents(self):
+            return [Cmd(argv) for argv in self.chain]
+
+    class Cmd:
+        def __init__(self, argv):
+            self.argv = argv
+
+        def cmdline(self):
+            if self.argv is None:
+                raise psutil.AccessDenied(1)
+            return self.argv
+
+    shell = ["/bin/bash", "-c", "python -m h3gates promote x"]
+    run = ["/usr/bin/python3", "-m", "snakemake", "--cores", "8", "--resources", "gpu=2", "all", "--configfile", "config/canonical.yaml"]
+    assert invocation(Proc(shell, run, ["/sbin/init"])) == "--cores 8 --resources gpu=2"
+    assert invocation(Proc(["/venv/bin/python", "/venv/bin/snakemake", "-c2", "--profile", "profiles/slurm", "promote_x"])) == "-c2 --profile profiles/slurm"
+    assert invocation(Proc(["/bin/bash"], ["/sbin/init"])) == "--cores 1"  # a direct call from a shell
+    assert invocation(Proc(shell, None)) == "--cores 1"  # an ancestor the process table does not show
+    assert "--cores" in invocation()  # this very process (pytest): no snakemake among its ancestors, or the run's own
 
 
 def test_output_cut_off_by_the_reader_is_not_a_traceback():
