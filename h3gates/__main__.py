@@ -1,5 +1,5 @@
 import sys
 
-from .cli import main
+from h3gates.cli import main
 
 sys.exit(main())

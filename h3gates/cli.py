@@ -1,7 +1,7 @@
 """`python -m h3gates`: the user's commands (status, verify, replay, candidates, fc2) and the ones the
 workflow's rules run (rung, baseline, token, promote, plot, profile-target). Each command imports only what it
 needs, so a pass token or a record check costs a Python start, and a rung's code fingerprint is what
-its own module imports (h3gates.provenance)."""
+its own module imports (h3gates.core.fingerprints)."""
 
 from __future__ import annotations
 
@@ -85,12 +85,11 @@ def parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["fc2"]:
-        from .fc2.cli import main as fc2_main
+        from h3gates.fc2.commands import main as fc2_main
 
         return fc2_main(argv[1:])
     a = parser().parse_args(argv)
-    from .config import ConfigError
-    from .tokens import Refusal
+    from h3gates.core.errors import ConfigError, Refusal
 
     try:
         return _run(a)
@@ -111,38 +110,47 @@ def main(argv=None) -> int:
 
 def _run(a) -> int:
     if a.cmd == "rung":
-        from . import rungs
-        from .paths import promotion_paths
-        from .tokens import revoke
+        from h3gates.rungs import ladder
+        from h3gates.core.context import RungContext
+        from h3gates.core.outputs import promotion_paths
+        from h3gates.core.tokens import revoke
 
-        context = json.loads(a.context)
-        revoke(*promotion_paths(context["profile"], context["candidate"]))  # a gate reruns: the old promotion is void
-        if context["device"] == "cuda":
-            from .lease import acquire
+        ctx = RungContext.from_json(a.context)
+        revoke(*promotion_paths(ctx.profile, ctx.candidate))  # a gate reruns: the old promotion is void
+        if ctx.device == "cuda":
+            from h3gates.core.lease import acquire
 
-            acquire(f"rung {a.rung} {context['candidate']}" + ("" if a.block is None else f" block {a.block}"))
-        rungs.run(a.rung, context, a.out, a.block, a.upstream)
+            acquire(f"rung {a.rung} {ctx.candidate}" + ("" if a.block is None else f" block {a.block}"))
+        ladder.run(a.rung, ctx, a.out, a.block, a.upstream)
         return 0
     if a.cmd == "baseline":
-        context = json.loads(a.context)
-        if context["rung"] == 8:
-            from .rungs.r8_baseline import compute
-        elif context["rung"] == 0:
-            from .baseline import compute_captures
+        from h3gates.core.context import CAPTURES, artifact_meta
 
-            compute = lambda ctx, outs: compute_captures(ctx, a.blocks, outs)
+        actx = json.loads(a.context)
+        rung = actx["rung"]
+        if rung != CAPTURES and len(a.out) != 1:
+            parser().error(f"baseline r{rung}: one --out expected, got {len(a.out)}")
+        meta = artifact_meta(actx)  # the artifact's identity, computed here: the computing module needs no key code
+        if actx["device"] == "cuda":
+            from h3gates.core.lease import acquire
+
+            acquire(f"baseline captures block {' '.join(map(str, a.blocks))}" if rung == CAPTURES else f"baseline r{rung}")
+        if rung == CAPTURES:
+            from h3gates.rungs.artifacts import compute_captures
+
+            compute_captures(actx, a.blocks, a.out, meta)
+        elif rung == 8:
+            from h3gates.rungs.r8_baseline import compute
+
+            compute(actx, a.out[0], meta)
         else:
-            from .baseline import compute
-        if context["rung"] != 0 and len(a.out) != 1:
-            parser().error(f"baseline r{context['rung']}: one --out expected, got {len(a.out)}")
-        if context["device"] == "cuda":
-            from .lease import acquire
+            from h3gates.rungs.artifacts import compute
 
-            acquire(f"baseline captures block {' '.join(map(str, a.blocks))}" if context["rung"] == 0 else f"baseline r{context['rung']}")
-        compute(context, a.out if context["rung"] == 0 else a.out[0])
+            compute(actx, a.out[0], meta)
         return 0
     if a.cmd == "token":
-        from .tokens import Refusal, revoke, token
+        from h3gates.core.errors import Refusal
+        from h3gates.core.tokens import revoke, token
 
         try:
             token(a.reports, a.out)
@@ -151,15 +159,15 @@ def _run(a) -> int:
             raise
         return 0
     if a.cmd == "promote":
-        from .config import validate_config
-        from .promotion import promote
+        from h3gates.core.config import validate_config
+        from h3gates.core.promotion import promote
 
         promote(validate_config(json.loads(a.config_json)), a.candidate, a.record, a.flag, a.configfile)
         print(f"promoted {a.candidate}: {a.record}")
         return 0
     if a.cmd == "verify":
-        from .config import load_config, validate_config
-        from .promotion import verify
+        from h3gates.core.config import load_config, validate_config
+        from h3gates.core.promotion import verify
 
         config = validate_config(json.loads(a.config_json)) if a.config_json else load_config(a.configfile) if a.configfile else None
         rec = verify(a.record, revoke_flag=a.revoke, flag=a.flag, config=config, configfiles=a.configfile, heal=a.heal)
@@ -167,14 +175,14 @@ def _run(a) -> int:
               + ("" if rec["deployable"] else "; NOT deployable (rehearsal profile)"))
         return 0
     if a.cmd == "status":
-        from .config import load_config
-        from .promotion import format_status, status
+        from h3gates.core.config import load_config
+        from h3gates.core.promotion import format_status, status
 
         rows = status(load_config(a.configfile))
         print(json.dumps(rows, indent=1) if a.json else format_status(rows))
         return 0
     if a.cmd == "candidates":
-        from . import registry
+        from h3gates.core import registry
 
         if a.markdown:
             print(registry.markdown_table())
@@ -183,27 +191,32 @@ def _run(a) -> int:
                 print(f"{c.name:18s} {c.flag:28s} roles {','.join(c.roles):12s} overrides {','.join(c.overrides):13s} {c.folder}")
         return 0
     if a.cmd == "replay":
-        from .replay import replay
+        from h3gates.rungs.replay import replay
 
         return replay(a.dump)
     if a.cmd == "plot":
-        from .perfplot import ratio_plot
-        from .report import read
+        from h3gates.rungs.plots import ratio_plot
+        from h3gates.core.report import read
 
         docs = [read(p) for p in a.reports]
         ratio_plot([(f"{d['candidate']} block {d['block']}", d["timing"]) for d in docs], a.out)
         return 0
     if a.cmd == "profile-target":
-        from .nsight import exit_with_parent
-        from .rungs.r8_profile import target
+        from h3gates.rungs.nsight import exit_with_parent
 
         exit_with_parent()
-        if a.side == "baseline-artifact":  # --context is a baseline context (rule baseline_artifact, rung 8)
-            from .rungs.r8_baseline import profile_target
+        if a.side == "baseline-artifact":  # --context is rung 8's baseline artifact context (rule baseline_artifact)
+            from h3gates.core.context import artifact_path, capture_context
+            from h3gates.rungs.r8_baseline import profile_target
 
-            profile_target(json.loads(a.context))
+            actx = json.loads(a.context)
+            cctx = capture_context(actx)
+            profile_target(actx, artifact_path(cctx, block=actx["profiler"]["block"]), cctx)
             return 0
-        target(json.loads(a.context), a.side)
+        from h3gates.core.context import RungContext
+        from h3gates.rungs.r8_profiler import target
+
+        target(RungContext.from_json(a.context), a.side)
         return 0
     return 2
 

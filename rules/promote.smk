@@ -25,7 +25,7 @@ rule promotion_record:
         "../envs/h3gates.yaml"
     params:
         config=lambda wc: json.dumps(
-            H3.candidate_config(config, wc.candidate), sort_keys=True
+            H3context.candidate_config(config, wc.candidate), sort_keys=True
         ),
         configfiles=CONFIGFILES,
         fingerprint=fingerprint(8),
@@ -47,7 +47,25 @@ for _cand in CANDIDATES:
         conda:
             "../envs/h3gates.yaml"
         params:
-            config=json.dumps(H3.candidate_config(config, _cand), sort_keys=True),
+            config=json.dumps(H3context.candidate_config(config, _cand), sort_keys=True),
         shell:
             "python -m h3gates verify {input.record} --flag {input.flag} --revoke --heal --config-json {params.config:q} > {log} 2>&1 "
             "&& status=0 || status=$?; cat {log} >&2; exit $status"
+
+
+# promote_<name> of a registered candidate this run does not climb (disabled, accepted into the
+# baseline, not named in config, or unable to run on this device): one line saying why, exit 1.
+for _cand, _why in H3config.not_climbed(config, CANDIDATES, LEFT_OUT).items():
+
+    rule:
+        name:
+            f"promote_{_cand}"
+        log:
+            f"{LOGS}/{_cand}/not_climbed.log",
+        localrule: True
+        conda:
+            "../envs/h3gates.yaml"
+        params:
+            why=_why,
+        shell:
+            "echo 'h3gates promote: REFUSED: {params.why}' | tee {log} >&2; exit 1"

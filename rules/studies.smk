@@ -6,7 +6,7 @@
 
 rule fc2_sweep:
     input:
-        code=lambda wc: H3.imported(("h3gates/fc2/cli.py",), str(H3.ROOT)),
+        code=lambda wc: H3fp.imported(("h3gates/fc2/commands.py",), str(H3fp.ROOT)),
     output:
         f"{RES}/fc2_algo/study/fc2_sweep.json",
     log:

@@ -1,7 +1,7 @@
 """Where comfy-kitchen's CUDA quantize_nvfp4 writes outside the real blocks (issue 11's path cases
 found fp16 inputs with a partial last block and a NaN/Inf global scale where comfy's scale bytes and
 h3gates' CUDA quantizer differ): every (dtype, rows, cols, global scale kind) below, comfy's bytes vs
-h3gates.cudakernels.quantize, each differing byte listed with its (row, block) and both values.
+h3gates.nvfp4.cuda.producers.quantize, each differing byte listed with its (row, block) and both values.
 
     python scripts/comfy_padding_probe.py --out DIR      (needs a CUDA GPU and comfy-kitchen)
 """
@@ -18,7 +18,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from h3gates import cudakernels as K  # noqa: E402
+from h3gates.nvfp4.cuda import producers as K  # noqa: E402
 from h3gates.nvfp4 import formats as F  # noqa: E402
 from h3gates.nvfp4 import global_scale, oracle  # noqa: E402
 

@@ -46,7 +46,7 @@ for step in "$@"; do
         > "$OUT/gpucheck/fc2_algo_ci.log" 2>&1; echo "fc2_algo rc=$?"
       python3 - "$OUT/gpucheck/fc2_algo_pin_here.json" <<'PY'
 import json, sys
-from h3gates import pins
+from h3gates.core import pins
 from h3gates.fc2 import pinning
 rep = json.load(open("results/ci/fc2_algo/r1_adversarial.json"))
 out = {"pins": rep["pins"], "environment_here": pinning.environment_here(), "reasons": pins.check(rep["pins"]),
@@ -122,8 +122,9 @@ PY
         timeout "$left" python3 - "${R8_CANDIDATE:-swiglu_fusion}" "$OUT/r8" ${R8_CONFIGS:-config/config.yaml config/canonical.yaml} <<'PY' 2>&1 | tee "$OUT/r8/r8.log" | grep -v "==PROF==" | tail -8
 import json, sys, time
 from pathlib import Path
-from h3gates import config as C, rungs
-from h3gates.provenance import rung_context
+from h3gates.core import config as C
+from h3gates import rungs
+from h3gates.core.fingerprints import rung_context
 cand, out, files = sys.argv[1], Path(sys.argv[2]), sys.argv[3:]
 cfg = C.load_config(files)
 path = out / f"{cand}_r8_profile.json"
@@ -160,7 +161,7 @@ pathlib.Path(sys.argv[1]).write_text(json.dumps(out, indent=1))
 print(len(out), "reports bundled")
 PY
       ;;
-    ncuquery)  # what the installed Nsight Compute offers, for h3gates/nsight.py's parsers
+    ncuquery)  # what the installed Nsight Compute offers, for h3gates/rungs/nsight.py's parsers
       { ncu --version; ncu --query-metrics | head -12
         ncu --query-metrics --query-metrics-collection launch | grep -E '^launch__(registers_per_thread|shared_mem_per_block_allocated|grid_size|block_size|waves_per_multiprocessor)'
         ncu --query-metrics --query-metrics-mode suffix --metrics lts__t_sector_hit_rate,sm__throughput,smsp__pipe_tensor_cycles_active | head -30

@@ -33,11 +33,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gpu_evidence import CANON, env, timed  # noqa: E402
 
-from h3gates import cudakernels as K  # noqa: E402
-from h3gates import nvfp4, standin_cuda  # noqa: E402
+from h3gates.nvfp4.cuda import producers as K  # noqa: E402
+from h3gates import nvfp4
+from h3gates.nvfp4.cuda import standin as standin_cuda  # noqa: E402
 from h3gates.nvfp4 import gemm  # noqa: E402
 from h3gates.nvfp4.quantize import block_values_torch  # noqa: E402
-from h3gates.profiles import load_profile  # noqa: E402
+from h3gates.core.shapes import load_profile  # noqa: E402
 
 
 def before_module(d: Path):

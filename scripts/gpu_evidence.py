@@ -30,15 +30,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from h3gates import cudakernels as K  # noqa: E402
+from h3gates.nvfp4.cuda import producers as K  # noqa: E402
 from h3gates import nvfp4  # noqa: E402
 from h3gates.nvfp4 import catalogue as C  # noqa: E402
 from h3gates.nvfp4 import formats as F  # noqa: E402
 from h3gates.nvfp4 import oracle  # noqa: E402
 from h3gates.nvfp4 import rcp as R  # noqa: E402
 from h3gates.nvfp4.explain import explain  # noqa: E402
-from h3gates.registry import load_implementation  # noqa: E402
-from h3gates.roles import modulate, swiglu  # noqa: E402
+from h3gates.core.registry import load_implementation  # noqa: E402
+from h3gates.model.roles import modulate, swiglu  # noqa: E402
 
 M = load_implementation("modulate_fusion", "cuda")  # modulate_produce (kernels/modulate_fusion/cuda.py)
 S = load_implementation("swiglu_fusion", "cuda")  # swiglu_produce, swiglu_probe (kernels/swiglu_fusion/cuda.py)
@@ -188,8 +188,8 @@ def section_kernels() -> dict:
         g = C.global_scale_for(c, x).to(DEV)
         res["quantize_into"][c.id] = _k_vs_comfy(x, g)
     # the fused producers on the catalogue too (identity modulation / unit SwiGLU gate and random ones)
-    from h3gates.reference import Reference as _Ref
-    from h3gates.roles import ReferenceProducer
+    from h3gates.model.reference import Reference as _Ref
+    from h3gates.model.roles import ReferenceProducer
     from h3gates.rungs.inputs import role_input
 
     refp = ReferenceProducer(_Ref(DEV))
@@ -256,8 +256,8 @@ def section_kernels() -> dict:
         del u, m
     # the ring: 2048-row chunks of a canonical activation, each chunk vs the rows of comfy's whole tensor
     # (over the library path the ring materializes and quantizes its chunks with its own quantize_into)
-    from h3gates.reference import Reference
-    from h3gates.roles import Plain, reference_roles
+    from h3gates.model.reference import Reference
+    from h3gates.model.roles import Plain, reference_roles
 
     ref = Reference(DEV)
     ring = load_implementation("qkv_ring", "cuda").build({"ring_rows": 2048}, ref, reference_roles(ref))["qkv"].producer

@@ -22,7 +22,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from h3gates import nvfp4, standin_cuda  # noqa: E402
+from h3gates import nvfp4
+from h3gates.nvfp4.cuda import standin as standin_cuda  # noqa: E402
 from h3gates.model import build, load_profile  # noqa: E402
 from h3gates.nvfp4.quantize import block_values_torch  # noqa: E402
 from gpu_evidence import env, timed  # noqa: E402

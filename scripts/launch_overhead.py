@@ -12,8 +12,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from h3gates import cudakernels as K  # noqa: E402
-from h3gates.registry import load_implementation  # noqa: E402
+from h3gates.nvfp4.cuda import producers as K  # noqa: E402
+from h3gates.core.registry import load_implementation  # noqa: E402
 
 M = load_implementation("modulate_fusion", "cuda")
 S = load_implementation("swiglu_fusion", "cuda")

@@ -1,4 +1,4 @@
-"""The GPU lease timeline (logs/gpu_leases.jsonl, h3gates/lease.py) as a table and a JSON summary:
+"""The GPU lease timeline (logs/gpu_leases.jsonl, h3gates/core/lease.py) as a table and a JSON summary:
 which job ran on which device, when, and for how long; the overlap of jobs on distinct devices shows
 what several GPUs bought.
 

@@ -32,7 +32,7 @@ def main() -> int:
     a = ap.parse_args()
     import snakemake
 
-    from h3gates import config as C
+    from h3gates.core import config as C
 
     cfg_args = ["--configfile", *a.configfile] if a.configfile else []
     cfg = C.validate_config(C.load_config(["config/config.yaml", *a.configfile]))

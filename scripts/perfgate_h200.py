@@ -31,9 +31,10 @@ def main() -> int:
     for fixture in (ROOT / "tests/fixtures/candidates").iterdir():  # test candidates named on the command line
         if fixture.name in a.candidates and not (ROOT / "kernels" / fixture.name).exists():
             shutil.copytree(fixture, ROOT / "kernels" / fixture.name)
-    from h3gates import config as C
-    from h3gates import report, rungs
-    from h3gates.provenance import rung_context
+    from h3gates.core import config as C
+    from h3gates.core import report
+    from h3gates.rungs import ladder
+    from h3gates.core.fingerprints import rung_context
 
     raw = C.merge(C.load_config(a.configfile), {"candidates": {c: {} for c in a.candidates}})
     cfg = C.validate_config(raw)
@@ -45,7 +46,7 @@ def main() -> int:
             for block in cfg["blocks"]:
                 path = out / f"{cand}_block{block}_run{rep}.json"
                 t0 = time.time()
-                rungs.run(4, rung_context(cfg, cand, 4), str(path), block)
+                ladder.run(4, rung_context(cfg, cand, 4), str(path), block)
                 d = json.loads(path.read_text())
                 t = d["timing"]
                 runs.append({"candidate": cand, "block": block, "run": rep, "verdict": d["verdict"], "decision": t["decision"], "rounds": t["rounds"],

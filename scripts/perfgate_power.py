@@ -1,4 +1,4 @@
-"""Rung 4's sequential gate (h3gates.perfgate) against the committed canonical H200 block timings.
+"""Rung 4's sequential gate (h3gates.core.perfgate) against the committed canonical H200 block timings.
 
 (a) extracts per-round baseline/candidate times and ratios of every canonical r4_block report;
 (b) analyses the first measured round (outlier? order effect?);
@@ -28,7 +28,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from h3gates import perfgate as G
+from h3gates.core import perfgate as G
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ("evidence/h200/canonical_modulate_fusion_21rounds/canonical_reports.json",
@@ -247,7 +247,7 @@ def main():
         ci[f"{lo}/{step}/{hi}"] = {"looks": list(looks), "per_look_level": level,
                                    "first_decisive_rounds": next((n for n in looks if G.order_bound(n // 2, level)[0]), None)}
     doc = {
-        "what": "rung 4 sequential performance gate (h3gates.perfgate) simulated from the committed canonical H200 block timings",
+        "what": "rung 4 sequential performance gate (h3gates.core.perfgate) simulated from the committed canonical H200 block timings",
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "device": {"ran_on": platform.processor() or platform.machine(), "python": platform.python_version(), "numpy": np.__version__,
                    "measurements_from": sorted({r["device"] for r in reps})},

@@ -25,11 +25,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gpu_evidence import CANON, _segments, copy_bandwidth, env, graphed, timed  # noqa: E402
 
-from h3gates import cudakernels as K  # noqa: E402
+from h3gates.nvfp4.cuda import producers as K  # noqa: E402
 from h3gates import nvfp4  # noqa: E402
 from h3gates.nvfp4 import oracle  # noqa: E402
-from h3gates.registry import load_implementation  # noqa: E402
-from h3gates.roles import modulate  # noqa: E402
+from h3gates.core.registry import load_implementation  # noqa: E402
+from h3gates.model.roles import modulate  # noqa: E402
 
 M = load_implementation("modulate_fusion", "cuda")
 

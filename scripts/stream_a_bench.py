@@ -36,9 +36,9 @@ from h3gates import nvfp4  # noqa: E402
 from h3gates.nvfp4 import catalogue as CAT  # noqa: E402
 from h3gates.nvfp4.gemm import alpha, mm_alpha  # noqa: E402
 from h3gates.nvfp4.layout import Packed  # noqa: E402
-from h3gates.registry import load_module  # noqa: E402
-from h3gates.reference import Reference  # noqa: E402
-from h3gates.roles import Modulated, Plain, ReferenceGemm, Role, Weight, reference_roles  # noqa: E402
+from h3gates.core.registry import load_module  # noqa: E402
+from h3gates.model.reference import Reference  # noqa: E402
+from h3gates.model.roles import Modulated, Plain, ReferenceGemm, Role, Weight, reference_roles  # noqa: E402
 from h3gates.rungs.inputs import weight as ref_weight  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -234,7 +234,7 @@ def main() -> int:
     ap.add_argument("--rows", type=int, default=37810)
     a = ap.parse_args()
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
-    from h3gates.profiles import load_profile
+    from h3gates.core.shapes import load_profile
 
     prof = load_profile("canonical")
     shapes = prof.gemm_shapes()

@@ -25,9 +25,9 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from stream_a_bench import CUDA, modulated, packed
 
 from h3gates.nvfp4 import catalogue as CAT
-from h3gates.profiles import load_profile
-from h3gates.reference import Reference
-from h3gates.roles import ReferenceGemm, reference_roles
+from h3gates.core.shapes import load_profile
+from h3gates.model.reference import Reference
+from h3gates.model.roles import ReferenceGemm, reference_roles
 from h3gates.rungs.inputs import weight as ref_weight
 
 

@@ -24,8 +24,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
-    from h3gates.registry import load_module
-    from h3gates.roles import ReferenceGemm
+    from h3gates.core.registry import load_module
+    from h3gates.model.roles import ReferenceGemm
 
     bench = load_module(ROOT / "scripts/stream_a_bench.py")
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False

@@ -6,25 +6,41 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from h3gates import baseline, paths, provenance, rungs, tokens
+from h3gates.rungs import ladder
+from h3gates.core import context as X
+from h3gates.core import outputs as paths
+from h3gates.core import tokens
+from h3gates.core.context import RungContext
+from h3gates.core.errors import Refusal
+from h3gates.rungs import artifacts
+
+
+def make_captures(cfg: dict, shared: dict | None = None) -> None:
+    cctx = X.capture_context(shared or X.shared_context(cfg))
+    blocks = X.captured_blocks(cfg)
+    artifacts.compute_captures(cctx, blocks, [X.artifact_path(cctx, block=b) for b in blocks], X.artifact_meta(cctx))
+
+
+def make_artifact(ctx: RungContext) -> None:
+    actx = ctx.artifact_context()
+    artifacts.compute(actx, ctx.baseline_artifact, X.artifact_meta(actx))
 
 
 def climb(cfg: dict, cand: str) -> tuple[int, str]:
     """Rung after rung -> (the rung whose token refused, its one-line refusal), or (0, "")."""
     upstream: list[str] = []
     for rung in range(1, 9):
-        ctx = provenance.rung_context(cfg, cand, rung)
-        if not all(Path(p).exists() for p in ctx.get("captures", {}).values()):
-            cctx, blocks = baseline.capture_context_of(ctx), baseline.captured_blocks(cfg)
-            baseline.compute_captures(cctx, blocks, [baseline.capture_path(cctx, b) for b in blocks])
-        if "baseline_artifact" in ctx and not Path(ctx["baseline_artifact"]).exists():
-            baseline.compute(baseline.context_of(ctx), ctx["baseline_artifact"])
+        ctx = RungContext.from_config(cfg, cand, rung)
+        if not all(Path(p).exists() for p in ctx.captures.values()):
+            make_captures(cfg)
+        if ctx.baseline_artifact and not Path(ctx.baseline_artifact).exists():
+            make_artifact(ctx)
         outs = paths.report_paths(cfg["profile"], cand, cfg["blocks"])[rung]
         for out, block in zip(outs, cfg["blocks"] if rung in paths.PER_BLOCK else [None]):
-            rungs.run(rung, ctx, out, block, upstream)
+            ladder.run(rung, ctx, out, block, upstream)
         try:
             tokens.token(outs, paths.token_path(cfg["profile"], cand, rung))
-        except tokens.Refusal as e:
+        except Refusal as e:
             return rung, e.reasons[0]
         upstream = outs
     return 0, ""

@@ -47,7 +47,7 @@ def test_refusal_fix_line_repeats_the_runs_own_cores_and_resources():
     job belongs to (read from its ancestors' command lines), and `--cores 1` outside snakemake."""
     import psutil
 
-    from h3gates.promotion import invocation
+    from h3gates.core.promotion import invocation
 
     class Proc:
         def __init__(self, *chain):  # chain: the ancestors' command lines, nearest first

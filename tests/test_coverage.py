@@ -13,11 +13,14 @@ import pytest
 import torch
 import yaml
 
-from h3gates import config as C
-from h3gates import coverage as V
-from h3gates import provenance, registry, rungs
-from h3gates.roles import Modulated, Plain, ReferenceGemm, ReferenceProducer, Role, SwiGLU
-from h3gates.rungs import paths as P
+from h3gates.core.context import RungContext
+from h3gates.core import config as C
+from h3gates.model import kernel_paths as V
+from h3gates.core import fingerprints as provenance
+from h3gates.core import registry
+from h3gates.rungs import ladder
+from h3gates.model.roles import Modulated, Plain, ReferenceGemm, ReferenceProducer, Role, SwiGLU
+from h3gates.rungs import path_cases as P
 from workflow_util import CI_CONFIG, ROOT, merge
 
 
@@ -125,7 +128,7 @@ def test_path_cases_cover_both_sides_of_each_boundary():
 DEAD_BRANCH = '''
 
 import torch as _torch
-from h3gates import coverage as _V
+from h3gates.model import kernel_paths as _V
 
 
 def _fp32_multiply(inp, r0, r1):
@@ -146,7 +149,7 @@ def test_a_declared_path_no_case_hits_fails_rung_1(tmp_path, monkeypatch):
     cfg = merge(merge(yaml.safe_load((ROOT / "config/config.yaml").read_text()), CI_CONFIG), {"candidates": {"modulate_fusion": {"source": str(bad / "cpu.py")}}})
     cfg = C.validate_config(cfg)
     out = tmp_path / "r1.json"
-    assert rungs.run(1, provenance.rung_context(cfg, "modulate_fusion", 1), str(out)) == "fail"
+    assert ladder.run(1, RungContext.from_config(cfg, "modulate_fusion", 1), str(out)) == "fail"
     d = json.loads(out.read_text())
     assert d["measurements"]["cases_differing"] == 0  # every case exact: only the coverage fails
     assert d["measurements"]["paths"]["unhit"] == ["qkv:fp32_multiply", "fc1:fp32_multiply"]
@@ -159,7 +162,7 @@ def test_shipped_candidates_pass_rung_1_with_every_path_hit(tmp_path):
     cfg = C.validate_config(merge(yaml.safe_load((ROOT / "config/config.yaml").read_text()), CI_CONFIG))
     for cand in ("swiglu_fusion", "qkv_ring"):
         out = tmp_path / f"{cand}.json"
-        assert rungs.run(1, provenance.rung_context(cfg, cand, 1), str(out)) == "pass"
+        assert ladder.run(1, RungContext.from_config(cfg, cand, 1), str(out)) == "pass"
         cov = json.loads(out.read_text())["measurements"]["paths"]
         assert cov["unhit"] == [] and cov["declared"] and all(p["cases"] for p in cov["declared"])
 
@@ -202,9 +205,9 @@ def test_rung1_catalogue_values_reach_a_gemm_that_owns_only_the_model_shape():
     """Rung 1 embeds each catalogue activation in the role's whole shape: a GEMM fault that shows only
     for a degenerate global scale at the model's shape is caught there (the whole-shape cases with
     random activations alone pass it)."""
-    from h3gates.profiles import load_profile
-    from h3gates.reference import Reference
-    from h3gates.roles import reference_roles
+    from h3gates.core.shapes import load_profile
+    from h3gates.model.reference import Reference
+    from h3gates.model.roles import reference_roles
     from h3gates.rungs import r1_adversarial as R1
 
     prof = load_profile("ci", {"ci": CI_CONFIG["profiles"]["ci"]})
@@ -215,7 +218,7 @@ def test_rung1_catalogue_values_reach_a_gemm_that_owns_only_the_model_shape():
     reasons = []
     gate = SimpleNamespace(config=prof, device="cpu", reference_q=ref, candidate=cand, reference=base, at=None,
                            spec=SimpleNamespace(roles=("out",), overrides=("gemm",)), fail=reasons.append, dump=lambda *a, **k: None)
-    inputs = [i for i in R1._inputs({"rung_params": {"random_shapes": [[37, 64]]}})]
+    inputs = [i for i in R1._inputs([[37, 64]])]
     cases, cov = R1.gemm_cases(gate, "unused", inputs)
     differing = {c["case"] for c in cases if not c["equal"]}
     assert differing and all(c.endswith("@role_shape") for c in differing), sorted(differing)

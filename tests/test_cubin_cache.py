@@ -1,4 +1,4 @@
-"""The on-disk cubin cache of h3gates.cudart (issue 12: every GPU job of the ladder compiled its .cu
+"""The on-disk cubin cache of h3gates.nvfp4.cuda.runtime (issue 12: every GPU job of the ladder compiled its .cu
 files again, 1-3 s each): a second process loads what the first compiled, the kernels it loads write
 the same bytes, an entry that does not load (cut short, edited) is recompiled, and the key follows
 everything NVRTC's output depends on. The GPU tests skip where cuda.core cannot compile (CI)."""
@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from h3gates import cudart, standin_cuda
+from h3gates.nvfp4.cuda import runtime as cudart
+from h3gates.nvfp4.cuda import standin as standin_cuda
 
 ROOT = Path(__file__).resolve().parent.parent
 requires_kernels = pytest.mark.skipif(not standin_cuda.available(), reason="needs a CUDA GPU where cuda.core compiles kernels/common/standin.cu")
@@ -24,7 +25,8 @@ requires_kernels = pytest.mark.skipif(not standin_cuda.available(), reason="need
 CHILD = r"""
 import json, sys, torch
 sys.path.insert(0, ".")
-from h3gates import cudart, standin_cuda
+from h3gates.nvfp4.cuda import runtime as cudart
+from h3gates.nvfp4.cuda import standin as standin_cuda
 from h3gates.nvfp4 import compare
 from kernels.swiglu_fusion.cuda import swiglu_produce
 g = torch.Generator().manual_seed(0)

@@ -12,7 +12,7 @@ import torch
 
 from h3gates.fc2 import spec as S
 from h3gates.fc2 import study
-from h3gates.fc2.cli import main
+from h3gates.fc2.commands import main
 
 FULL = {"algo_id": 70, "tile": 20, "stages": 35, "splitk": 1, "reduction_scheme": 0, "cta_swizzling": 0, "custom_option": 0,
         "cluster_shape": 2, "inner_shape": 0}
@@ -243,7 +243,7 @@ def test_percentile_and_shapes():
 def test_ncu_argv_profiles_only_the_range():
     argv = study.ncu_argv(["--algorithm", "heuristic0"], "/tmp/fc2")
     assert argv[:5] == ["ncu", "--target-processes", "all", "--profile-from-start", "off"]
-    assert argv[-5:] == ["-m", "h3gates.fc2.cli", "profile", "--algorithm", "heuristic0"]
+    assert argv[-5:] == ["-m", "h3gates.fc2.commands", "profile", "--algorithm", "heuristic0"]
 
 
 # ---------------------------------------------------------------- CLI refusals on a CPU
@@ -256,7 +256,7 @@ def _one_line(text):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without a GPU")
 def test_cli_needs_a_gpu_subprocess():
-    r = subprocess.run([sys.executable, "-m", "h3gates.fc2.cli", "characterize"], check=False, capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-m", "h3gates.fc2.commands", "characterize"], check=False, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2
     assert _one_line(r.stdout + r.stderr) == "h3gates fc2: needs a CUDA GPU (none visible)"
 

@@ -17,8 +17,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from h3gates import config as C
-from h3gates import paths, pins, promotion, provenance, registry, report, tokens
+from h3gates.core.context import RungContext
+from h3gates.core import config as C
+from h3gates.core import outputs as paths
+from h3gates.core import pins
+from h3gates.core import promotion
+from h3gates.core import fingerprints as provenance
+from h3gates.core import registry
+from h3gates.core import report
+from h3gates.core import tokens
 from h3gates.fc2 import pinning
 from inprocess import climb
 from workflow_util import CI_CONFIG, ROOT, make_workspace, merge
@@ -43,15 +50,20 @@ def test_declared_cuda_only_with_its_sweep_artifact():
     assert registry.artifacts("modulate_fusion", {}, "canonical") == {}
 
 
-def test_enabled_on_a_cpu_is_refused_before_any_job():
-    with pytest.raises(C.ConfigError, match="candidates.fc2_algo: fc2_algo has no cpu implementation"):
-        C.validate_config(merge(BASE, {**ONLY_FC2, "device": "cpu"}))
+def test_enabled_on_a_cpu_is_left_out_with_its_reason_and_named_explicitly_is_refused():
+    cfg = C.validate_config(merge(BASE, {**ONLY_FC2, "device": "cpu"}))
+    climbed, left = C.climbable(cfg)
+    assert "fc2_algo" not in climbed and left["fc2_algo"] == "fc2_algo is not climbed on cpu: fc2_algo has no cpu implementation (it has: cuda)"
+    with pytest.raises(C.ConfigError, match=r"candidates.fc2_algo.implementation: 'cpu' is not one of \['auto', 'cuda'\]"):
+        C.validate_config(merge(BASE, {**merge(ONLY_FC2, {"candidates": {"fc2_algo": {"implementation": "cpu"}}}), "device": "cpu"}))
 
 
 @pytest.mark.skipif(importlib.util.find_spec("nvmath") is not None, reason="nvmath-python is installed here")
 def test_without_nvmath_the_cuda_config_names_the_extra():
+    _, left = C.climbable(C.validate_config(merge(BASE, {**ONLY_FC2, "device": "cuda"})))
+    assert "its cuda implementation imports nvmath, which this Python does not have (pip install -e '.[cuda]')" in left["fc2_algo"]
     with pytest.raises(C.ConfigError, match=r"candidates.fc2_algo: its cuda implementation imports nvmath, .*pip install -e '.\[cuda\]'"):
-        C.validate_config(merge(BASE, {**ONLY_FC2, "device": "cuda"}))
+        C.validate_config(merge(BASE, {**ONLY_FC2, "device": "cuda", "baseline": {"accepted": ["fc2_algo"]}}))
 
 
 @pytest.fixture
@@ -78,13 +90,13 @@ def test_auto_runs_the_sweep_first_at_the_profiles_fc2_shape(tmp_path, fake_nvma
     assert "--rows 250 --n 192 --k 512 --seed 0 --max-candidates 8 --max-explicit 4 --rounds 6" in sweep
     assert "--out results/ci/fc2_algo/study/fc2_sweep.json" in sweep
     r1 = next(line for line in out.splitlines() if "h3gates rung 1 " in line)
-    assert "--upstream results/ci/fc2_algo/study/fc2_sweep.json" in r1
+    assert "--upstream results/ci/fc2_algo/study/fc2_sweep.json" in " ".join(r1.split())
     monkeypatch.syspath_prepend(str(fake_nvmath))
     cfg = C.validate_config(merge(merge(BASE, CI_CONFIG), merge(ONLY_FC2, {"device": "cuda"})))
     for rung in range(1, 9):
-        ctx = provenance.rung_context(cfg, "fc2_algo", rung)
-        caps = [ctx["captures"]["3"]] if rung in (3, 4, 8) else []  # the input of block 3 (rungs 3-4 of that block, rung 8's)
-        assert provenance.artifact_files(ctx, 3) == ["results/ci/fc2_algo/study/fc2_sweep.json"] + caps + ([ctx["baseline_artifact"]] if rung in (5, 6, 7, 8) else [])  # rung 8's capture: cuda
+        ctx = RungContext.from_config(cfg, "fc2_algo", rung)
+        caps = [ctx.captures["3"]] if rung in (3, 4, 8) else []  # the input of block 3 (rungs 3-4 of that block, rung 8's)
+        assert ctx.workflow_artifacts(3) == ["results/ci/fc2_algo/study/fc2_sweep.json"] + caps + ([ctx.baseline_artifact] if rung in (5, 6, 7, 8) else [])  # rung 8's capture: cuda
     # a named algorithm needs no sweep
     (ws / "config" / "h0.yaml").write_text(yaml.safe_dump({"candidates": {"fc2_algo": {"params": {"algorithm": "heuristic0"}}}}))
     out = _dry_run(ws, fake_nvmath, "promote_fc2_algo", "--configfile", "config/config.yaml", "config/h0.yaml")
@@ -209,11 +221,11 @@ def test_gpu_candidate_gemm_is_the_reference_gemms_bytes(tmp_path, algorithm):
     catalogue-like operands: zero rows, one row, odd rows, the profile's K; and its pin here holds."""
     import torch
 
-    from h3gates.candidates import Workflow
+    from h3gates.model.candidates import Workflow
     from h3gates.fc2 import study
-    from h3gates.profiles import load_profile
-    from h3gates.reference import Reference
-    from h3gates.roles import ReferenceGemm, reference_roles
+    from h3gates.core.shapes import load_profile
+    from h3gates.model.reference import Reference
+    from h3gates.model.roles import ReferenceGemm, reference_roles
     from h3gates.rungs.inputs import packed_activation, weight
 
     mod = _gpu_module()

@@ -27,19 +27,19 @@ def _assert_fused_exact(produced, materialized):
 @functools.cache
 def _cuda_impl(name):
     """A candidate's CUDA launchers (kernels/<name>/cuda.py), e.g. modulate_produce (loaded once)."""
-    from h3gates.registry import load_implementation
+    from h3gates.core.registry import load_implementation
 
     return load_implementation(name, "cuda")
 
 
 def _assert_modulate_exact(h, shift, scale, bounds):
-    from h3gates.roles import modulate
+    from h3gates.model.roles import modulate
 
     _assert_fused_exact(_cuda_impl("modulate_fusion").modulate_produce(h, shift, scale, bounds), modulate(h, shift, scale, bounds))
 
 
 def _assert_swiglu_exact(u):
-    from h3gates.roles import swiglu
+    from h3gates.model.roles import swiglu
 
     _assert_fused_exact(_cuda_impl("swiglu_fusion").swiglu_produce(u), swiglu(u))
 
@@ -54,7 +54,7 @@ def test_cuda_model_equals_comfy_cuda(case):
 
 
 def test_model_reciprocal_equals_hardware_on_fresh_inputs():
-    from h3gates import cudakernels as K
+    from h3gates.nvfp4.cuda import producers as K
 
     bits = torch.randint(-(2**31), 2**31 - 1, (1 << 24,), device="cuda", dtype=torch.int64).to(torch.int32)
     x = bits.view(torch.float32)
@@ -64,7 +64,7 @@ def test_model_reciprocal_equals_hardware_on_fresh_inputs():
 
 @pytest.mark.parametrize("case", [c for c in C.CASES if c.pad_16x and not c.refused_by], ids=lambda c: c.id)
 def test_cuda_quantize_into_equals_comfy_cuda(case):
-    from h3gates import cudakernels as K
+    from h3gates.nvfp4.cuda import producers as K
 
     x = case.tensor().cuda()
     g = C.global_scale_for(case, x).cuda()
@@ -82,7 +82,7 @@ def test_cuda_fused_producers_equal_materialize_then_comfy(kind):
 
 
 def test_nan_reaches_the_global_scale_in_every_producer():
-    from h3gates import cudakernels as K
+    from h3gates.nvfp4.cuda import producers as K
 
     x = torch.randn(64, 64, device="cuda").to(torch.bfloat16)
     x[7, 9] = float("nan")
@@ -125,7 +125,7 @@ def test_swiglu_element_function_equals_torch_on_every_gate(dtype):
 def test_cuda_quantize_every_bit_pattern_equals_comfy_cuda(dtype, g):
     """Every 16-bit input pattern (NaN, inf, subnormals, signed zeros) through the quantizer, each
     16-value block once in order and once shuffled, at fixed global scales: comfy's CUDA bytes."""
-    from h3gates import cudakernels as K
+    from h3gates.nvfp4.cuda import producers as K
 
     x = torch.arange(-(2**15), 2**15, dtype=torch.int32, device="cuda").to(torch.int16).view(dtype)
     perm = torch.randperm(x.numel(), generator=torch.Generator().manual_seed(1)).cuda()
@@ -138,7 +138,7 @@ def test_cuda_quantize_every_bit_pattern_equals_comfy_cuda(dtype, g):
 
 def test_cuda_producers_write_every_scale_byte():
     """Buffers filled with 0xFF: the kernels write the padding scales (rows to 128, blocks to 4)."""
-    from h3gates import cudakernels as K
+    from h3gates.nvfp4.cuda import producers as K
     from h3gates.nvfp4 import formats as F
 
     x = C.random_tensor("normal", (200, 80), seed=9, device="cuda")
@@ -155,8 +155,8 @@ def test_cuda_producers_write_comfys_tail_blocks(rows, cols, g):
     """comfy's CUDA quantizer runs 16 blocks past the last real one when (rows_pad / 16) * nb is odd;
     their scale bytes are 0x7E where rcp(g) is not finite (scripts/comfy_padding_probe.py). The three
     CUDA producers reproduce them (a zero block's scale); (32, 72) and (48, 24) have no tail."""
-    from h3gates import cudakernels as K
-    from h3gates.roles import modulate, swiglu
+    from h3gates.nvfp4.cuda import producers as K
+    from h3gates.model.roles import modulate, swiglu
 
     x = C.random_tensor("normal", (rows, cols), seed=rows + cols, device="cuda")
     gt = torch.tensor([g], dtype=torch.float32, device="cuda")

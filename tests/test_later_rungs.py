@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from h3gates import config as C
-from h3gates import paths
+from h3gates.core import config as C
+from h3gates.core import outputs as paths
 from inprocess import climb
 from workflow_util import CI_CONFIG, ROOT, merge
 
@@ -104,7 +104,7 @@ def test_state_kept_between_calls_is_caught_at_rung_5(tree):
 
 def test_an_error_at_the_second_sampler_step_is_caught_at_rung_6(tree):
     from h3gates.model import build, load_profile
-    from h3gates.reference import Reference
+    from h3gates.model.reference import Reference
 
     cfg = _plant(tree, LATER_STEP)
     model = build(load_profile("ci", cfg["profiles"]), seed=0, reference=Reference("cpu"))

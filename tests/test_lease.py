@@ -18,7 +18,7 @@ from workflow_util import ROOT
 SMI = '#!/bin/sh\necho "0, GPU-aaaa"\necho "1, GPU-bbbb"\n'
 HOLD = '''
 import sys, time
-from h3gates import lease
+from h3gates.core import lease
 got = lease.acquire(sys.argv[1], timeout=float(sys.argv[2]), poll=0.05)
 import os
 print(json.dumps({"uuid": None if got is None else got.uuid, "cvd": os.environ.get("CUDA_VISIBLE_DEVICES")}), flush=True)
@@ -81,10 +81,10 @@ def test_cuda_visible_devices_narrows_the_choice_and_children_inherit(env):
 
 
 def test_no_gpu_no_lease(tmp_path):
-    from h3gates import lease
+    from h3gates.core import lease
 
     e = {**os.environ, "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-c", "from h3gates import lease; print(lease.acquire('x'))"], env=e, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", "from h3gates.core import lease; print(lease.acquire('x'))"], env=e, capture_output=True, text=True)
     assert out.stdout.strip() == "None" and lease.current() is None
 
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from h3gates import model as M
-from h3gates.roles import ReferenceProducer
+from h3gates.model.roles import ReferenceProducer
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,7 @@ def test_profiles():
     assert c.gemm_shapes() == {"qkv": (21504, 5376), "out": (5376, 7168), "fc1": (28672, 5376), "fc2": (5376, 14336)}
     t = M.load_profile("tiny")
     assert t.blocks == 50 and t.rows % 16 and len(t.segments) == 3
-    user = M.load_profile("mine", {"mine": {**__import__("h3gates.profiles").profiles.PROFILES["tiny"], "blocks": 3}})
+    user = M.load_profile("mine", {"mine": {**__import__("h3gates.core.shapes").core.shapes.PROFILES["tiny"], "blocks": 3}})
     assert user.blocks == 3
     with pytest.raises(KeyError, match="unknown profile"):
         M.load_profile("huge")

@@ -1,4 +1,4 @@
-"""h3gates.nsight on a CPU: the real H200 CSV, planning, diffing, and capture() through a fake ncu."""
+"""h3gates.rungs.nsight on a CPU: the real H200 CSV, planning, diffing, and capture() through a fake ncu."""
 
 import json
 import os
@@ -12,10 +12,10 @@ import jsonschema
 import pytest
 import referencing
 
-from h3gates import nsight as N
+from h3gates.rungs import nsight as N
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ncu"
-SCHEMA = json.loads((Path(__file__).parent.parent / "schemas" / "nsight.fragment.json").read_text())
+SCHEMA = json.loads((Path(__file__).parent.parent / "h3gates" / "schemas" / "nsight.fragment.json").read_text())
 
 
 def _validate(instance, ref="h3gates/nsight"):
@@ -210,7 +210,7 @@ def test_profiled_range_brackets_the_body(monkeypatch):
 
 
 def test_module_needs_no_torch():
-    code = "import sys, h3gates.nsight; assert 'torch' not in sys.modules"
+    code = "import sys, h3gates.rungs.nsight; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parent.parent)
     jsonschema.Draft202012Validator.check_schema(SCHEMA)
 
@@ -256,7 +256,7 @@ def test_a_stopped_capture_leaves_no_process_behind(tmp_path, sig):
     import sys
 
     pidfile = tmp_path / "grandchild.pid"
-    code = ("import sys; from h3gates import nsight; "
+    code = ("import sys; from h3gates.rungs import nsight; "
             f"nsight._run([sys.executable, '-c', \"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(120)\"], 120)")
     rung = subprocess.Popen([sys.executable, "-c", code], cwd=str(Path(__file__).resolve().parent.parent))
     child = _wait_pid(pidfile)
@@ -273,7 +273,7 @@ def test_the_profiled_target_exits_when_ncu_is_gone(tmp_path):
     pidfile = tmp_path / "target.pid"
     code = ("import os, subprocess, sys, time; "
             "p = subprocess.Popen([sys.executable, '-c', "
-            f"\"import os, time; from h3gates import nsight; nsight.exit_with_parent(0.05); open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(120)\"]); "
+            f"\"import os, time; from h3gates.rungs import nsight; nsight.exit_with_parent(0.05); open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(120)\"]); "
             "time.sleep(120)")
     ncu_like = subprocess.Popen([sys.executable, "-c", code], cwd=str(Path(__file__).resolve().parent.parent))
     target = _wait_pid(pidfile)
@@ -294,7 +294,7 @@ def test_sigterm_kills_ncus_whole_session_not_only_ncu(tmp_path):
     ncu_like = ("import subprocess, sys, time; "
                 f"subprocess.Popen([sys.executable, '-c', \"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(120)\"]); "
                 "time.sleep(120)")
-    code = f"import sys; from h3gates import nsight; nsight._run([sys.executable, '-c', {ncu_like!r}], 120)"
+    code = f"import sys; from h3gates.rungs import nsight; nsight._run([sys.executable, '-c', {ncu_like!r}], 120)"
     rung = subprocess.Popen([sys.executable, "-c", code], cwd=str(Path(__file__).resolve().parent.parent))
     target = _wait_pid(pidfile)
     rung.send_signal(S.SIGTERM)

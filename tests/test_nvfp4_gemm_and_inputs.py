@@ -139,7 +139,7 @@ def test_compare_outputs_digests(monkeypatch):
 def test_rung1_gemm_comparison_takes_no_digest(monkeypatch):
     """Rung 1 compares hundreds of GEMM outputs (1.6 GB each at canonical size): bytes, no host digest."""
     from h3gates.nvfp4 import compare as cmp_mod
-    from h3gates.rungs.compare import compare_gemms
+    from h3gates.rungs.side_by_side import compare_gemms
 
     monkeypatch.setattr(cmp_mod, "sha256", lambda t: (_ for _ in ()).throw(AssertionError("hashed")))
     y = C.random_tensor("normal", (8, 32), seed=1)

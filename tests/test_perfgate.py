@@ -1,4 +1,4 @@
-"""Rung 4's sequential performance gate (h3gates.perfgate): decision rule, error control, driver. CPU, fast."""
+"""Rung 4's sequential performance gate (h3gates.core.perfgate): decision rule, error control, driver. CPU, fast."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from h3gates import perfgate as G
+from h3gates.core import perfgate as G
 
 LOOKS = G.schedule({"min_rounds": 16, "batch": 16, "max_rounds": 96})
 
@@ -162,9 +162,9 @@ def test_the_slow_fixture_is_exact_and_slower():
 
     import torch
 
-    from h3gates.reference import Reference
-    from h3gates.registry import load_module
-    from h3gates.roles import Plain, reference_roles
+    from h3gates.model.reference import Reference
+    from h3gates.core.registry import load_module
+    from h3gates.model.roles import Plain, reference_roles
     from h3gates.rungs.inputs import weight
 
     impl = load_module(Path(__file__).resolve().parent / "fixtures/candidates/aa_slow/impl.py")

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from h3gates import config as C
-from h3gates import provenance as P
-from h3gates import registry
+from h3gates.core.context import RungContext
+from h3gates.core import config as C
+from h3gates.core import fingerprints as P
+from h3gates.core import registry
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ("fc2_algo", "modulate_fusion", "qkv_ring", "stream_a", "swiglu_fusion")
@@ -45,14 +46,14 @@ def _fingerprints(root: Path, device: str) -> dict:
     cfg = C.validate_config({**yaml.safe_load((root / "config/config.yaml").read_text()), "device": device}, root=str(root))
     out = {}
     for cand in C.enabled(cfg):
-        ctxs = [P.rung_context(cfg, cand, r) for r in range(1, 9)]
+        ctxs = [RungContext.from_config(cfg, cand, r) for r in range(1, 9)]
         out[cand] = [P.files_digest(P.kernel_files(c, str(root)) + P.code_files(c, str(root)), root) for c in ctxs]
     return out
 
 
 @pytest.fixture
 def tree(tmp_path):
-    for name in ("h3gates", "kernels", "schemas", "config"):
+    for name in ("h3gates", "kernels", "config"):
         shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
     registry.discover.cache_clear()
     P.imported.cache_clear()
@@ -66,7 +67,7 @@ def tree(tmp_path):
     ("kernels/swiglu_fusion/cuda.py", {"swiglu_fusion"}),
     ("kernels/common/quantize.cu", {"qkv_ring"}),
     ("kernels/common/nvfp4.cuh", {"modulate_fusion", "swiglu_fusion", "qkv_ring"}),  # fc2_algo is not enabled in config.yaml
-    ("h3gates/cudakernels.py", {"modulate_fusion", "swiglu_fusion", "qkv_ring"}),
+    ("h3gates/nvfp4/cuda/producers.py", {"modulate_fusion", "swiglu_fusion", "qkv_ring"}),
     ("kernels/common/standin.cu", {"modulate_fusion", "swiglu_fusion", "qkv_ring"}),  # the stand-in's kernels: every CUDA gate
 ])
 def test_editing_one_cuda_source_reruns_only_the_candidates_using_it(tree, edit, changed):
@@ -83,9 +84,9 @@ def test_editing_one_cuda_source_reruns_only_the_candidates_using_it(tree, edit,
 
 def test_module_lists_are_what_each_rung_imports():
     cfg = C.load_config([ROOT / "config/config.yaml"])
-    files = {r: set(P.code_files(P.rung_context(cfg, "modulate_fusion", r))) for r in range(1, 9)}
+    files = {r: set(P.code_files(RungContext.from_config(cfg, "modulate_fusion", r))) for r in range(1, 9)}
     assert "h3gates/nvfp4/data/rcp_approx_sm90_delta.json" in files[1]
-    assert "h3gates/perfgate.py" in files[4] and "h3gates/perfgate.py" not in files[1] | files[5]
-    assert "h3gates/nsight.py" in files[8] and "h3gates/nsight.py" not in files[4]
-    assert "h3gates/promotion.py" not in set().union(*files.values())  # bookkeeping edits rerun no gate
-    assert "h3gates/cudakernels.py" not in set().union(*files.values())  # the CPU implementation
+    assert "h3gates/core/perfgate.py" in files[4] and "h3gates/core/perfgate.py" not in files[1] | files[5]
+    assert "h3gates/rungs/nsight.py" in files[8] and "h3gates/rungs/nsight.py" not in files[4]
+    assert "h3gates/core/promotion.py" not in set().union(*files.values())  # bookkeeping edits rerun no gate
+    assert "h3gates/nvfp4/cuda/producers.py" not in set().union(*files.values())  # the CPU implementation

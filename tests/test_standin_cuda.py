@@ -1,4 +1,4 @@
-"""The stand-in's own CUDA kernels (kernels/common/standin.cu, h3gates/standin_cuda.py, issue 12 part 5)
+"""The stand-in's own CUDA kernels (kernels/common/standin.cu, h3gates/nvfp4/cuda/standin.py, issue 12 part 5)
 write the bytes of the torch chains they replace: block_values against the plain decode (every QDATA
 byte with every scale byte, NaN included, padded scale columns), the q/k RMSNorm + RoPE against
 rope(rms_norm(.)) on a canonical-width qkv, layouts the kernels do not index falling back to the torch
@@ -13,9 +13,12 @@ import struct
 import pytest
 import torch
 
+from h3gates.core.context import RungContext
 from h3gates import model as M
-from h3gates import provenance, registry, standin_cuda
-from h3gates import config as C
+from h3gates.core import fingerprints as provenance
+from h3gates.core import registry
+from h3gates.nvfp4.cuda import standin as standin_cuda
+from h3gates.core import config as C
 from h3gates.nvfp4 import formats as F
 from h3gates.nvfp4.quantize import block_values, block_values_reference, block_values_torch
 
@@ -37,16 +40,16 @@ def test_kernel_e2m1_value_formula_is_the_table():
 def test_the_stand_in_kernels_are_in_every_cuda_rungs_fingerprint_and_no_cpu_rungs():
     """standin_cuda compiles its .cu at run time; an import closure does not show it, so provenance.LOADS
     names it (and the headers it includes): every CUDA rung fingerprints it, no CPU rung does."""
-    text = (provenance.ROOT / "h3gates" / "standin_cuda.py").read_text()
+    text = (provenance.ROOT / "h3gates" / "nvfp4" / "cuda" / "standin.py").read_text()
     loaded = {f"kernels/common/{n}" for n in re.findall(r'Module\(COMMON / "([^"]+)"', text)}
     root = provenance.ROOT
     with_headers = loaded | {h for f in loaded for h in registry._headers(root / f, root, set())}
-    assert loaded and with_headers == set(provenance.LOADS["h3gates/standin_cuda.py"])
+    assert loaded and with_headers == set(provenance.LOADS["h3gates/nvfp4/cuda/standin.py"])
     for device, expect in (("cuda", True), ("cpu", False)):
         cfg = C.validate_config({**C.load_config([root / "config/config.yaml"]), "device": device})
         for rung in range(1, 9):
-            files = provenance.code_files(provenance.rung_context(cfg, "modulate_fusion", rung))
-            assert "h3gates/standin_cuda.py" in files  # imported (lazily) by the GEMM's block_values and the model
+            files = provenance.code_files(RungContext.from_config(cfg, "modulate_fusion", rung))
+            assert "h3gates/nvfp4/cuda/standin.py" in files  # imported (lazily) by the GEMM's block_values and the model
             assert ("kernels/common/standin.cu" in files) is expect, (device, rung)
 
 
@@ -196,13 +199,13 @@ def test_a_wrong_library_dequantization_fails_rung_1(tmp_path, monkeypatch):
 
     import yaml
 
-    from h3gates import rungs
+    from h3gates.rungs import ladder
     from workflow_util import CI_CONFIG, ROOT, merge
 
     cfg = C.validate_config(merge(yaml.safe_load((ROOT / "config/config.yaml").read_text()), CI_CONFIG))
-    ctx = provenance.rung_context(cfg, "modulate_fusion", 1)
+    ctx = RungContext.from_config(cfg, "modulate_fusion", 1)
     good = tmp_path / "good.json"
-    rungs.run(1, ctx, str(good))
+    ladder.run(1, ctx, str(good))
     lib = json.loads(good.read_text())["measurements"]["library"]["block_values"]
     assert lib["differing"] == [] and lib["operands"] > 20 and lib["bytes_compared"] > 0
 
@@ -211,7 +214,7 @@ def test_a_wrong_library_dequantization_fails_rung_1(tmp_path, monkeypatch):
     monkeypatch.setattr(Q, "block_values_torch", lambda q, s, rows=None: real(q, s, rows).unflatten(-1, (-1, 2)).flip(-1).flatten(-2))
     bad = tmp_path / "bad.json"
     with standin_cuda.off():  # on a GPU too: the planted torch path is the one checked
-        rungs.run(1, ctx, str(bad))
+        ladder.run(1, ctx, str(bad))
     doc = json.loads(bad.read_text())
     assert doc["verdict"] == "fail"
     assert any("the library's dequantization (torch) differs from the plain decode" in r for r in doc["reasons"]), doc["reasons"]

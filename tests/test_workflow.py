@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from h3gates.core.context import RungContext
 from workflow_util import copy_workspace, h3gates, make_workspace, pending, snakemake
 from workflow_util import env as wf_env
 
@@ -161,7 +162,7 @@ def test_moving_rung8s_block_makes_one_capture_and_reruns_only_rung_8(ws):
     """One capture job per block: rung 8 at block 1 makes block 1's input (and rung 8's baseline
     capture of it on a GPU); the gated blocks' captures and rungs 1-7 stay."""
     cfg = yaml.safe_load((ws / "config/config.yaml").read_text())
-    cfg["profile_rung"]["block"] = 1
+    cfg["profiler"]["block"] = 1
     (ws / "config/config.yaml").write_text(yaml.safe_dump(cfg))
     todo = pending(ws, "all")
     caps = {p for p in todo if "/baseline/r0-" in p}
@@ -499,17 +500,16 @@ def test_default_tiny_ladder_promotes_modulate_fusion(tmp_path):
 
 def test_rerun_of_a_gate_reproduces_its_report_except_timing(ws):
     """Reports compare byte for byte between identical runs once timing fields are set aside."""
-    from h3gates.config import load_config
-    from h3gates.provenance import artifact_files, rung_context
-    from h3gates.report import comparable
+    from h3gates.core.config import load_config
+    from h3gates.core.report import comparable
 
     cfg = load_config([ws / "config/config.yaml"])
-    ctx = rung_context(cfg, "modulate_fusion", 4)
-    context = json.dumps(ctx, sort_keys=True)
+    ctx = RungContext.from_config(cfg, "modulate_fusion", 4)
+    context = ctx.to_json()
     first = ws / RES / "modulate_fusion/r4_block/block3.json"
     again = ws / "again.json"
     p = h3gates(ws, "rung", "4", "--context", context, "--block", "3", "--out", str(again),
-                "--upstream", f"{RES}/modulate_fusion/r3_projection/block3.json", *artifact_files(ctx, 3), OMP_NUM_THREADS="1")  # as snakemake runs a job
+                "--upstream", f"{RES}/modulate_fusion/r3_projection/block3.json", *ctx.workflow_artifacts(3), OMP_NUM_THREADS="1")  # as snakemake runs a job
     assert p.returncode == 0, p.stderr
     a, b = json.loads(first.read_text()), json.loads(again.read_text())
     assert a["timing"]["baseline_s"] != b["timing"]["baseline_s"]  # fresh measurements ...
@@ -520,7 +520,7 @@ def test_rerun_of_a_gate_reproduces_its_report_except_timing(ws):
 def test_shipped_config_overlays_validate(overlays):
     """The overlays under config/ merge over config.yaml into a valid config (timing_long changes only
     the maximum number of rounds)."""
-    from h3gates.config import load_config
+    from h3gates.core.config import load_config
 
     root = Path(__file__).resolve().parent.parent
     cfg = load_config([root / "config/config.yaml"] + [root / o for o in overlays])

@@ -5,6 +5,6 @@ cuBLASLt algorithm -- and its study commands (characterize, sweep, selected, pro
 `AlgoGemm`), `study` and `cli` need a CUDA GPU and nvmath-python (`pip install -e '.[cuda]'`) to run.
 """
 
-from .spec import SpecError, check_pin, parse, pin
+from h3gates.fc2.spec import SpecError, check_pin, parse, pin
 
 __all__ = ["SpecError", "check_pin", "parse", "pin"]

@@ -29,7 +29,8 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from . import spec as S
+from h3gates.core.errors import NvmathMissing, AlgoError
+from h3gates.fc2 import spec as S
 
 MIB = 1 << 20
 HEURISTIC_LIMIT = 32  # results requested per heuristic query (enumerate:<budget>:<index> indexes these)
@@ -44,14 +45,6 @@ STREAM_K_NOTE = ("cuBLASLt exposes no documented CUBLASLT_ALGO_CONFIG attribute 
                  "interpreted or labelled")
 EXCLUDED_REDUCTIONS = {"OUTPUT_TYPE": "reduces split-K partial sums in bf16: breaks FP32 accumulation with one "
                        "bf16 rounding (allow_bf16_reduced_precision_reduction=False); never requested"}
-
-
-class NvmathMissing(RuntimeError):
-    pass
-
-
-class AlgoError(RuntimeError):
-    """The named algorithm cannot run this problem (AlgoInit, a config attribute, or AlgoCheck refused it)."""
 
 
 @cache

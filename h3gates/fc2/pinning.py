@@ -4,7 +4,7 @@ called."""
 
 from __future__ import annotations
 
-from . import spec as S
+from h3gates.fc2 import spec as S
 
 
 def environment_here() -> dict:
@@ -20,7 +20,7 @@ def environment_here() -> dict:
     p = torch.cuda.get_device_properties(torch.cuda.current_device())
     env.update(gpu=p.name, sm_count=p.multi_processor_count)
     try:
-        from . import cublaslt
+        from h3gates.fc2 import cublaslt
 
         env["cublaslt_version"] = int(cublaslt.lib().lt.get_version())
     except cublaslt.NvmathMissing as e:

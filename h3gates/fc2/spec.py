@@ -20,6 +20,8 @@ import json
 import re
 from pathlib import Path
 
+from h3gates.core.errors import SpecError
+
 DEFAULT_WORKSPACE_MIB = 32  # Comfy Kitchen's cuBLASLt workspace for its NVFP4 GEMM
 CONFIG_FIELDS = ("algo_id", "tile", "stages", "splitk", "reduction_scheme", "cta_swizzling", "custom_option",
                  "cluster_shape", "inner_shape")
@@ -40,10 +42,6 @@ ALIASES = {
 
 PIN_KEYS = ("cublaslt_version", "gpu", "sm_count")  # byte-exactness holds only for this combination
 PIN_LABELS = {"cublaslt_version": "cuBLASLt version", "gpu": "GPU name", "sm_count": "SM count"}
-
-
-class SpecError(ValueError):
-    """An algorithm specification that cannot be used; the message names the problem."""
 
 
 def parse(value) -> dict:

@@ -13,7 +13,7 @@ producing the same bytes.
 Operands are the exact bf16 block values (no global scale) of reference-quantized random tensors and
 alpha = g_a * g_b, as h3gates.nvfp4.gemm.emulated_gemm feeds its GEMM. `exact` means equal bytes to
 torch.addmm (`mm_alpha`, the baseline GEMM of the ladder) on every run, including the repeat after
-timing. Each function returns a JSON-serializable report (schemas/fc2.schema.json).
+timing. Each function returns a JSON-serializable report (h3gates/schemas/fc2.schema.json).
 """
 
 from __future__ import annotations
@@ -30,16 +30,16 @@ from pathlib import Path
 import jsonschema
 import torch
 
-from ..nvfp4 import block_values, global_scale
-from ..nvfp4 import formats as F
-from ..nvfp4.compare import sha256
-from ..nvfp4.gemm import alpha as gemm_alpha
-from ..nvfp4.gemm import mm_alpha
-from ..reference import Reference
-from . import cublaslt as C
-from . import spec as S
+from h3gates.nvfp4 import block_values, global_scale
+from h3gates.nvfp4 import formats as F
+from h3gates.nvfp4.compare import sha256
+from h3gates.nvfp4.gemm import alpha as gemm_alpha
+from h3gates.nvfp4.gemm import mm_alpha
+from h3gates.model.reference import Reference
+from h3gates.fc2 import cublaslt as C
+from h3gates.fc2 import spec as S
 
-SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "fc2.schema.json"
+SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "fc2.schema.json"
 SCHEMA_VERSION = 1
 CANONICAL = {"rows": 37810, "n": 5376, "k": 14336}  # FC2 of one block: tokens x d_ff -> d_model
 BUDGETS_MIB = (0, 4, 8, 16, 32, 64)
@@ -369,14 +369,14 @@ def profile(algorithm: dict, rows=CANONICAL["rows"], n=CANONICAL["n"], k=CANONIC
 
 def ncu_argv(profile_args: list[str], export: str, metrics: list[str] | None = None) -> list[str]:
     """The Nsight Compute command that captures only the profiled range of `h3gates fc2 profile`.
-    h3gates.nsight.capture(profile_target(args), metrics, workdir, timeout) is the same capture through
+    h3gates.rungs.nsight.capture(profile_target(args), metrics, workdir, timeout) is the same capture through
     the project's Nsight wrapper."""
     sel = ["--metrics", ",".join(metrics)] if metrics else ["--set", "full"]
     return ["ncu", "--target-processes", "all", "--profile-from-start", "off", *sel, "--export", export, *profile_target(profile_args)]
 
 
 def profile_target(profile_args: list[str]) -> list[str]:
-    return [sys.executable, "-m", "h3gates.fc2.cli", "profile", *profile_args]
+    return [sys.executable, "-m", "h3gates.fc2.commands", "profile", *profile_args]
 
 
 def validate(doc: dict) -> None:

@@ -18,20 +18,15 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from ..nvfp4 import formats as F
-from ..profiles import H3Config
-from .h3 import Block, H3Model, build
-from ..roles import Weight
+from h3gates.core.errors import CheckpointError
+from h3gates.nvfp4 import formats as F
+from h3gates.core.shapes import H3Config
+from h3gates.model.h3 import Block, H3Model, build
+from h3gates.model.roles import Weight
 
 PREFIX = "model.diffusion_model."
 LAYERS = {"qkv": "attn.qkv_proj", "out": "attn.out_proj", "fc1": "ff.fc1", "fc2": "ff.fc2"}
 PLAIN = {"norm1": "norm1.weight", "norm2": "norm2.weight", "q_norm": "attn.norm_q.weight", "k_norm": "attn.norm_k.weight", "adaln": "scale_shift_table"}
-
-
-class CheckpointError(ValueError):
-    def __init__(self, path, problems: list[str]):
-        self.problems = problems
-        super().__init__(f"{path}: {len(problems)} problem(s):\n  " + "\n  ".join(problems))
 
 
 def _layer(i: int, role: str) -> str:

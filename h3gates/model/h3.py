@@ -10,11 +10,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .. import nvfp4, standin_cuda
-from ..nvfp4.gemm import pin_matmul_precision
-from ..reference import Reference
-from ..profiles import H3Config
-from ..roles import Modulated, Plain, SwiGLU, Weight, reference_roles
+from h3gates import nvfp4
+from h3gates.nvfp4.cuda import standin as standin_cuda
+from h3gates.nvfp4.gemm import pin_matmul_precision
+from h3gates.model.reference import Reference
+from h3gates.core.shapes import H3Config
+from h3gates.model.roles import Modulated, Plain, SwiGLU, Weight, reference_roles
 
 ROLES = ("qkv", "out", "fc1", "fc2")
 ADALN = ("shift_msa", "scale_msa", "gate_msa", "shift_mlp", "scale_mlp", "gate_mlp")
@@ -105,7 +106,7 @@ class H3Model:
     def norm_rope(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """rope(rms_norm(.)) of q or k, x [S, heads * head_dim] (a view of the qkv output) -> [S, heads,
         head_dim]. On a GPU where the stand-in's kernels run (standin_cuda.active), in the layouts they index: two
-        kernels around torch's row mean (h3gates.standin_cuda.qk_norm_rope), byte-identical to the torch
+        kernels around torch's row mean (h3gates.nvfp4.cuda.standin.qk_norm_rope), byte-identical to the torch
         chain (tests/test_standin_cuda.py)."""
         c = self.config
         cos, sin = self._rope
@@ -237,7 +238,7 @@ def generate_io(config: H3Config, seed: int, device) -> dict:
 class LazyBlocks(Sequence):
     """The model's blocks, each generated on first use: every block has its own seeds (generate_block),
     so the bytes do not depend on which blocks were made, or in which order. A gate that runs one block
-    from a captured input (h3gates.baseline captures) makes that block alone."""
+    from a captured input (h3gates.rungs.artifacts captures) makes that block alone."""
 
     def __init__(self, config: H3Config, seed: int, device, reference: Reference):
         self._args, self._made = (config, seed, device, reference), {}

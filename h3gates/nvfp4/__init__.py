@@ -5,10 +5,10 @@ producers: `quantize_into`, `quantize_blocks`, `rcp_sensitive`; reports: `compar
 `compare_outputs`; the adversarial `catalogue`.
 """
 
-from . import catalogue, formats, rcp
-from .compare import compare_outputs, compare_packed, dump_replay, sha256
-from .gemm import emulated_gemm
-from .quantize import (
+from h3gates.nvfp4 import catalogue, formats, rcp
+from h3gates.nvfp4.compare import compare_outputs, compare_packed, dump_replay, sha256
+from h3gates.nvfp4.gemm import emulated_gemm
+from h3gates.nvfp4.quantize import (
     SEMANTICS,
     NVFP4InputError,
     block_values,

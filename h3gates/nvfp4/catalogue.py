@@ -13,7 +13,7 @@ from typing import Callable
 
 import torch
 
-from . import formats as F
+from h3gates.nvfp4 import formats as F
 
 MIDPOINTS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
 ONE = 2688.0  # a block holding this makes the tensor's global scale exactly 1
@@ -196,7 +196,7 @@ def case(case_id: str) -> Case:
 
 
 def global_scale_for(c: Case, x: torch.Tensor) -> torch.Tensor:
-    from .quantize import global_scale
+    from h3gates.nvfp4.quantize import global_scale
 
     return c.global_scale(x) if c.global_scale else global_scale(x)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from . import formats as F
+from h3gates.nvfp4 import formats as F
 
 
 def number(v: float):

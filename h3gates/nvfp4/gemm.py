@@ -14,8 +14,8 @@ from pathlib import Path
 
 import torch
 
-from . import formats as F
-from .quantize import NVFP4InputError, block_values
+from h3gates.nvfp4 import formats as F
+from h3gates.nvfp4.quantize import NVFP4InputError, block_values
 
 
 def _check_operand(name: str, q: torch.Tensor, s: torch.Tensor, k: int) -> None:
@@ -75,7 +75,7 @@ def backend_info(device) -> dict:
         info["allow_bf16_reduced_precision_reduction"] = REDUCED_PRECISION_REDUCTION
         info["torch_allow_bf16_reduced_precision_reduction_now"] = torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
         # which dequantization fed the GEMM: both write the same bytes, the kernel in one pass
-        info["block_values"] = "cuda-kernel kernels/common/standin.cu" if importlib.import_module("h3gates.standin_cuda").active(dev.index) else "torch"
+        info["block_values"] = "cuda-kernel kernels/common/standin.cu" if importlib.import_module("h3gates.nvfp4.cuda.standin").active(dev.index) else "torch"
     return info
 
 

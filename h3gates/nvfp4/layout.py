@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import formats as F
+from h3gates.nvfp4 import formats as F
 
 
 @dataclass

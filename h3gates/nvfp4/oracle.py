@@ -7,7 +7,7 @@ import importlib.metadata
 
 import torch
 
-from . import formats as F
+from h3gates.nvfp4 import formats as F
 
 
 def comfy_version() -> str | None:

@@ -15,17 +15,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import formats as F
-from .rcp import mul_ftz, next_ulp, rcp
+from h3gates.core.errors import NVFP4InputError
+from h3gates.nvfp4 import formats as F
+from h3gates.nvfp4.rcp import mul_ftz, next_ulp, rcp
 
 SEMANTICS = ("eager", "cuda")
 RN_ONE_SIXTH = torch.tensor(0x3E2AAAAB, dtype=torch.int32).view(torch.float32).item()
 FLT_MAX = torch.finfo(torch.float32).max
 INPUT_DTYPES = {"eager": (torch.bfloat16, torch.float16, torch.float32), "cuda": (torch.bfloat16, torch.float16)}
-
-
-class NVFP4InputError(ValueError):
-    """An input outside a quantizer's domain; the message names the violated constraint."""
 
 
 def check_input(x: torch.Tensor, semantics: str, pad_16x: bool) -> None:
@@ -194,12 +191,12 @@ def block_values(qdata: torch.Tensor, scales: torch.Tensor, rows: int | None = N
     """code value * E4M3 block scale, WITHOUT the global scale, as bf16 (exact) [rows, C_pad].
 
     On a GPU where the stand-in's kernels run, in the layouts they index: one kernel
-    (kernels/common/standin.cu, h3gates.standin_cuda.block_values), byte-identical to
+    (kernels/common/standin.cu, h3gates.nvfp4.cuda.standin.block_values), byte-identical to
     `block_values_reference` including NaN scales (tests/test_standin_cuda.py); otherwise
     `block_values_torch`, the same bytes."""
     rows = qdata.shape[0] if rows is None else rows
     if qdata.is_cuda:
-        from .. import standin_cuda
+        from h3gates.nvfp4.cuda import standin as standin_cuda
 
         if standin_cuda.active(qdata.device.index) and standin_cuda.block_values_fits(qdata, scales, rows):
             return standin_cuda.block_values(qdata, scales, rows)

@@ -12,7 +12,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from ..provenance import ROOT, kernel_files
+from h3gates.core.fingerprints import ROOT, kernel_files
 
 
 def _candidate_frames(tb, files: set[Path]) -> list[traceback.FrameSummary]:
@@ -26,10 +26,10 @@ def guarded(fn, ctx, out, block, upstream):
         files = {(ROOT / f).resolve() for f in kernel_files(ctx) if f.endswith(".py")}
         frames = _candidate_frames(e.__traceback__, files)
         if not frames:
-            print(f"h3gates rung {ctx['rung']}: the LADDER failed (not the candidate: no frame of the traceback is in its kernel files); "
+            print(f"h3gates rung {ctx.rung}: the LADDER failed (not the candidate: no frame of the traceback is in its kernel files); "
                   "this is a bug in h3gates, please report it", file=sys.stderr)
             raise
-        from .gate import CURRENT
+        from h3gates.rungs.gate import CURRENT
 
         gate = CURRENT[0]
         where = frames[-1]

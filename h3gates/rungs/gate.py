@@ -1,69 +1,61 @@
-"""What every rung needs: the device and its reference, the baseline roles and the candidate's roles on
-top of them, the model (built on first use), and the report header (provenance, environment, verdict)."""
+"""What every rung needs: its typed context, the device and its reference, the baseline roles and the
+candidate's roles on top of them (h3gates.model.setup), the model (built on first use), and the report
+header (provenance, environment, verdict)."""
 
 from __future__ import annotations
 
-import sys
-import time
+import platform
 from pathlib import Path
 
 import torch
 
-from .. import candidates, nvfp4, registry, report
-from ..model import build, load_profile
-from ..paths import RUNG_NAMES
-from ..provenance import artifact_files, provenance
-from ..reference import Reference
-from ..roles import reference_roles
+from h3gates import nvfp4
+from h3gates.core import registry, report
+from h3gates.core.context import RungContext
+from h3gates.core.fingerprints import provenance
+from h3gates.core.jobs import progress
+from h3gates.core.outputs import RUNG_NAMES
+from h3gates.model import candidates
+from h3gates.model.setup import Sides
 
 CURRENT: list = []  # the gate of this process, for the crash handler
-
-
-def progress(msg: str) -> None:
-    now = time.time()
-    print(f"[h3gates {time.strftime('%H:%M:%S', time.localtime(now))}.{int(now % 1 * 1000):03d}] {msg}", file=sys.stderr, flush=True)
-
-
-def resolve_device(device: str) -> str:
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("config asks for device: cuda but no CUDA GPU is visible")
-    return device
+REPLAY_LIMIT = 24  # replay dumps a failing gate keeps (the first ones; the report still lists every failing case)
 
 
 class Gate:
     """One rung of one candidate: `reference` roles (the library path), `baseline` roles (the library
     path with the accepted candidates), `candidate` roles (the candidate's own, built on the baseline)."""
 
-    def __init__(self, ctx: dict, rung: int, block: int | None = None, upstream=()):
+    def __init__(self, ctx: RungContext, rung: int, block: int | None = None, upstream=()):
         CURRENT[:] = [self]
         self.ctx, self.rung, self.block = ctx, rung, block
         self.at: str | None = None  # the case being run, for a crash report
-        self.device = resolve_device(ctx["device"])
-        self.reference_q = Reference(self.device, ctx["semantics"], ctx["rcp_table"])
-        self.name = ctx["candidate"]
+        self.name = ctx.candidate
         self.spec = registry.get(self.name)
         self.reasons: list[str] = []
         self.notes: list[str] = []  # what a reader must know about a pass (e.g. a gate recorded but not enforced)
         self.replay: list[str] = []
+        self.replay_dropped = 0
         self.upstream = {str(p): report.file_sha256(p) for p in upstream}
         # every workflow artifact the context names for this rung (and block) is an upstream digest, whatever
         # the caller passed: promotion checks what a report read (one missing here fails the rung that reads it)
-        for p in artifact_files(ctx, block):
+        for p in ctx.workflow_artifacts(block):
             if p not in self.upstream and Path(p).is_file():
                 self.upstream[p] = report.file_sha256(p)
-        self.config = load_profile(ctx["profile"], ctx.get("user_profiles"))
+        self.sides = Sides.of(ctx, lazy=bool(ctx.captures))
+        self.device, self.reference_q, self.config = self.sides.device, self.sides.reference_q, self.sides.profile
+        self.reference, self.baseline = self.sides.reference, self.sides.baseline
         self.provenance = provenance(ctx)
-        self._model = None
         self._scheduled = None
-        self.reference = reference_roles(self.reference_q)
-        self.baseline = candidates.baseline_roles(ctx, self.device, self.reference_q, self.config)
         # rungs 1-2 gate a candidate's kernel; its schedule (e.g. the ring's chunks) from rung 3 on
-        level = "kernel" if rung <= 2 else "schedule"
-        self.candidate = candidates.build_one(self.name, ctx["candidate_config"], self.device, self.reference_q, self.baseline, level, ctx, self.config)
+        self.candidate = self._build("kernel" if rung <= 2 else "schedule")
         # what a candidate's bytes hold only with (e.g. fc2_algo's cuBLASLt algorithm, library and GPU)
         self.pins = {role: part.pin() for role, r in sorted(self.candidate.items()) for part in (r.producer, r.gemm) if callable(getattr(part, "pin", None))}
+
+    def _build(self, level: str) -> dict:
+        c = self.ctx
+        return candidates.build_one(self.name, c.candidate_config, self.device, self.reference_q, self.baseline, level, self.config,
+                                    c.artifacts.get(self.name))
 
     def scheduled(self) -> dict:
         """The candidate's roles as the model runs them (its schedule, e.g. the ring's chunks), also at
@@ -71,31 +63,36 @@ class Gate:
         if self.rung > 2:
             return self.candidate
         if self._scheduled is None:
-            self._scheduled = candidates.build_one(self.name, self.ctx["candidate_config"], self.device, self.reference_q, self.baseline, "schedule", self.ctx, self.config)
+            self._scheduled = self._build("schedule")
         return self._scheduled
 
     @property
     def model(self):
         """The model; where the context names captured block inputs (rungs 3, 4, 8), its blocks are made on
         first use (only the gated block's, the bytes of a full build)."""
-        if self._model is None:
-            lazy = bool(self.ctx.get("captures"))
-            progress(f"building the {self.config.name} model on {self.device}" + (" (blocks on first use)" if lazy else ""))
-            self._model = build(self.config, seed=self.ctx["seed"], device=self.device, reference=self.reference_q, lazy=lazy)
-        return self._model
+        return self.sides.model
+
+    def drop_model(self) -> None:
+        self.sides.drop_model()
 
     def capture(self, block: int):
         """The reference inputs of `block` (its input and each role's): from the block input the shared
-        capture artifact holds when the context names one (checked: h3gates.baseline.load_capture), else
-        by running the reference model up to the block in this process."""
-        path = self.ctx.get("captures", {}).get(str(block))
+        capture artifact holds when the context names one (checked: h3gates.rungs.artifacts.load_capture),
+        else by running the reference model up to the block in this process."""
+        path = self.ctx.captures.get(str(block))
         if path is None:
             return self.model.capture(block)
-        from ..baseline import load_capture
+        from h3gates.rungs.artifacts import load_capture
 
-        x = load_capture(path, self.ctx, block, self.device)
+        x = load_capture(path, self.ctx.capture_context(), block, self.device)
         progress(f"block {block}: input from {path}")
         return self.model.capture_at(block, x)
+
+    def baseline_artifact(self, here: dict | None = None) -> dict:
+        """The shared baseline artifact this rung reads, checked against its context (ArtifactError if not)."""
+        from h3gates.rungs.artifacts import load
+
+        return load(self.ctx.baseline_artifact, self.ctx.artifact_context(), here)
 
     def with_candidate(self) -> dict:
         return {**self.baseline, **self.candidate}
@@ -109,10 +106,16 @@ class Gate:
     def dump(self, out: Path, tag: str, kind: str, **case) -> None:
         """Everything `python -m h3gates replay` needs to rerun one failing case: the rung context
         (candidate, config, device), what to compare (`producer` or `gemm`), and the case's inputs
-        and seeds."""
-        self.replay.append(nvfp4.dump_replay(out.parent / f"{out.stem}.replay.{tag}.pt", kind=kind, context=self.ctx, rung=self.rung, block=self.block, **case))
+        and seeds. The first REPLAY_LIMIT failing cases are dumped; the report counts the others."""
+        if len(self.replay) >= REPLAY_LIMIT:
+            self.replay_dropped += 1
+            return
+        self.replay.append(nvfp4.dump_replay(out.parent / f"{out.stem}.replay.{tag}.pt", kind=kind, context=self.ctx.to_dict(), rung=self.rung,
+                                             block=self.block, **case))
 
     def write(self, out, measurements: dict, timing: dict | None = None) -> str:
+        if self.replay_dropped:
+            self.note(f"{len(self.replay) + self.replay_dropped} failing cases, {len(self.replay)} dumped for replay (the first; the rest are in the report)")
         doc = {
             "schema_version": report.SCHEMA_VERSION,
             "rung": self.rung,
@@ -123,9 +126,9 @@ class Gate:
             "overrides": list(self.spec.overrides),
             "block": self.block,
             "profile": self.config.to_dict(),
-            "device": report.environment(self.device),
+            "device": environment(self.device),
             "reference": self.reference_q.describe(),
-            "baseline": {"accepted": self.ctx["baseline"]["accepted"]},
+            "baseline": {"accepted": self.ctx.baseline["accepted"]},
             **self.provenance,
             "upstream": self.upstream,
             "pins": self.pins,
@@ -143,3 +146,37 @@ class Gate:
         progress(f"rung {self.rung} {self.name}{'' if self.block is None else f' block {self.block}'}: {doc['verdict'].upper()}" + (f" ({self.reasons[0]})" if self.reasons else "")
                  + "".join(f"; NOTE: {n}" for n in self.notes))
         return doc["verdict"]
+
+
+def environment(device) -> dict:
+    """The report's `device`: the machine, the GPU (name, SM count, capability, driver, CUDA), the
+    libraries whose bytes the gate's reference depends on, and the GPU lease of this job."""
+    from h3gates.nvfp4 import oracle
+    from h3gates.nvfp4.gemm import backend_info
+
+    dev = torch.device(device)
+    env = {"python": platform.python_version(), "torch": torch.__version__, "comfy_kitchen": oracle.comfy_version(),
+           "host": platform.machine(), "device_type": dev.type}
+    if dev.type == "cuda":
+        p = torch.cuda.get_device_properties(dev)
+        from h3gates.core.lease import current
+
+        lease = current()
+        env["gpu_lease"] = None if lease is None else {"index": lease.index, "uuid": lease.uuid, "waited_s": round(lease.waited_s, 3)}
+        env["gpu_uuid"] = str(getattr(p, "uuid", "")) or None
+        env.update(gpu=p.name, sm_count=p.multi_processor_count, capability=f"{p.major}.{p.minor}", cuda=torch.version.cuda,
+                   cublas=str(torch.backends.cuda.preferred_blas_library()) if hasattr(torch.backends.cuda, "preferred_blas_library") else None,
+                   driver=_driver())
+    else:
+        env.update(gpu=None, cpu_threads=torch.get_num_threads())
+    env["gemm"] = backend_info(device)
+    return env
+
+
+def _driver():
+    import subprocess
+
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from .. import nvfp4
-from ..roles import Modulated, Plain, ReferenceProducer, SwiGLU, Weight
+from h3gates import nvfp4
+from h3gates.model.roles import Modulated, Plain, ReferenceProducer, SwiGLU, Weight
 
 
 def unit_gate(dtype):
@@ -48,7 +48,7 @@ def role_input(role: str, x: torch.Tensor, variant: str, seed: int, static=None)
 def weight(n: int, k: int, device, reference, kind: str = "normal", seed: int = 0) -> Weight:
     """A weight [n, k] quantized by the reference quantizer: `normal` random values, `zeros`, or
     `extreme` (every block at the E4M3 scale limit: values spanning 2^-20..2^20 per row)."""
-    from ..nvfp4 import catalogue as C
+    from h3gates.nvfp4 import catalogue as C
 
     if kind == "zeros":
         w = torch.zeros(n, k, dtype=torch.bfloat16)

@@ -1,7 +1,7 @@
 """Rung 1: every case of the adversarial catalogue plus seeded random tensors through the candidate's
 kernel and the reference. A producer override is compared on QDATA, SFA and global-scale bits (identity
 and random modulation/SwiGLU), then on the path cases (rungs/paths.py) through the candidate as it is
-scheduled, and every kernel path the producer declares (h3gates.coverage) must be hit by one of them;
+scheduled, and every kernel path the producer declares (h3gates.model.kernel_paths) must be hit by one of them;
 a GEMM override on the output bits for adversarial operands (catalogue activations as the reference
 packs them, zero and extreme-range weights, every role's K). Every candidate's rung 1 also checks the
 library's own dequantization, the operand of the reference GEMM (`nvfp4.block_values`: on a GPU the
@@ -15,20 +15,21 @@ import torch
 
 import importlib
 
-from .. import coverage
-from ..nvfp4 import catalogue as C
-from ..nvfp4 import formats as F
-from ..nvfp4 import gemm as G
-from ..nvfp4.compare import compare_outputs
-from . import paths as P
-from .compare import compare_gemms, compare_producers
-from .gate import Gate, progress
-from .inputs import packed_activation, role_input, weight
+from h3gates.model import kernel_paths as coverage
+from h3gates.nvfp4 import catalogue as C
+from h3gates.nvfp4 import formats as F
+from h3gates.nvfp4 import gemm as G
+from h3gates.nvfp4.compare import compare_outputs
+from h3gates.rungs import path_cases as P
+from h3gates.rungs.side_by_side import compare_gemms, compare_producers
+from h3gates.core.jobs import progress
+from h3gates.rungs.gate import Gate
+from h3gates.rungs.inputs import packed_activation, role_input, weight
 
 
-def _inputs(ctx):
+def _inputs(random_shapes):
     inputs = [(c.id, c.tags, c.tensor(), c.global_scale, c.pad_16x) for c in C.CASES]
-    for i, (kind, shape) in enumerate((k, s) for k in C.GENERATORS for s in ctx["rung_params"]["random_shapes"]):
+    for i, (kind, shape) in enumerate((k, s) for k in C.GENERATORS for s in random_shapes):
         inputs.append((f"random_{kind}_{shape[0]}x{shape[1]}", ("random", kind), C.random_tensor(kind, tuple(shape), seed=1000 + i), None, True))
     # producers always pad to 16 (the layout class's rule); unpadded refusals are the quantizer's (tests)
     return [i for i in inputs if i[4]]
@@ -204,7 +205,7 @@ def library_cases(gate, inputs) -> dict:
 
 def run(ctx, out, block=None, upstream=()):
     gate = Gate(ctx, 1, upstream=upstream)
-    inputs = _inputs(ctx)
+    inputs = _inputs(ctx.rung_params["random_shapes"])
     library = library_cases(gate, inputs)
     cases = []
     coverage_ = None

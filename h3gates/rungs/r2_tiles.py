@@ -9,17 +9,17 @@ from pathlib import Path
 
 import torch
 
-from ..nvfp4 import catalogue as C
-from ..nvfp4 import compare_outputs
-from ..nvfp4.layout import Packed
-from .compare import run_gemm, run_producer
-from .gate import Gate
-from .inputs import role_input, weight
+from h3gates.nvfp4 import catalogue as C
+from h3gates.nvfp4 import compare_outputs
+from h3gates.nvfp4.layout import Packed
+from h3gates.rungs.side_by_side import run_gemm, run_producer
+from h3gates.rungs.gate import Gate
+from h3gates.rungs.inputs import role_input, weight
 
 
 def run(ctx, out, block=None, upstream=()):
     gate = Gate(ctx, 2, upstream=upstream)
-    p = ctx["rung_params"]
+    p = ctx.rung_params
     T = p["tile"]
     tiles, total_c, total_d = [], 0, 0
     k = p["k_tiles"] * T
@@ -66,7 +66,7 @@ def run(ctx, out, block=None, upstream=()):
 
 def _weight_tile(w, tk, T):
     """The weight's K-slice [tk, tk + T) as a weight of its own."""
-    from ..roles import Weight
+    from h3gates.model.roles import Weight
 
     wp = Packed(w.global_scale, w.qdata, w.scales, w.n).tile(0, w.qdata.shape[0], tk, tk + T)
     return Weight(wp.qdata, wp.scales, w.global_scale, w.n, T)

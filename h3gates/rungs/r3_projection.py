@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import nvfp4
-from ..nvfp4.layout import Packed
-from .compare import compare_producers, run_producer
-from .gate import Gate
+from h3gates import nvfp4
+from h3gates.nvfp4.layout import Packed
+from h3gates.rungs.side_by_side import compare_producers, run_producer
+from h3gates.rungs.gate import Gate
 
 
 def run(ctx, out, block, upstream=()):

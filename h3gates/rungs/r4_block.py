@@ -1,11 +1,13 @@
 """Rung 4: the complete block with the candidate's roles equals the baseline block bit for bit, and
 the alternating AB/BA timing of both in one loaded process passes the performance gate: a sequential
-test on a confidence bound of the median paired ratio (h3gates.perfgate)."""
+test on a confidence bound of the median paired ratio (h3gates.core.perfgate)."""
 
 from __future__ import annotations
 
-from .. import nvfp4, perfgate
-from .gate import Gate, progress
+from h3gates import nvfp4
+from h3gates.core import perfgate
+from h3gates.core.jobs import progress
+from h3gates.rungs.gate import Gate
 
 TIMING_KEYS = ("confidence", "min_rounds", "batch", "max_rounds", "min_gain", "warmup")
 
@@ -18,7 +20,7 @@ def run(ctx, out, block, upstream=()):
     cmp = nvfp4.compare_outputs(cand(), base())
     if not cmp["equal"]:
         gate.fail(f"candidate block output differs from baseline in {cmp['elements_differing']} elements")
-    params = ctx["rung_params"]
+    params = ctx.rung_params
     timing = perfgate.run(base, cand, {k: params[k] for k in TIMING_KEYS}, gate.device, progress=progress)
     enforced = bool(params["enforce"])
     passed = timing["decision"] == "pass"
@@ -28,7 +30,7 @@ def run(ctx, out, block, upstream=()):
         if enforced:
             gate.fail(f"performance gate {timing['decision'].upper()}: {timing['reason']}")
         else:  # timing-derived, so it lives with the timings (a rerun's decision may differ), and in the log
-            note = f"performance gate not met ({timing['decision']}), not enforced on profile {ctx['profile']}: {timing['reason']}"
+            note = f"performance gate not met ({timing['decision']}), not enforced on profile {ctx.profile}: {timing['reason']}"
             timing["performance_gate"]["note"] = note
             progress(f"NOTE: {note}")
     return gate.write(out, {"output": cmp, "bytes_compared": cmp["bytes_compared"], "bytes_differing": cmp["bytes_differing"]}, timing)

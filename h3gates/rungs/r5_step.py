@@ -1,17 +1,19 @@
 """Rung 5: all blocks of one denoiser step with the candidate's roles equal the baseline's output (the
-baseline side read from the shared baseline artifact, h3gates/baseline.py)."""
+baseline side read from the shared baseline artifact, h3gates/rungs/artifacts.py)."""
 
 from __future__ import annotations
 
-from .. import baseline, nvfp4
-from .gate import Gate, progress
+from h3gates.core.errors import ArtifactError
+from h3gates import nvfp4
+from h3gates.core.jobs import progress
+from h3gates.rungs.gate import Gate
 
 
 def run(ctx, out, block=None, upstream=()):
     gate = Gate(ctx, 5, upstream=upstream)
     try:
-        art = baseline.load(ctx)
-    except baseline.ArtifactError as e:  # the shared baseline cannot be trusted here: a failing report, not a crash
+        art = gate.baseline_artifact()
+    except ArtifactError as e:  # the shared baseline cannot be trusted here: a failing report, not a crash
         gate.fail(str(e))
         return gate.write(out, {"bytes_compared": 0, "bytes_differing": 0})
     m = gate.model
@@ -35,4 +37,4 @@ def run(ctx, out, block=None, upstream=()):
     if not cmp["equal"]:
         gate.fail(f"{m.config.blocks}-block step output differs in {cmp['elements_differing']} elements")
     return gate.write(out, {"output": cmp, "bytes_compared": cmp["bytes_compared"], "bytes_differing": cmp["bytes_differing"],
-                            "baseline_artifact": {"path": ctx["baseline_artifact"], "wall_s": art["meta"]["wall_s"]}})
+                            "baseline_artifact": {"path": ctx.baseline_artifact, "wall_s": art["meta"]["wall_s"]}})

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .gate import Gate
-from .trajectory import trajectories
+from h3gates.rungs.gate import Gate
+from h3gates.rungs.trajectory import trajectories
 
 
 def run(ctx, out, block=None, upstream=()):

@@ -3,13 +3,13 @@ of both."""
 
 from __future__ import annotations
 
-from .gate import Gate
-from .trajectory import trajectories
+from h3gates.rungs.gate import Gate
+from h3gates.rungs.trajectory import trajectories
 
 
 def run(ctx, out, block=None, upstream=()):
     gate = Gate(ctx, 7, upstream=upstream)
-    got = trajectories(gate, ctx["rung_params"]["steps"])
+    got = trajectories(gate, ctx.rung_params["steps"])
     if got is None:
         return gate.write(out, {"bytes_compared": 0, "bytes_differing": 0})
     meas, times = got

@@ -1,12 +1,13 @@
 """The candidate's sampler trajectory against the baseline's from the shared baseline artifact
-(h3gates/baseline.py), latents compared bit for bit (rungs 6 and 7)."""
+(h3gates/rungs/artifacts.py), latents compared bit for bit (rungs 6 and 7)."""
 
 from __future__ import annotations
 
 import time
 
-from .. import baseline, nvfp4
-from .gate import progress
+from h3gates.core.errors import ArtifactError
+from h3gates import nvfp4
+from h3gates.core.jobs import progress
 
 
 def _sync(device):
@@ -20,8 +21,8 @@ def trajectories(gate, steps):
     """-> (measurements, wall times), or None after failing the gate when the shared baseline
     artifact cannot be trusted here (the caller writes the failing report)."""
     try:
-        art = baseline.load(gate.ctx)
-    except baseline.ArtifactError as e:
+        art = gate.baseline_artifact()
+    except ArtifactError as e:
         gate.fail(str(e))
         return None
     m = gate.model
@@ -37,4 +38,4 @@ def trajectories(gate, steps):
             gate.fail(f"{steps}-step {what} latent differs (sha256 {c['candidate_sha256'][:12]} vs {c['reference_sha256'][:12]})")
     return {"steps": steps, "video": video, "audio": audio, "bytes_compared": video["bytes_compared"] + audio["bytes_compared"],
             "bytes_differing": video["bytes_differing"] + audio["bytes_differing"],
-            "baseline_artifact": {"path": gate.ctx["baseline_artifact"], "wall_s": times["baseline"]}}, times
+            "baseline_artifact": {"path": gate.ctx.baseline_artifact, "wall_s": times["baseline"]}}, times

@@ -1,5 +1,5 @@
 // The h3gates CUDA quantizer (sm_90a): global scale and exact QDATA/SFA of a materialized activation,
-// byte-identical to comfy-kitchen 0.2.40's CUDA quantize_nvfp4. Launched by h3gates/cudakernels.py;
+// byte-identical to comfy-kitchen 0.2.40's CUDA quantize_nvfp4. Launched by h3gates/nvfp4/cuda/producers.py;
 // the QKV ring quantizes its chunks with quantize_into, and the GPU tests probe rcp.approx with it.
 //
 // Kernels:   amax_reduce        one pass, |x| max (NaN propagates, as torch.amax), one partial per block

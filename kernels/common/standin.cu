@@ -1,6 +1,6 @@
 // The stand-in model's own elementwise work on CUDA, in fewer passes than torch's eager chain and
 // byte-identical to it (issue 12 part 5; tests/test_standin_cuda.py compares every output with the
-// torch path on the GPU). Launched by h3gates/standin_cuda.py.
+// torch path on the GPU). Launched by h3gates/nvfp4/cuda/standin.py.
 //
 // block_values: the emulated GEMM's dequantized operand, code value x E4M3 block scale as bf16, in one
 //   pass (torch: eight kernels, 1.6-4.1 ms per canonical activation on the H200). Each product has at most 6

@@ -1,7 +1,7 @@
 """fc2_algo (seed 003): the FC2 GEMM through one named cuBLASLt algorithm, byte-exact against the
 library's heuristic #0, chosen by the FC2 study (`python -m h3gates fc2 ...`, h3gates/fc2/)."""
 
-from h3gates.registry import Candidate, Implementation
+from h3gates.core.registry import Candidate, Implementation
 
 
 def artifacts(params: dict) -> dict:

@@ -15,13 +15,13 @@ Constraints: CUDA only; nvmath-python; operands 256-byte aligned (torch's alloca
 import json
 from pathlib import Path
 
-from h3gates import coverage as V
+from h3gates.model import kernel_paths as V
 from h3gates import nvfp4
 from h3gates.fc2 import cublaslt as C
 from h3gates.fc2 import spec as S
 from h3gates.fc2.study import select_auto
 from h3gates.nvfp4.gemm import alpha
-from h3gates.roles import Role, check_k
+from h3gates.model.roles import Role, check_k
 
 
 def concrete(algorithm, profile, artifacts: dict) -> dict:

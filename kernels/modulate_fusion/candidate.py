@@ -1,6 +1,6 @@
 """modulate_fusion (seed 000): AdaLN modulation folded into the exact NVFP4 producer of qkv and fc1."""
 
-from h3gates.registry import Candidate, Implementation
+from h3gates.core.registry import Candidate, Implementation
 
 CANDIDATE = Candidate(
     name="modulate_fusion",

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import numpy as np
 
-from h3gates import coverage as V
-from h3gates import cudakernels as K
+from h3gates.model import kernel_paths as V
+from h3gates.nvfp4.cuda import producers as K
 from h3gates.nvfp4 import formats as F
 from h3gates.nvfp4.quantize import NVFP4InputError
-from h3gates.roles import Packed, Role, RowProducer
+from h3gates.model.roles import Packed, Role, RowProducer
 
 QROWS = 2  # rows each modulate_quantize thread loads before encoding (compiled: 2, 4; scripts/tune_producers.py)
 MODULE = K.Module(Path(__file__).with_name("modulate_fusion.cu"), K.instances(("finalize_scale", "modulate_amax"), ("modulate_quantize",)))

@@ -1,6 +1,6 @@
 """qkv_ring (seed 002, P2): one full-activation global scale, then fixed chunks through a reusable packed ring."""
 
-from h3gates.registry import Candidate, Implementation
+from h3gates.core.registry import Candidate, Implementation
 
 CANDIDATE = Candidate(
     name="qkv_ring",

@@ -6,10 +6,10 @@ Constraints: CUDA semantics reference; a chunk is valid until the next one is pr
 
 from pathlib import Path
 
-from h3gates import coverage as V
-from h3gates import cudakernels as K
-from h3gates.registry import load_module
-from h3gates.roles import RowProducer
+from h3gates.model import kernel_paths as V
+from h3gates.nvfp4.cuda import producers as K
+from h3gates.core.registry import load_module
+from h3gates.model.roles import RowProducer
 
 ring = load_module(Path(__file__).with_name("ring.py"))
 

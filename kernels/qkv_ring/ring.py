@@ -10,9 +10,9 @@ Constraints: ring_rows a multiple of 16 (the ring's scale buffer is a standalone
 chunk is valid only until the next one is produced (the consumer runs in between).
 """
 
-from h3gates import coverage as V
+from h3gates.model import kernel_paths as V
 from h3gates.nvfp4 import formats as F
-from h3gates.roles import Packed, Plain, Role, RowProducer, device_of, materialize
+from h3gates.model.roles import Packed, Plain, Role, RowProducer, device_of, materialize
 
 
 class Ring:

@@ -8,7 +8,7 @@ writes a packed activation; its producer is the same kernel exporting the tile b
 FC2 stays on the library GEMM, as the seed decided. P2 (N-group reuse) is not built.
 """
 
-from h3gates.registry import Candidate, Implementation
+from h3gates.core.registry import Candidate, Implementation
 
 CANDIDATE = Candidate(
     name="stream_a",

@@ -25,13 +25,13 @@ from pathlib import Path
 
 import torch
 
-from h3gates import coverage as V
+from h3gates.model import kernel_paths as V
 from h3gates.nvfp4 import formats as F
 from h3gates.nvfp4.gemm import alpha
 from h3gates.nvfp4.layout import Packed
 from h3gates.nvfp4.quantize import NVFP4InputError
-from h3gates.registry import load_module
-from h3gates.roles import Modulated, Plain, Role, check_k
+from h3gates.core.registry import load_module
+from h3gates.model.roles import Modulated, Plain, Role, check_k
 
 dsl = load_module(Path(__file__).with_name("dsl.py"))
 _COMPILED: dict = {}

@@ -1,6 +1,6 @@
 """swiglu_fusion: the exact bf16 SwiGLU of the fc1 output folded into fc2's NVFP4 producer."""
 
-from h3gates.registry import Candidate, Implementation
+from h3gates.core.registry import Candidate, Implementation
 
 CANDIDATE = Candidate(
     name="swiglu_fusion",

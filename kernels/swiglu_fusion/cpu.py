@@ -7,10 +7,10 @@ Constraints: SwiGLU inputs (u [R, 2F] = [gate; value] bf16); CHUNK a multiple of
 
 import torch
 
-from h3gates import coverage as V
+from h3gates.model import kernel_paths as V
 from h3gates import nvfp4
 from h3gates.nvfp4 import formats as F
-from h3gates.roles import Role, RowProducer, materialize_rows
+from h3gates.model.roles import Role, RowProducer, materialize_rows
 
 CHUNK = 64
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from h3gates import coverage as V
-from h3gates import cudakernels as K
+from h3gates.model import kernel_paths as V
+from h3gates.nvfp4.cuda import producers as K
 from h3gates.nvfp4 import formats as F
 from h3gates.nvfp4.quantize import NVFP4InputError
-from h3gates.roles import Packed, Role
+from h3gates.model.roles import Packed, Role
 
 SILU_SMEM = 65536 * 2  # the swiglu kernels' shared-memory silu table (bytes)
 MODULE = K.Module(Path(__file__).with_name("swiglu_fusion.cu"), K.instances(("finalize_scale", "silu_table", "swiglu_amax", "swiglu_quantize", "swiglu_probe")),

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .. import nvfp4
-from ..nvfp4.layout import Packed
+from h3gates import nvfp4
+from h3gates.nvfp4.layout import Packed
 
 # What a candidate may raise to refuse an input (the reference refuses the same ones); anything else
 # it raises is a crash (crash.py).

@@ -16,9 +16,9 @@ import functools
 import numpy as np
 import torch
 
-from .cudart import COMMON, THREADS, Module, _compile, i64, items, ptr
-from .nvfp4 import formats as F
-from .nvfp4.quantize import NVFP4InputError
+from h3gates.nvfp4.cuda.runtime import COMMON, THREADS, Module, _compile, i64, items, ptr
+from h3gates.nvfp4 import formats as F
+from h3gates.core.errors import NVFP4InputError
 
 STANDIN = Module(COMMON / "standin.cu", ["block_values_kernel", "qk_square", "qk_norm_rope"])
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass, field
 
-from . import registry
-from .roles import reference_roles
+from h3gates.core import registry
+from h3gates.model.roles import reference_roles
 
 
 @dataclass(frozen=True)
@@ -15,7 +15,7 @@ class Workflow:
     """What a kernel module's `build(params, reference, base, workflow)` may ask of the run it is built
     for, when its signature names `workflow`: the model profile and the candidate's artifacts."""
 
-    profile: object = None  # h3gates.profiles.H3Config
+    profile: object = None  # h3gates.core.shapes.H3Config
     artifacts: dict = field(default_factory=dict)  # {name: path} (registry.artifacts)
 
 
@@ -23,21 +23,17 @@ def params_of(name: str, cand_cfg: dict) -> dict:
     return {**registry.get(name).param_defaults(), **cand_cfg.get("params", {})}
 
 
-def build_one(name: str, cand_cfg: dict, device: str, reference, base: dict, level: str = "schedule", ctx: dict | None = None, profile=None) -> dict:
+def build_one(name: str, cand_cfg: dict, device: str, reference, base: dict, level: str = "schedule", profile=None, artifacts=None) -> dict:
     """{role: Role} of one candidate as configured, on top of `base`. level="kernel" asks for the
     kernel alone where the module has `build_kernel` (e.g. the ring's chunk quantizer over the whole
-    activation), which rungs 1-2 gate before the schedule is exercised at rung 3."""
+    activation), which rungs 1-2 gate before the schedule is exercised at rung 3. `profile` (an
+    H3Config) and `artifacts` ({name: path}) are what a module's `build(..., workflow)` may ask for."""
     path = registry.module_path(name, cand_cfg, device)
     mod = registry.load_module(path)
     make = getattr(mod, "build_kernel", mod.build) if level == "kernel" else mod.build
     args = [params_of(name, cand_cfg), reference, dict(base)]
     if "workflow" in inspect.signature(make).parameters:
-        if profile is None and ctx is not None:
-            from .model import load_profile
-
-            profile = load_profile(ctx["profile"], ctx.get("user_profiles"))
-        arts = (ctx or {}).get("artifacts", {}).get(name, {})
-        roles = make(*args, workflow=Workflow(profile, arts))
+        roles = make(*args, workflow=Workflow(profile, dict(artifacts or {})))
     else:
         roles = make(*args)
     missing = set(registry.get(name).roles) - set(roles)
@@ -46,8 +42,11 @@ def build_one(name: str, cand_cfg: dict, device: str, reference, base: dict, lev
     return roles
 
 
-def baseline_roles(ctx: dict, device: str, reference, profile=None) -> dict:
+def baseline_roles(baseline: dict, device: str, reference, profile=None, ctx=None) -> dict:
+    """The library path's roles with each accepted candidate (`baseline`: {accepted, candidates}) on top,
+    in order. `ctx`: a rung or artifact context whose `artifacts` the accepted candidates may read."""
+    arts = (getattr(ctx, "artifacts", None) if not isinstance(ctx, dict) else ctx.get("artifacts")) or {}
     roles = reference_roles(reference)
-    for acc in ctx["baseline"]["accepted"]:
-        roles.update(build_one(acc, ctx["baseline"]["candidates"][acc], device, reference, roles, ctx=ctx, profile=profile))
+    for acc in baseline["accepted"]:
+        roles.update(build_one(acc, baseline["candidates"][acc], device, reference, roles, profile=profile, artifacts=arts.get(acc)))
     return roles

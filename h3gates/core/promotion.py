@@ -16,12 +16,16 @@ import shlex
 import time
 from pathlib import Path
 
-from . import pins as P
-from . import registry, report
-from .config import ConfigError, diff, enforce_perf, resolve_device, validate_config
-from .paths import RESULTS, RUNG_NAMES, report_paths
-from .provenance import ROOT, candidate_config, config_digest, file_sha256, provenance, rung_context
-from .tokens import Refusal, revoke
+from h3gates.core import pins as P
+from h3gates.core import registry
+from h3gates.core import report
+from h3gates.core.config import diff, enforce_perf, validate_config
+from h3gates.core.context import RungContext, candidate_config
+from h3gates.core.errors import ConfigError, Refusal, RegistryError, ReportError
+from h3gates.core.jobs import configured_device
+from h3gates.core.outputs import RESULTS, RUNG_NAMES, report_paths
+from h3gates.core.fingerprints import ROOT, file_sha256, provenance
+from h3gates.core.tokens import revoke
 
 RECORD_SCHEMA_VERSION = 2
 
@@ -34,7 +38,7 @@ def check_report(path, candidate: str, rung: int, expected: dict) -> tuple[str, 
         return "missing", [f"{p}: missing"], None
     try:
         d = report.read(p)
-    except report.ReportError as e:
+    except ReportError as e:
         return "invalid", [str(e)], None
     if d["candidate"] != candidate or d["rung"] != rung:
         return "invalid", [f"{p}: is a rung {d['rung']} report of {d['candidate']}, expected rung {rung} of {candidate}"], d
@@ -67,12 +71,12 @@ def check_candidate(config: dict, candidate: str):
     doc)}, reasons); a missing kernel source is a reason of its own."""
     results, reasons = {}, []
     for rung, plist in report_paths(config["profile"], candidate, config["blocks"]).items():
-        ctx = rung_context(config, candidate, rung)
+        ctx = RungContext.from_config(config, candidate, rung)
         try:
             expected = provenance(ctx)
         except FileNotFoundError as e:
             return {}, [f"kernel source {e.filename} is missing"]
-        except registry.RegistryError as e:
+        except RegistryError as e:
             return {}, [str(e)]
         for p in plist:
             results[p] = check_report(p, candidate, rung, expected)
@@ -154,7 +158,7 @@ def flag_text(candidate: str, record: str, deployable: bool) -> str:
 def _resolved(config: dict, candidate: str) -> dict:
     """The configuration a record stands on, with the device the gates ran on (not `auto`: verify on a
     host without a GPU must check the CUDA kernels the gates ran, not the CPU ones)."""
-    return {**candidate_config(config, candidate), "device": resolve_device(config)}
+    return {**candidate_config(config, candidate), "device": configured_device(config)}
 
 
 def promote(config: dict, candidate: str, record: str, flag: str, configfiles: list[str]) -> None:
@@ -188,7 +192,7 @@ def promote(config: dict, candidate: str, record: str, flag: str, configfiles: l
         "deployable": deployable, "device": any_doc["device"], "reference": any_doc["reference"],
         "reports": {p: file_sha256(p) for p in docs}, "verdicts": {p: d["verdict"] for p, d in docs.items()},
         "kernel_fingerprint": {f: h for d in docs.values() for f, h in d["kernel_fingerprint"].items()},
-        "config_digest": {str(r): config_digest(rung_context(config, candidate, r)) for r in RUNG_NAMES},
+        "config_digest": {str(r): RungContext.from_config(config, candidate, r).config_digest() for r in RUNG_NAMES},
         "config": {"files": list(configfiles or []), "resolved": _resolved(config, candidate)},
         "flag_file": {"path": flag, "sha256": hashlib.sha256(text.encode()).hexdigest(), "line": text.strip().splitlines()[-1]},
         "pins": pins,
@@ -208,7 +212,7 @@ def verify(record: str, revoke_flag: bool = False, flag: str | None = None, conf
     stands aside (the workflow's promote_<candidate> does both)."""
     try:
         rec = report.read(record, schema="promotion")
-    except report.ReportError as e:
+    except ReportError as e:
         revoke(flag if revoke_flag else None)
         raise Refusal([str(e)]) from None
     flag = flag or rec["flag_file"]["path"]
@@ -249,7 +253,7 @@ def verify(record: str, revoke_flag: bool = False, flag: str | None = None, conf
 
 def status(config: dict) -> list[dict]:
     """candidate x rung: pass / fail / missing / stale / invalid, with the reason of each."""
-    from .config import enabled
+    from h3gates.core.config import enabled
 
     rows = []
     for cand in enabled(config):

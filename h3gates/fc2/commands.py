@@ -1,4 +1,4 @@
-"""`python -m h3gates fc2 <mode>` (also `python -m h3gates.fc2.cli <mode>`): the FC2 scheduling study.
+"""`python -m h3gates fc2 <mode>` (also `python -m h3gates.fc2.commands <mode>`): the FC2 scheduling study.
 
   characterize [--budgets 0,4,8,16,32,64] [--heuristic-limit 32] [--explicit-bases 2]
   sweep        [--workspace-mib 32] [--max-candidates 8] [--max-explicit 4] [--rounds 6] [--iters 2]
@@ -17,8 +17,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from . import spec as S
-from .spec import SpecError
+from h3gates.fc2 import spec as S
+from h3gates.fc2.spec import SpecError
 
 PROG = "h3gates fc2"
 
@@ -86,26 +86,26 @@ def main(argv=None) -> int:
             if algorithm["source"] == "auto":
                 if a.mode != "selected" or not a.sweep:
                     return _fail("--algorithm auto needs --sweep REPORT (selected only): auto is the fastest byte-exact algorithm of a sweep")
-                from .study import select_auto
+                from h3gates.fc2.study import select_auto
 
                 algorithm = select_auto(json.loads(Path(a.sweep).read_text()))
         except (SpecError, OSError, json.JSONDecodeError) as e:
             return _fail(f"--algorithm: {e}")
 
-    from ..lease import acquire
+    from h3gates.core.lease import acquire
 
     acquire(f"fc2 {a.mode}", warn=False)  # one free GPU of this host, before CUDA starts (without one: the line below says so)
     import torch
 
     if not torch.cuda.is_available():
         return _fail("needs a CUDA GPU (none visible)")
-    from . import cublaslt
+    from h3gates.fc2 import cublaslt
 
     try:
         cublaslt.lib()
     except cublaslt.NvmathMissing:
         return _fail("needs nvmath-python (pip install -e '.[cuda]')")
-    from . import study
+    from h3gates.fc2 import study
 
     command = shlex.join(["python", "-m", "h3gates", "fc2", *argv])
     shape = {"rows": a.rows, "n": a.n, "k": a.k, "descriptor_rows": a.descriptor_rows, "command": command}

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import torch
 
-from . import candidates
-from .reference import Reference
-from .roles import Modulated, Plain, SwiGLU, reference_roles
-from .rungs.compare import compare_gemms, compare_producers
-from .rungs.gate import resolve_device
-from .rungs.inputs import packed_activation, role_input, weight
+from h3gates.core.context import RungContext
+from h3gates.model import candidates
+from h3gates.model.roles import Modulated, Plain, SwiGLU
+from h3gates.model.setup import Sides
+from h3gates.rungs.side_by_side import compare_gemms, compare_producers
+from h3gates.rungs.inputs import packed_activation, role_input, weight
 
 INPUT_TYPES = {"Modulated": Modulated, "SwiGLU": SwiGLU, "Plain": Plain}
 
@@ -29,15 +29,13 @@ def _to(v, device):
 
 def replay(path) -> int:
     d = torch.load(Path(path), weights_only=False)
-    ctx = d["context"]
-    device = resolve_device(ctx["device"])
-    ref_q = Reference(device, ctx["semantics"], ctx["rcp_table"])
-    reference = reference_roles(ref_q)
-    baseline = candidates.baseline_roles(ctx, device, ref_q)
+    ctx = RungContext.from_dict(d["context"])
+    sides = Sides.of(ctx)
+    device, ref_q, reference = sides.device, sides.reference_q, sides.reference
     level = d.get("level") or ("kernel" if d["rung"] <= 2 else "schedule")
-    cand = candidates.build_one(ctx["candidate"], ctx["candidate_config"], device, ref_q, baseline, level, ctx)
+    cand = candidates.build_one(ctx.candidate, ctx.candidate_config, device, ref_q, sides.baseline, level, sides.profile, ctx.artifacts.get(ctx.candidate))
     role = d["role"]
-    print(f"replaying {ctx['candidate']} rung {d['rung']} ({d['case']}, role {role}) on {device} against {ref_q.oracle}")
+    print(f"replaying {ctx.candidate} rung {d['rung']} ({d['case']}, role {role}) on {device} against {ref_q.oracle}")
     if d["kind"] == "producer":
         if "role_input" in d:
             fields = {k: _to(v, device) for k, v in d["role_input"].items() if k != "type"}

@@ -18,7 +18,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from h3gates.core.errors import RegistryError
+
+ROOT = Path(__file__).resolve().parents[2]  # the workflow root (kernels/ lives there)
 KERNELS = "kernels"
 OVERRIDES = ("producer", "gemm")
 ROLES = ("qkv", "out", "fc1", "fc2")
@@ -75,10 +77,6 @@ class Candidate:
             return self.implementations[which]
         except KeyError:
             raise RegistryError(f"{self.name} has no {which} implementation (it has: {', '.join(sorted(self.implementations))})") from None
-
-
-class RegistryError(ValueError):
-    pass
 
 
 def _load(path: Path, name: str):

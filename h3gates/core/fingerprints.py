@@ -1,8 +1,8 @@
-"""What a report was produced from, defined once: the rung's context (the config subset it runs with),
-the kernel files of the candidate and of every accepted candidate under it, and the h3gates modules
-the rung and those kernels actually import (derived from the source, not kept by hand). A rung writes
-`provenance(ctx)` into its report; promotion, verify and status recompute it for the current tree and
-config and compare. No torch import (the Snakefile uses it).
+"""What a report was produced from, besides its context (h3gates.core.context): the kernel files of the
+candidate and of every accepted candidate under it, and the h3gates modules the rung and those kernels
+actually import (derived from the source, not kept by hand: the import graph is the rerun policy, a
+wider closure reruns more). A rung writes `provenance(ctx)` into its report; promotion, verify and
+status recompute it for the current tree and config and compare. No torch import (the Snakefile uses it).
 """
 
 from __future__ import annotations
@@ -13,9 +13,8 @@ import hashlib
 import json
 from pathlib import Path
 
-from . import registry
-from .config import cand_config, enforce_perf, resolve_device
-from .paths import RUNG_NAMES
+from h3gates.core import registry
+from h3gates.core.outputs import rung_module
 
 ROOT = registry.ROOT
 PACKAGE = "h3gates"
@@ -24,77 +23,7 @@ ALWAYS = ("h3gates/__init__.py", "h3gates/__main__.py", "h3gates/cli.py")  # the
 # a CUDA rung whose import closure holds the module fingerprints these files too (a CPU rung never
 # compiles them, so editing one reruns no CPU gate). The producers' sources are the candidates' own
 # kernel files (registry.sources), not listed here.
-LOADS = {"h3gates/standin_cuda.py": ("kernels/common/standin.cu",)}
-
-
-# ------------------------------------------------------------------ contexts
-def rung_params(config, rung: int) -> dict:
-    if rung == 1:
-        return {"random_shapes": config["adversarial"]["random_shapes"]}
-    if rung == 2:
-        return dict(config["tiles"])
-    if rung == 4:
-        return {**config["timing"], "enforce": enforce_perf(config)}
-    if rung == 7:
-        return {"steps": config["trajectory"]["steps"]}
-    if rung == 8:
-        return dict(config["profile_rung"])
-    return {}
-
-
-def shared_context(config) -> dict:
-    """What every rung and every baseline artifact depends on: the model profile, the device and its
-    reference semantics, the seed, and the accepted baseline with its candidates' configs."""
-    acc = config["baseline"]["accepted"]
-    return {
-        "profile": config["profile"],
-        "user_profiles": {config["profile"]: config["profiles"][config["profile"]]} if config["profile"] in config["profiles"] else {},
-        "device": resolve_device(config),
-        "semantics": config["semantics"],
-        "rcp_table": config["rcp_table"],
-        "seed": config["seed"],
-        "baseline": {"accepted": acc, "candidates": {a: cand_config(config, a) for a in acc}},
-    }
-
-
-def rung_context(config, candidate: str, rung: int) -> dict:
-    """Everything a rung's result depends on besides code: this is what its config digest covers."""
-    acc = config["baseline"]["accepted"]
-    return {
-        **shared_context(config),
-        "candidate": candidate,
-        "candidate_config": cand_config(config, candidate),
-        "rung": rung,
-        "rung_params": rung_params(config, rung),
-        "artifacts": {c: a for c in (candidate, *acc) if (a := registry.artifacts(c, cand_config(config, c), config["profile"]))},
-        **({"baseline_artifact": _baseline_artifact(config, rung)} if _shared(config, rung) else {}),
-        **({"captures": caps} if (caps := _captures(config, rung)) else {}),
-    }
-
-
-def _captures(config, rung: int) -> dict:
-    from . import baseline  # it imports this module
-
-    return baseline.captures_for(config, rung)
-
-
-def _shared(config, rung: int) -> bool:
-    from . import baseline  # it imports this module
-
-    return baseline.shared_for(config, rung)
-
-
-def _baseline_artifact(config, rung: int) -> str:
-    from . import baseline  # it imports this module
-
-    return baseline.path(baseline.context(config, rung))
-
-
-def candidate_config(config, candidate: str) -> dict:
-    """The config as one candidate's promotion sees it: other candidates' settings left out, so
-    changing them does not touch this candidate's record."""
-    keep = {candidate, *config["baseline"]["accepted"]}
-    return {**config, "candidates": {k: v for k, v in config["candidates"].items() if k in keep}}
+LOADS = {"h3gates/nvfp4/cuda/standin.py": ("kernels/common/standin.cu",)}
 
 
 # ------------------------------------------------------------------ digests
@@ -136,37 +65,20 @@ def files_digest(files, root=None) -> str:
 
 
 # ------------------------------------------------------------------ files a report depends on
-def kernel_files(ctx: dict, root=None) -> list[str]:
-    """The candidate's implementation files, then those of each accepted candidate it runs on."""
-    files = registry.sources(ctx["candidate"], ctx["candidate_config"], ctx["device"], root)
-    for acc in ctx["baseline"]["accepted"]:
-        files += [f for f in registry.sources(acc, ctx["baseline"]["candidates"][acc], ctx["device"], root) if f not in files]
+def kernel_files(ctx, root=None) -> list[str]:
+    """The candidate's implementation files, then those of each accepted candidate it runs on
+    (`ctx`: a h3gates.core.context.RungContext)."""
+    files = registry.sources(ctx.candidate, ctx.candidate_config, ctx.device, root)
+    for acc in ctx.baseline["accepted"]:
+        files += [f for f in registry.sources(acc, ctx.baseline["candidates"][acc], ctx.device, root) if f not in files]
     return files
 
 
-def artifact_files(ctx: dict, block=None) -> list[str]:
-    """Workflow artifacts the rung reads -- the candidate's (and the accepted candidates') own, e.g. a
-    sweep, for rungs 5-7 (and 8 on a GPU) the shared baseline artifact (h3gates/baseline.py), and for
-    rungs 3 and 4 (of `block`) and 8 the captured input of their block: inputs of the rung, recorded
-    among the report's upstream digests."""
-    out = [p for arts in ctx.get("artifacts", {}).values() for p in arts.values()]
-    caps = ctx.get("captures", {})
-    if ctx["rung"] in (3, 4) and block is not None:
-        out += [caps[str(block)]] if str(block) in caps else []
-    elif ctx["rung"] not in (3, 4):
-        out += list(caps.values())
-    return out + ([ctx["baseline_artifact"]] if "baseline_artifact" in ctx else [])
-
-
-def rung_module(rung: int) -> str:
-    return f"{PACKAGE}/rungs/r{rung}_{RUNG_NAMES[rung]}.py"
-
-
-def code_files(ctx: dict, root=None) -> list[str]:
+def code_files(ctx, root=None) -> list[str]:
     """The h3gates modules (and package data) a rung imports: the rung's module and the kernel modules
     it loads, followed through their imports inside the package."""
-    entries = [rung_module(ctx["rung"])] + [f for f in kernel_files(ctx, root) if f.endswith(".py")]
-    return sorted(with_loads(set(ALWAYS) | set(imported(tuple(entries), str(root or ROOT))), ctx.get("device"), root))
+    entries = [rung_module(ctx.rung)] + [f for f in kernel_files(ctx, root) if f.endswith(".py")]
+    return sorted(with_loads(set(ALWAYS) | set(imported(tuple(entries), str(root or ROOT))), ctx.device, root))
 
 
 def with_loads(files, device, root=None) -> list[str]:
@@ -178,21 +90,14 @@ def with_loads(files, device, root=None) -> list[str]:
     return out
 
 
-def provenance(ctx: dict, root=None) -> dict:
+def provenance(ctx, root=None) -> dict:
     """The three fields every report records and every check recomputes."""
     base = root or ROOT
     return {
         "kernel_fingerprint": {f: file_sha256(Path(base, f)) for f in kernel_files(ctx, root)},
         "code_fingerprint": files_digest(code_files(ctx, root), base),
-        "config_digest": config_digest(ctx),
+        "config_digest": ctx.config_digest(),
     }
-
-
-def config_digest(ctx: dict) -> str:
-    """The digest of the rung's configuration. The baseline artifacts' paths are left out: they carry a
-    content key, and the artifact's own SHA-256 is an upstream digest of the report (a module edit is
-    then reported as the code or the artifact that changed, not as a config change)."""
-    return digest({k: v for k, v in ctx.items() if k not in ("baseline_artifact", "captures")})
 
 
 # ------------------------------------------------------------------ the import closure

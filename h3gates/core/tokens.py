@@ -5,14 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import report
-
-
-class Refusal(Exception):
-    def __init__(self, reasons, fix: str | None = None):
-        self.reasons = reasons
-        self.fix = fix
-        super().__init__("; ".join(reasons))
+from h3gates.core import report
+from h3gates.core.errors import Refusal, ReportError
 
 
 def token(reports: list[str], out: str) -> None:
@@ -21,7 +15,7 @@ def token(reports: list[str], out: str) -> None:
     for p in reports:
         try:
             d = report.read(p)
-        except report.ReportError as e:
+        except ReportError as e:
             raise Refusal([str(e)]) from None
         if d["verdict"] != "pass":
             raise Refusal([f"rung {d['rung']} ({d['rung_name']}) FAILED for {d['candidate']}" + (f" block {d['block']}" if d["block"] is not None else "")

@@ -1,4 +1,4 @@
-"""The workflow's configuration: validated once, before any job runs, against schemas/config.schema.yaml
+"""The workflow's configuration: validated once, before any job runs, against h3gates/schemas/config.schema.yaml
 with its candidate section derived from the registry; defaults filled; everything a rung cannot
 run with refused with one line per problem, naming the key. No torch import (the Snakefile uses it).
 """
@@ -12,15 +12,13 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from . import registry
-from .profiles import PROFILES
+from h3gates.core import registry
+from h3gates.core.errors import ConfigError, RegistryError
+from h3gates.core.jobs import configured_device
+from h3gates.core.shapes import PROFILES
 
 ROOT = registry.ROOT
-CONFIG_SCHEMA = ROOT / "schemas" / "config.schema.yaml"
-
-
-class ConfigError(ValueError):
-    pass
+CONFIG_SCHEMA = Path(__file__).resolve().parent.parent / "schemas" / "config.schema.yaml"
 
 
 def _with_defaults(validator_class):
@@ -89,29 +87,55 @@ def _semantic_errors(config: dict, root=None) -> list[str]:
         errs.append(f"config key profile: {name!r} is not a profile (known: {', '.join(sorted(PROFILES) + sorted(config['profiles']))})")
     else:
         depth = prof.get("blocks")
-        for key, blocks in (("blocks", config["blocks"]), ("profile_rung.block", [config["profile_rung"]["block"]])):
+        for key, blocks in (("blocks", config["blocks"]), ("profiler.block", [config["profiler"]["block"]])):
             bad = [b for b in blocks if depth is not None and b >= depth]
             if bad:
                 errs.append(f"config key {key}: block {bad[0]} is outside profile {name} ({depth} blocks: 0..{depth - 1})")
-    device = resolve_device(config)
-    base = Path(root or ROOT)
+    device = configured_device(config)
     for cand in sorted(set(enabled(config)) | set(config["baseline"]["accepted"])):
-        cfg = cand_config(config, cand)
-        try:
-            files = registry.sources(cand, cfg, device, root)
-        except registry.RegistryError as e:
-            errs.append(f"config key candidates.{cand}: {e}")
-            continue
-        impl = registry.get(cand, root).implementation(registry.implementation_name(cfg, device))
-        missing = registry.missing_imports(cand, cfg, device, root)
-        if missing:
-            extra = f" (pip install -e '.[{impl.requires}]')" if impl.requires else ""
-            errs.append(f"config key candidates.{cand}: its {device} implementation imports {', '.join(missing)}, which this Python does not have{extra}")
-        for f in files:
-            if not (base / f).is_file():
-                key = f"candidates.{cand}.source" if cfg.get("source") == f else f"candidates.{cand}"
-                errs.append(f"config key {key}: kernel source {f} does not exist")
+        why = _cannot_run(config, cand, device, root)
+        accepted = cand in config["baseline"]["accepted"]
+        explicit = cand_config(config, cand).get("implementation", "auto") != "auto"
+        # a candidate that cannot run here is left out of the climb (climbable); one the baseline needs, or
+        # whose implementation the config names explicitly, or whose source is missing, refuses the config
+        if why and (accepted or explicit or why.startswith("kernel source")):
+            key = f"candidates.{cand}.source" if why.startswith("kernel source") and cand_config(config, cand).get("source") else f"candidates.{cand}"
+            errs.append(f"config key {key}: {why}" + (" (an accepted candidate: every other candidate's baseline needs it)" if accepted else ""))
     return errs
+
+
+def _cannot_run(config: dict, cand: str, device: str, root=None) -> str | None:
+    """Why a candidate cannot run on `device` with this Python (None: it can)."""
+    cfg = cand_config(config, cand)
+    try:
+        files = registry.sources(cand, cfg, device, root)
+    except RegistryError as e:
+        return str(e)
+    impl = registry.get(cand, root).implementation(registry.implementation_name(cfg, device))
+    missing = registry.missing_imports(cand, cfg, device, root)
+    if missing:
+        extra = f" (pip install -e '.[{impl.requires}]')" if impl.requires else ""
+        return f"its {device} implementation imports {', '.join(missing)}, which this Python does not have{extra}"
+    base = Path(root or ROOT)
+    for f in files:
+        if not (base / f).is_file():
+            return f"kernel source {f} does not exist"
+    return None
+
+
+def climbable(config: dict, device: str | None = None, root=None) -> tuple[list[str], dict[str, str]]:
+    """(candidates the workflow climbs here, {candidate: why it is left out}): an enabled candidate
+    without an implementation for this device, or whose implementation needs a package this Python
+    lacks, is left out with its reason; it never blocks the others."""
+    device = device or configured_device(config)
+    climb, left = [], {}
+    for cand in enabled(config):
+        why = _cannot_run(config, cand, device, root)
+        if why:
+            left[cand] = f"{cand} is not climbed on {device}: {why}"
+        else:
+            climb.append(cand)
+    return climb, left
 
 
 def load_config(files, root=None) -> dict:
@@ -136,6 +160,23 @@ def enabled(config) -> list[str]:
     return [n for n, c in config["candidates"].items() if c.get("enabled", True) and n not in config["baseline"]["accepted"]]
 
 
+def not_climbed(config: dict, climbed, left_out: dict) -> dict[str, str]:
+    """{candidate: one line} for every registered candidate this configuration does not climb."""
+    out = {}
+    for name in registry.discover():
+        if name in climbed:
+            continue
+        if name in left_out:
+            out[name] = left_out[name]
+        elif name in config["baseline"]["accepted"]:
+            out[name] = f"{name} is accepted into the baseline (baseline.accepted): it is what every other candidate is compared against, not climbed itself"
+        elif name in config["candidates"]:
+            out[name] = f"{name} is disabled in config (candidates.{name}.enabled: false)"
+        else:
+            out[name] = f"{name} is not named in config: add `candidates: {{{name}: {{}}}}` to config/config.yaml or an overlay to climb it"
+    return out
+
+
 def enforce_perf(config) -> bool:
     return config["timing"]["enforce"].get(config["profile"], config["profile"] == "canonical")
 
@@ -157,26 +198,3 @@ def diff(old, new, prefix="") -> list[str]:
             out += diff(old.get(k, "(unset)"), new.get(k, "(unset)"), f"{prefix}{k}.")
         return out
     return [] if old == new else [f"{prefix.rstrip('.')}: {old!r} -> {new!r}"]
-
-
-# ------------------------------------------------------------------ the device, decided once
-@functools.lru_cache(maxsize=1)
-def _gpu_answers() -> bool:
-    import shutil
-    import subprocess
-
-    if not shutil.which("nvidia-smi"):
-        return False
-    try:
-        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=20).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
-
-
-def resolve_device(config) -> str:
-    """device: auto -> cuda when a GPU answers nvidia-smi (cheap, no torch import at DAG time). The
-    resolved device goes into every rung context, so the rung runs on the device whose kernel files
-    the workflow fingerprinted."""
-    if config["device"] != "auto":
-        return config["device"]
-    return "cuda" if _gpu_answers() else "cpu"

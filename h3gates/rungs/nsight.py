@@ -23,6 +23,8 @@ import threading
 import time
 from pathlib import Path
 
+from h3gates.core.errors import NcuError
+
 # The seeds' counters (spec/ladder.md, "Rung 8 on a GPU").
 SEED_METRICS = (
     "gpu__time_duration.sum",
@@ -69,10 +71,6 @@ QUERY_TIMEOUT_S = 120
 # `--export NAME` writes NAME.ncu-rep (NAME.ncu-repz from ncu 2026.3 on).
 REPORT_SUFFIXES = (".ncu-rep", ".ncu-repz")
 TAIL_LINES = 40
-
-
-class NcuError(RuntimeError):
-    """ncu is present but unusable here: it failed, timed out, or printed something we cannot read."""
 
 
 # --------------------------------------------------------------------------- locate and query

@@ -6,7 +6,7 @@ from pathlib import Path
 
 
 def ratio_plot(timings, out_png) -> None:
-    """timings: (title, timing dict from h3gates.perfgate.run) per block; one panel each, written to out_png."""
+    """timings: (title, timing dict from h3gates.core.perfgate.run) per block; one panel each, written to out_png."""
     import matplotlib
 
     matplotlib.use("Agg")

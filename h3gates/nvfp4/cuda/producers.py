@@ -1,4 +1,4 @@
-"""The CUDA producers' launch helpers (on h3gates.cudart's `Module`): the CUDA candidates build their
+"""The CUDA producers' launch helpers (on h3gates.nvfp4.cuda.runtime's `Module`): the CUDA candidates build their
 launchers on them (kernels/<candidate>/cuda.py), and this module launches the h3gates quantizer of
 kernels/common/quantize.cu (global scale, quantize_into, rcp.approx). Every function takes and returns
 torch tensors on the GPU.
@@ -11,9 +11,9 @@ import functools
 import numpy as np
 import torch
 
-from .cudart import COMMON, THREADS, Module, _cc, _compile, _stream, i64, items, ptr  # noqa: F401  (the launchers' API: K.Module, K.ptr, ...)
-from .nvfp4 import formats as F
-from .nvfp4.quantize import NVFP4InputError
+from h3gates.nvfp4.cuda.runtime import COMMON, THREADS, Module, _cc, _compile, _stream, i64, items, ptr  # noqa: F401  (the launchers' API: K.Module, K.ptr, ...)
+from h3gates.nvfp4 import formats as F
+from h3gates.core.errors import NVFP4InputError
 
 TYPES = {torch.bfloat16: "__nv_bfloat16", torch.float16: "__half"}
 

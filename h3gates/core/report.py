@@ -9,23 +9,18 @@ from __future__ import annotations
 
 import functools
 import json
-import os
-import platform
-import tempfile
 import time
 from pathlib import Path
 
 import jsonschema
 
-from .provenance import digest, file_sha256  # noqa: F401  (re-exported: reports' digests are provenance's)
+from h3gates.core.errors import ReportError
+from h3gates.core.fingerprints import digest, file_sha256  # noqa: F401  (re-exported: reports' digests are provenance's)
+from h3gates.core.fsutil import atomic_write
 
 SCHEMA_VERSION = 1
-SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
+SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"  # package data: a plain install validates too
 IGNORED_IN_COMPARISON = ("timing", "written_at", "content_sha256")  # fields a reproducibility diff skips
-
-
-class ReportError(ValueError):
-    pass
 
 
 @functools.lru_cache(maxsize=None)
@@ -35,40 +30,6 @@ def _schema(name: str) -> dict:
 
 def content_sha256(doc: dict) -> str:
     return digest({k: v for k, v in doc.items() if k != "content_sha256"})
-
-
-def environment(device) -> dict:
-    import torch
-
-    from .nvfp4 import oracle
-    from .nvfp4.gemm import backend_info
-
-    dev = torch.device(device)
-    env = {"python": platform.python_version(), "torch": torch.__version__, "comfy_kitchen": oracle.comfy_version(),
-           "host": platform.machine(), "device_type": dev.type}
-    if dev.type == "cuda":
-        p = torch.cuda.get_device_properties(dev)
-        from .lease import current
-
-        lease = current()
-        env["gpu_lease"] = None if lease is None else {"index": lease.index, "uuid": lease.uuid, "waited_s": round(lease.waited_s, 3)}
-        env["gpu_uuid"] = str(getattr(p, "uuid", "")) or None
-        env.update(gpu=p.name, sm_count=p.multi_processor_count, capability=f"{p.major}.{p.minor}", cuda=torch.version.cuda,
-                   cublas=str(torch.backends.cuda.preferred_blas_library()) if hasattr(torch.backends.cuda, "preferred_blas_library") else None,
-                   driver=_driver())
-    else:
-        env.update(gpu=None, cpu_threads=torch.get_num_threads())
-    env["gemm"] = backend_info(device)
-    return env
-
-
-def _driver():
-    try:
-        import subprocess
-
-        return subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=10).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
 
 
 @functools.lru_cache(maxsize=None)
@@ -94,25 +55,12 @@ def write(path, doc: dict, schema: str = "report") -> None:
     doc["written_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     doc["content_sha256"] = content_sha256(doc)
     validate(doc, schema)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix="." + path.name, suffix=".tmp")
-    os.fchmod(fd, 0o644)
-    with os.fdopen(fd, "w") as f:
-        json.dump(doc, f, indent=1, sort_keys=True, allow_nan=False)
-        f.write("\n")
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n")
 
 
 def write_text(path, text: str) -> None:
     """A small text file (the deployment flag), written atomically with the same mode as reports."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix="." + path.name, suffix=".tmp")
-    os.fchmod(fd, 0o644)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    atomic_write(path, text)
 
 
 def read(path, schema: str = "report") -> dict:

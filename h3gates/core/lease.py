@@ -23,6 +23,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from h3gates.core.errors import LeaseError
+
 _HELD: list = []  # the open lock file of this process's lease (kept for the process's lifetime)
 
 
@@ -33,10 +35,6 @@ class Lease:
     job: str
     acquired_at: float
     waited_s: float
-
-
-class LeaseError(RuntimeError):
-    pass
 
 
 def devices() -> list[tuple[int, str]]:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from . import nvfp4
-from .nvfp4 import oracle
+from h3gates import nvfp4
+from h3gates.nvfp4 import oracle
 
 
 class Reference:

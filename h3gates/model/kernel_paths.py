@@ -1,6 +1,6 @@
 """Kernel-path coverage: each candidate producer declares the branches its kernel takes on the data,
 with the predicate that selects each; rung 1 generates cases on both sides of every boundary
-(h3gates.rungs.paths) and fails when a declared path is hit by none.
+(h3gates.rungs.path_cases) and fails when a declared path is hit by none.
 
 A path is `KernelPath(name, when, hits)`: `when` says the predicate in words, as the kernel branches;
 `hits(inp, r0, r1)` counts the units (16-value blocks, rows, chunks, segment starts, launches) of
@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from .nvfp4 import formats as F
+from h3gates.nvfp4 import formats as F
 
 BLOCK = 16  # values per NVFP4 block
 TILE = 128  # rows per swizzled scale tile

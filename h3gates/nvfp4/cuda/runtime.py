@@ -5,8 +5,8 @@ and launches its kernels. The cubin is also kept on disk (`H3GATES_CUBIN_CACHE`,
 ~/.cache/h3gates/cubin; `off` disables it), keyed by everything NVRTC's output depends on (the source,
 the headers it can include, kernel names, arch, options, NVRTC and cuda.core versions), so the next
 process loads it instead of compiling (1-3 s per file, in every GPU job of the ladder); an entry that
-does not load is recompiled. Imported by h3gates.cudakernels (the producers' launchers) and
-h3gates.standin_cuda (the stand-in model's kernels); it imports no kernel source itself, so editing
+does not load is recompiled. Imported by h3gates.nvfp4.cuda.producers (the producers' launchers) and
+h3gates.nvfp4.cuda.standin (the stand-in model's kernels); it imports no kernel source itself, so editing
 a .cu file reruns only the gates whose code compiles it.
 """
 
@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .nvfp4.quantize import NVFP4InputError
+from h3gates.core.errors import NVFP4InputError
 
-COMMON = Path(__file__).resolve().parent.parent / "kernels" / "common"
+COMMON = Path(__file__).resolve().parents[3] / "kernels" / "common"
 THREADS = 256
 
 

@@ -1,5 +1,5 @@
 """Rung 1's path cases: producer inputs generated on both sides of every boundary a producer kernel
-branches on (h3gates.coverage), run through the candidate as it is scheduled and through the
+branches on (h3gates.model.kernel_paths), run through the candidate as it is scheduled and through the
 reference, compared byte for byte, and counted against the paths the candidate declares.
 
 The grid, per role input (Modulated for qkv/fc1, SwiGLU for fc2, Plain for out):
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import torch
 
-from .. import nvfp4
-from ..roles import Modulated, Plain, SwiGLU, materialize
+from h3gates import nvfp4
+from h3gates.model.roles import Modulated, Plain, SwiGLU, materialize
 
 ROWS = (1, 15, 16, 17, 129)
 COLS = (64, 72, 62)

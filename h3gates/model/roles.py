@@ -21,10 +21,10 @@ from typing import Iterator, Protocol
 
 import torch
 
-from . import nvfp4
-from .nvfp4.gemm import alpha, mm_alpha
-from .nvfp4.layout import Packed
-from .reference import Reference
+from h3gates import nvfp4
+from h3gates.nvfp4.gemm import alpha, mm_alpha
+from h3gates.nvfp4.layout import Packed
+from h3gates.model.reference import Reference
 
 __all__ = ["Modulated", "SwiGLU", "Plain", "Packed", "Weight", "Role", "Producer", "ReferenceProducer", "ReferenceGemm",
            "RowProducer", "device_of", "materialize", "materialize_rows", "modulate", "swiglu", "reference_roles"]

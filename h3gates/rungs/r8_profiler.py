@@ -1,6 +1,6 @@
 """Rung 8: profiler recapture of one block of baseline and candidate, and peak memory of both.
 
-On a GPU the rung runs Nsight Compute itself (h3gates.nsight) over a child process per side, which
+On a GPU the rung runs Nsight Compute itself (h3gates.rungs.nsight) over a child process per side, which
 opens and closes the profiled range around exactly one block forward (`target`); the report holds
 each side's kernel list, the diff (kernels gone and new, total kernel time and DRAM bytes), and every
 requested counter the installed ncu does not offer, recorded unavailable with the reason. On a CPU it
@@ -8,7 +8,6 @@ is a torch-profiler capture. Peak memory is measured in this process on both dev
 
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 import tempfile
@@ -16,8 +15,9 @@ from pathlib import Path
 
 import torch
 
-from .. import nsight
-from .gate import Gate, progress
+from h3gates.rungs import nsight
+from h3gates.core.jobs import progress
+from h3gates.rungs.gate import Gate
 
 
 def _sync(device):
@@ -50,11 +50,11 @@ def _profile_block(gate, block, x, roles) -> dict:
     return res
 
 
-def target(ctx: dict, side: str) -> None:
+def target(ctx, side: str) -> None:
     """The profiled process: one block of `side` inside the profiled range, after two warm-up calls
     (so compilation, tables and allocator growth stay outside it)."""
     gate = Gate(ctx, 8)
-    block = ctx["rung_params"]["block"]
+    block = ctx.rung_params["block"]
     roles = gate.baseline if side == "baseline" else gate.with_candidate()
     x = gate.capture(block).x
     for _ in range(2):
@@ -70,11 +70,11 @@ def _nsight(ctx, out: Path, baseline=None) -> dict:
     sides = {} if baseline is None else {"baseline": baseline}
     for side in ("baseline", "candidate"):
         if side in sides:
-            progress(f"Nsight Compute of the baseline block: the shared artifact {ctx.get('baseline_artifact')}")
+            progress(f"Nsight Compute of the baseline block: the shared artifact {ctx.baseline_artifact}")
             continue
         progress(f"Nsight Compute over one block of the {side}")
-        argv = [sys.executable, "-m", "h3gates", "profile-target", "--context", json.dumps(ctx), "--side", side]
-        sides[side] = nsight.capture(argv, nsight.DEFAULT_METRICS, workdir=work, timeout=ctx["rung_params"]["ncu_timeout"], name=side)
+        argv = [sys.executable, "-m", "h3gates", "profile-target", "--context", ctx.to_json(), "--side", side]
+        sides[side] = nsight.capture(argv, nsight.DEFAULT_METRICS, workdir=work, timeout=ctx.rung_params["ncu_timeout"], name=side)
     res = {"baseline": sides["baseline"], "candidate": sides["candidate"]}
     if all(s["available"] for s in sides.values()):
         res["diff"] = nsight.diff(sides["baseline"]["kernels"], sides["candidate"]["kernels"])
@@ -99,25 +99,25 @@ def _counters(gate, ns) -> dict:
 
 def run(ctx, out, block=None, upstream=()):
     gate = Gate(ctx, 8, upstream=upstream)
-    block = ctx["rung_params"]["block"]
+    block = ctx.rung_params["block"]
     x = gate.capture(block).x
     base = _profile_block(gate, block, x, gate.baseline)
     cand = _profile_block(gate, block, x, gate.with_candidate())
     key = "peak_cuda_bytes" if gate.device == "cuda" else "peak_cpu_bytes"
-    tol = ctx["rung_params"]["memory_tolerance"]
+    tol = ctx.rung_params["memory_tolerance"]
     if cand[key] > base[key] * (1 + tol):
         gate.fail(f"block {block} peak memory {cand[key]} B exceeds baseline {base[key]} B by more than {tol * 100:.0f}%")
     ns = None
     if gate.device == "cuda":
-        gate._model = None  # free the model before the profiled children build theirs
+        gate.drop_model()  # free the model before the profiled children build theirs
         torch.cuda.empty_cache()
         shared = None
-        if "baseline_artifact" in ctx:
-            from ..baseline import ArtifactError
-            from .r8_baseline import capture_of
+        if ctx.baseline_artifact:
+            from h3gates.core.errors import ArtifactError
+            from h3gates.rungs.r8_baseline import capture_of
 
             try:
-                shared = capture_of(ctx)
+                shared = capture_of(gate)
             except ArtifactError as e:  # the shared capture cannot be trusted here: a failing report, not a crash
                 gate.fail(str(e))
                 meas = {"block": block, "baseline": base, "candidate": cand, "peak_memory_key": key, "memory_tolerance": tol,
@@ -125,7 +125,7 @@ def run(ctx, out, block=None, upstream=()):
                 return gate.write(out, meas)
         ns = _nsight(ctx, Path(out), shared)
         if shared is not None:
-            ns["baseline_from"] = ctx["baseline_artifact"]
+            ns["baseline_from"] = ctx.baseline_artifact
         for side in ("baseline", "candidate"):
             if not ns[side]["available"]:
                 gate.note(f"Nsight Compute unavailable for the {side}: {ns[side]['reason']}")

@@ -1,0 +1,240 @@
+"""What a rung and a shared baseline artifact run with, built once from the validated config.
+
+`RungContext` is the typed object a gate runs with: the model profile, the device and its reference
+semantics, the seed, the accepted baseline with its candidates' configs, the candidate and its config,
+the rung and its parameters, the workflow artifacts it reads (a study's output, the shared baseline
+artifact, the captured block inputs). It travels to the job as JSON (`to_json`) and is parsed once
+there (`RungContext.from_json`); its dict (`to_dict`, without the artifacts' paths) is what the
+config digest of every report covers.
+
+The shared baseline artifacts (the baseline side of rungs 5-7, rung 8's Nsight capture on a GPU, and
+"rung 0": the captured inputs of the gated blocks) have contexts of their own, made by one builder,
+`artifact_context`, from the same shared part; their key is the digest of that context and of the
+files computing it (`artifact_files`: the accepted candidates' kernels and the import closure of the
+module that computes them, h3gates.rungs.artifacts or h3gates.rungs.r8_baseline). No torch import.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from h3gates.core import registry
+from h3gates.core.config import cand_config, enforce_perf
+from h3gates.core.fingerprints import ROOT, digest, files_digest, imported, with_loads
+from h3gates.core.jobs import configured_device
+from h3gates.core.outputs import RESULTS
+
+SHARED_KEYS = ("profile", "user_profiles", "device", "semantics", "rcp_table", "seed", "baseline")
+CAPTURE_KEYS = ("profile", "user_profiles", "device", "semantics", "rcp_table", "seed")  # the captures run the library path: no baseline
+CAPTURES = 0  # the "rung" of the captured block inputs (rungs 3, 4 and 8 read them)
+ARTIFACT_RUNGS = (5, 6, 7, 8)
+ENTRY = "h3gates/rungs/artifacts.py"  # the module computing the artifacts of rungs 0 and 5-7 (its import closure keys them)
+ENTRY_R8 = "h3gates/rungs/r8_baseline.py"  # rung 8's Nsight Compute capture of the baseline block
+
+
+# ------------------------------------------------------------------ the config's parts, per rung
+def rung_params(config: dict, rung: int) -> dict:
+    """The config keys a rung's result depends on (besides the shared part)."""
+    if rung == 1:
+        return {"random_shapes": config["adversarial"]["random_shapes"]}
+    if rung == 2:
+        return dict(config["tiles"])
+    if rung == 4:
+        return {**config["timing"], "enforce": enforce_perf(config)}
+    if rung == 7:
+        return {"steps": config["trajectory"]["steps"]}
+    if rung == 8:
+        return dict(config["profiler"])
+    return {}
+
+
+def shared_context(config: dict) -> dict:
+    """What every rung and every baseline artifact depends on: the model profile, the device and its
+    reference semantics, the seed, and the accepted baseline with its candidates' configs."""
+    acc = config["baseline"]["accepted"]
+    name = config["profile"]
+    return {
+        "profile": name,
+        "user_profiles": {name: config["profiles"][name]} if name in config["profiles"] else {},
+        "device": configured_device(config),
+        "semantics": config["semantics"],
+        "rcp_table": config["rcp_table"],
+        "seed": config["seed"],
+        "baseline": {"accepted": acc, "candidates": {a: cand_config(config, a) for a in acc}},
+    }
+
+
+def candidate_config(config: dict, candidate: str) -> dict:
+    """The config as one candidate's promotion sees it: other candidates' settings left out, so
+    changing them does not touch this candidate's record."""
+    keep = {candidate, *config["baseline"]["accepted"]}
+    return {**config, "candidates": {k: v for k, v in config["candidates"].items() if k in keep}}
+
+
+# ------------------------------------------------------------------ shared baseline artifacts
+def artifact_context(shared: dict, rung: int, params: dict) -> dict:
+    """The one builder of a shared artifact's context, from a shared context and the rung's params:
+    rung 0 (the captured block inputs) keeps the model and the device's reference only; rungs 5-8 the
+    accepted baseline too, the trajectory length (5: one step, 6: two) and rung 8's profiled block."""
+    if rung == CAPTURES:
+        return {**{k: shared[k] for k in CAPTURE_KEYS}, "rung": CAPTURES}
+    ctx = {**{k: shared[k] for k in SHARED_KEYS}, "rung": rung, "steps": {5: None, 6: 2, 7: params.get("steps"), 8: None}[rung]}
+    if rung == 8:
+        ctx["profiler"] = {k: params[k] for k in ("block", "ncu_timeout")}
+    return ctx
+
+
+def baseline_context(config: dict, rung: int) -> dict:
+    """The context of the baseline side of rung 5, 6, 7 or 8 under `config`."""
+    return artifact_context(shared_context(config), rung, rung_params(config, rung))
+
+
+def capture_context(shared: dict) -> dict:
+    """The context of the captured block inputs (from a shared, rung or artifact context)."""
+    return artifact_context(shared, CAPTURES, {})
+
+
+def artifact_files(actx: dict, root=None) -> list[str]:
+    """The files an artifact's bytes depend on: the accepted candidates' kernel files and the h3gates
+    modules its computation imports (with the .cu files they compile on a GPU)."""
+    out = []
+    for acc in actx.get("baseline", {}).get("accepted", []):
+        out += [f for f in registry.sources(acc, actx["baseline"]["candidates"][acc], actx["device"], root) if f not in out]
+    entries = (ENTRY if actx["rung"] != 8 else ENTRY_R8, *[f for f in out if f.endswith(".py")])
+    return out + with_loads([f for f in imported(entries, str(root or ROOT)) if f not in out], actx["device"], root)
+
+
+def artifact_key(actx: dict, root=None) -> str:
+    return digest({"context": actx, "files": files_digest(artifact_files(actx, root), root)})[:16]
+
+
+def artifact_path(actx: dict, root=None, block: int | None = None) -> str:
+    tail = f".block{int(block)}" if actx["rung"] == CAPTURES else ""
+    return f"{RESULTS}/{actx['profile']}/baseline/r{actx['rung']}-{artifact_key(actx, root)}{tail}.pt"
+
+
+def captured_blocks(config: dict) -> list[int]:
+    """The blocks whose inputs are captured: the gated blocks and rung 8's block."""
+    return sorted({*config["blocks"], config["profiler"]["block"]})
+
+
+def captures_for(config: dict, rung: int, shared: dict | None = None) -> dict[str, str]:
+    """{block: capture path} of the blocks a rung starts from: rungs 3 and 4 the gated blocks, rung 8 its
+    block; other rungs none."""
+    blocks = config["blocks"] if rung in (3, 4) else [config["profiler"]["block"]] if rung == 8 else []
+    cctx = capture_context(shared or shared_context(config))
+    return {str(b): artifact_path(cctx, block=b) for b in blocks}
+
+
+def reads_baseline_artifact(rung: int, device: str) -> bool:
+    """Rungs 5-7 always read a baseline artifact; rung 8 on a GPU (its Nsight Compute capture; on a CPU
+    rung 8 is a torch-profiler capture of both sides in its own process)."""
+    return rung in (5, 6, 7) or (rung == 8 and device == "cuda")
+
+
+def artifact_meta(actx: dict, root=None) -> dict:
+    """What the computing job writes into an artifact besides its outputs: the context, the key and the
+    SHA-256 of each file it was computed from (the CLI passes it: the computing module needs no key code)."""
+    from h3gates.core.fingerprints import file_sha256
+
+    return {"context": actx, "key": artifact_key(actx, root), "files": {f: file_sha256(ROOT / f) for f in artifact_files(actx, root)}}
+
+
+# ------------------------------------------------------------------ the rung context
+@dataclass(frozen=True)
+class RungContext:
+    profile: str
+    user_profiles: dict
+    device: str
+    semantics: str
+    rcp_table: str
+    seed: int
+    baseline: dict  # {"accepted": [...], "candidates": {name: config}}
+    candidate: str
+    candidate_config: dict
+    rung: int
+    rung_params: dict
+    artifacts: dict = field(default_factory=dict)  # {candidate: {name: path}}: studies the candidate's rungs read
+    baseline_artifact: str | None = None  # rungs 5-7 (and 8 on a GPU): the shared baseline side
+    captures: dict = field(default_factory=dict)  # {block: path}: rungs 3, 4 and 8 start from their block's input
+
+    @classmethod
+    def from_config(cls, config: dict, candidate: str, rung: int) -> RungContext:
+        shared = shared_context(config)
+        acc = config["baseline"]["accepted"]
+        params = rung_params(config, rung)
+        reads = reads_baseline_artifact(rung, shared["device"])
+        return cls(
+            **shared, candidate=candidate, candidate_config=cand_config(config, candidate), rung=rung, rung_params=params,
+            artifacts={c: a for c in (candidate, *acc) if (a := registry.artifacts(c, cand_config(config, c), config["profile"]))},
+            baseline_artifact=artifact_path(artifact_context(shared, rung, params)) if reads else None,
+            captures=captures_for(config, rung, shared),
+        )
+
+    @classmethod
+    def from_dict(cls, d: dict) -> RungContext:
+        return cls(**d)
+
+    @classmethod
+    def from_json(cls, text: str) -> RungContext:
+        return cls.from_dict(json.loads(text))
+
+    def to_dict(self) -> dict:
+        """The JSON the job receives (optional parts only where present)."""
+        d = {k: getattr(self, k) for k in (*SHARED_KEYS, "candidate", "candidate_config", "rung", "rung_params", "artifacts")}
+        if self.baseline_artifact is not None:
+            d["baseline_artifact"] = self.baseline_artifact
+        if self.captures:
+            d["captures"] = dict(self.captures)
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    def shared(self) -> dict:
+        return {k: getattr(self, k) for k in SHARED_KEYS}
+
+    def artifact_context(self) -> dict:
+        """The context of the baseline artifact this rung reads (rungs 5-8)."""
+        return artifact_context(self.shared(), self.rung, self.rung_params)
+
+    def capture_context(self) -> dict:
+        return capture_context(self.shared())
+
+    def config_digest(self) -> str:
+        """The digest of the rung's configuration. The artifacts' paths are left out: they carry a content
+        key, and each artifact's own SHA-256 is an upstream digest of the report (a module edit is then
+        reported as the code or the artifact that changed, not as a config change)."""
+        return digest({k: v for k, v in self.to_dict().items() if k not in ("baseline_artifact", "captures")})
+
+    def workflow_artifacts(self, block=None) -> list[str]:
+        """Workflow artifacts the rung reads: the candidate's (and the accepted candidates') own, e.g. a
+        sweep; for rungs 5-7 (and 8 on a GPU) the shared baseline artifact; for rungs 3 and 4 (of
+        `block`) and 8 the captured input of their block. Inputs of the rung, recorded among the
+        report's upstream digests."""
+        out = [p for arts in self.artifacts.values() for p in arts.values()]
+        if self.rung in (3, 4):
+            out += [self.captures[str(block)]] if block is not None and str(block) in self.captures else []
+        else:
+            out += list(self.captures.values())
+        return out + ([self.baseline_artifact] if self.baseline_artifact else [])
+
+    @property
+    def timing(self) -> dict:
+        """Rung 4's timing parameters."""
+        return self.rung_params
+
+
+class Contexts:
+    """Every rung context of one config, each built once (the Snakefile asks for the same one many times)."""
+
+    def __init__(self, config: dict):
+        self.config = config
+        self._made: dict = {}
+
+    def __call__(self, candidate: str, rung: int) -> RungContext:
+        key = (candidate, rung)
+        if key not in self._made:
+            self._made[key] = RungContext.from_config(self.config, candidate, rung)
+        return self._made[key]

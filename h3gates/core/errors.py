@@ -1,0 +1,72 @@
+"""Every exception h3gates raises on purpose, in one leaf module (it imports nothing of the package),
+so a low layer never imports a high one for an error type.
+
+What each one means for a user:
+- `ConfigError`: the configuration is refused before any job runs (exit 2).
+- `RegistryError`: a candidate declaration (kernels/<name>/candidate.py) is malformed or unknown.
+- `ReportError`: a report, token or record is missing, not JSON, not schema-valid or edited.
+- `Refusal`: a gate, pass token, promotion or verification said no; carries the reasons and the fix.
+- `ArtifactError`: a shared baseline artifact is not the one the rung's context names.
+- `NVFP4InputError`: an input outside a quantizer's or GEMM's domain (the message names the constraint).
+- `AttestationError`: a promotion attestation is unsigned, signed by an untrusted key, or does not
+  match the record it travels with.
+"""
+
+from __future__ import annotations
+
+
+class ConfigError(ValueError):
+    pass
+
+
+class RegistryError(ValueError):
+    pass
+
+
+class ReportError(ValueError):
+    pass
+
+
+class Refusal(Exception):
+    def __init__(self, reasons, fix: str | None = None):
+        self.reasons = list(reasons)
+        self.fix = fix
+        super().__init__("; ".join(self.reasons))
+
+
+class ArtifactError(RuntimeError):
+    """An artifact that is not the one its rung's context names (a ladder bug, never a candidate's)."""
+
+
+class NVFP4InputError(ValueError):
+    """An input outside a quantizer's domain; the message names the violated constraint."""
+
+
+class AttestationError(ValueError):
+    pass
+
+
+class CheckpointError(ValueError):
+    def __init__(self, path, problems: list[str]):
+        self.problems = problems
+        super().__init__(f"{path}: {len(problems)} problem(s):\n  " + "\n  ".join(problems))
+
+
+class SpecError(ValueError):
+    """An algorithm specification that cannot be used; the message names the problem."""
+
+
+class NvmathMissing(RuntimeError):
+    pass
+
+
+class AlgoError(RuntimeError):
+    """The named algorithm cannot run this problem (AlgoInit, a config attribute, or AlgoCheck refused it)."""
+
+
+class NcuError(RuntimeError):
+    """ncu is present but unusable here: it failed, timed out, or printed something we cannot read."""
+
+
+class LeaseError(RuntimeError):
+    pass

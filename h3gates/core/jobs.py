@@ -1,0 +1,52 @@
+"""What every job of the workflow needs first: its progress lines and its device. A leaf module
+(standard library only; torch is imported inside `runtime_device`, in a job that has it).
+
+Two resolutions of `device: auto`, at two times:
+- `configured_device(config)`: when the DAG is built, without torch: cuda when a GPU answers
+  nvidia-smi. The resolved name goes into every rung context, so a rung runs on the device whose
+  kernel files the workflow fingerprinted.
+- `runtime_device(name)`: inside a job: the context's device, checked against what torch sees.
+"""
+
+from __future__ import annotations
+
+import functools
+import shutil
+import subprocess
+import sys
+import time
+
+
+def progress(msg: str) -> None:
+    """One timestamped line on stderr (the rule's log): what a long gate is doing now."""
+    now = time.time()
+    print(f"[h3gates {time.strftime('%H:%M:%S', time.localtime(now))}.{int(now % 1 * 1000):03d}] {msg}", file=sys.stderr, flush=True)
+
+
+@functools.lru_cache(maxsize=1)
+def gpu_answers() -> bool:
+    """Whether nvidia-smi lists a GPU (cheap, no torch import)."""
+    if not shutil.which("nvidia-smi"):
+        return False
+    try:
+        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def configured_device(config: dict) -> str:
+    """The config's `device`, with `auto` resolved at DAG time: cuda when a GPU answers nvidia-smi."""
+    if config["device"] != "auto":
+        return config["device"]
+    return "cuda" if gpu_answers() else "cpu"
+
+
+def runtime_device(device: str) -> str:
+    """The device a job runs on: `auto` is what torch sees; `cuda` without a visible GPU is refused."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("config asks for device: cuda but no CUDA GPU is visible")
+    return device

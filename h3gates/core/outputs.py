@@ -1,0 +1,59 @@
+"""The rungs and where the workflow writes: one table for the Snakefile (which generates the rung
+rules from it), the rungs, promotion and the CLI. No imports."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+RESULTS = "results"
+
+
+@dataclass(frozen=True)
+class Rung:
+    n: int
+    name: str  # the report's name, r<n>_<name>.json (ladder.md)
+    module: str  # h3gates/rungs/<module>.py runs it
+    title: str  # what the HTML report and status call it
+    per_block: bool = False  # one report per gated block (rungs 3 and 4)
+
+
+RUNGS = (
+    Rung(1, "adversarial", "r1_adversarial", "1 adversarial"),
+    Rung(2, "tiles", "r2_tiles", "2 tiles"),
+    Rung(3, "projection", "r3_projection", "3 projection", per_block=True),
+    Rung(4, "block", "r4_block", "4 block", per_block=True),
+    Rung(5, "step", "r5_step", "5 step"),
+    Rung(6, "two_step", "r6_two_step", "6 two-step"),
+    Rung(7, "trajectory", "r7_trajectory", "7 trajectory"),
+    Rung(8, "profile", "r8_profiler", "8 profiler"),
+)
+RUNG = {r.n: r for r in RUNGS}
+RUNG_NAMES = {r.n: r.name for r in RUNGS}
+PER_BLOCK = {r.n for r in RUNGS if r.per_block}
+
+
+def rung_module(rung: int) -> str:
+    return f"h3gates/rungs/{RUNG[rung].module}.py"
+
+
+def candidate_dir(profile: str, candidate: str) -> str:
+    return f"{RESULTS}/{profile}/{candidate}"
+
+
+def report_path(profile: str, candidate: str, rung: int, block=None) -> str:
+    name = f"r{rung}_{RUNG_NAMES[rung]}" + (f"/block{block}" if rung in PER_BLOCK else "")
+    return f"{candidate_dir(profile, candidate)}/{name}.json"
+
+
+def report_paths(profile: str, candidate: str, blocks) -> dict[int, list[str]]:
+    return {r: [report_path(profile, candidate, r, b) for b in blocks] if r in PER_BLOCK else [report_path(profile, candidate, r)] for r in RUNG_NAMES}
+
+
+def token_path(profile: str, candidate: str, rung: int) -> str:
+    return f"{candidate_dir(profile, candidate)}/tokens/r{rung}.pass"
+
+
+def promotion_paths(profile: str, candidate: str) -> tuple[str, str]:
+    """(record, flag) of a candidate's promotion."""
+    base = f"{RESULTS}/{profile}/promotion/{candidate}"
+    return f"{base}.json", f"{base}.env"

@@ -1,0 +1,52 @@
+"""The one role setup: from a context's shared part (profile, device, semantics, reciprocal table, seed,
+accepted baseline), the device a job runs on, its reference quantizer, the model's shapes, the
+library path's roles and the baseline's roles (the library path plus every accepted candidate, in
+order), and the model built on first use. Every gate, every baseline artifact, rung 8's profiled
+children and `replay` start here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from h3gates.core.jobs import progress, runtime_device
+from h3gates.core.shapes import H3Config, load_profile
+from h3gates.model.candidates import baseline_roles
+from h3gates.model.reference import Reference
+from h3gates.model.roles import reference_roles
+
+
+def _get(ctx, key, default=None):
+    return getattr(ctx, key, default) if not isinstance(ctx, dict) else ctx.get(key, default)
+
+
+@dataclass
+class Sides:
+    ctx: object  # a RungContext or an artifact context (dict)
+    device: str
+    reference_q: Reference
+    profile: H3Config
+    reference: dict  # {role: Role}: the library path
+    baseline: dict  # {role: Role}: the library path with the accepted candidates
+    lazy: bool = True  # blocks made on first use (a job that runs a few blocks)
+    _model: object = field(default=None, repr=False)
+
+    @classmethod
+    def of(cls, ctx, lazy: bool = True) -> Sides:
+        device = runtime_device(_get(ctx, "device"))
+        ref = Reference(device, _get(ctx, "semantics"), _get(ctx, "rcp_table"))
+        prof = load_profile(_get(ctx, "profile"), _get(ctx, "user_profiles"))
+        accepted = _get(ctx, "baseline") or {"accepted": [], "candidates": {}}
+        base = baseline_roles(accepted, device, ref, prof, ctx)
+        return cls(ctx, device, ref, prof, reference_roles(ref), base, lazy)
+
+    @property
+    def model(self):
+        if self._model is None:
+            from h3gates.model import build
+
+            progress(f"building the {self.profile.name} model on {self.device}" + (" (blocks on first use)" if self.lazy else ""))
+            self._model = build(self.profile, seed=_get(self.ctx, "seed"), device=self.device, reference=self.reference_q, lazy=self.lazy)
+        return self._model
+
+    def drop_model(self) -> None:
+        self._model = None
