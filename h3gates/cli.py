@@ -29,27 +29,52 @@ def _version() -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="h3gates", description="NVFP4 kernel validation ladder: status, verify and replay its gates.",
-                                 epilog=EXIT_CODES + "\n\nThe workflow itself runs through snakemake (see README.md); the commands "
-                                 "rung, baseline, token, promote, plot and profile-target are what its rules call.",
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="h3gates",
+        description="NVFP4 kernel validation ladder: status, verify and replay its gates.",
+        epilog=EXIT_CODES + "\n\nThe workflow itself runs through snakemake (see README.md); the commands "
+        "rung, baseline, token, promote, plot and profile-target are what its rules call.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--version", action="version", version=f"h3gates {_version()}")
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="{status,verify,replay,candidates,fc2}")
     s = sub.add_parser("status", help="candidate x rung table: pass / fail / stale / missing / invalid, with reasons")
-    s.add_argument("--configfile", nargs="+", default=["config/config.yaml"], help="config files merged in order (default: config/config.yaml)")
+    s.add_argument(
+        "--configfile",
+        nargs="+",
+        default=["config/config.yaml"],
+        help="config files merged in order (default: config/config.yaml)",
+    )
     s.add_argument("--json", action="store_true")
-    v = sub.add_parser("verify", help="re-check a promotion record, its flag and every report it rests on (what deployment runs)")
+    v = sub.add_parser(
+        "verify", help="re-check a promotion record, its flag and every report it rests on (what deployment runs)"
+    )
     v.add_argument("record")
     v.add_argument("--flag", help="the flag file to check (default: the one the record wrote)")
     v.add_argument("--revoke", action="store_true", help="delete the flag when verification fails")
-    v.add_argument("--heal", action="store_true", help="move reports that no longer stand aside, so the next snakemake run recomputes them")
-    v.add_argument("--configfile", nargs="+", help="compare with this configuration and name what changed (default: the record's own)")
+    v.add_argument(
+        "--heal",
+        action="store_true",
+        help="move reports that no longer stand aside, so the next snakemake run recomputes them",
+    )
+    v.add_argument(
+        "--configfile",
+        nargs="+",
+        help="compare with this configuration and name what changed (default: the record's own)",
+    )
     v.add_argument("--config-json", help=argparse.SUPPRESS)
-    r = sub.add_parser("replay", help="rerun one failing case from its *.replay.*.pt dump against the reference; print the first mismatch")
+    r = sub.add_parser(
+        "replay",
+        help="rerun one failing case from its *.replay.*.pt dump against the reference; print the first mismatch",
+    )
     r.add_argument("dump")
     c = sub.add_parser("candidates", help="the registered candidates (kernels/<name>/candidate.py)")
     c.add_argument("--markdown", action="store_true", help="the README's table")
-    f = sub.add_parser("fc2", help="the FC2 cuBLASLt scheduling study (seed 003): characterize, sweep, selected, profile (needs a GPU)", add_help=False)
+    f = sub.add_parser(
+        "fc2",
+        help="the FC2 cuBLASLt scheduling study (seed 003): characterize, sweep, selected, profile (needs a GPU)",
+        add_help=False,
+    )
     f.add_argument("args", nargs=argparse.REMAINDER)
     # what the workflow's rules run (not listed in --help)
     g = sub.add_parser("rung")
@@ -77,8 +102,12 @@ def parser() -> argparse.ArgumentParser:
     pl.add_argument("reports", nargs="+")
     pt = sub.add_parser("profile-target")
     pt.add_argument("--context", required=True)
-    pt.add_argument("--side", choices=("baseline", "candidate", "baseline-artifact"), required=True,
-                    help="baseline-artifact: --context is a baseline context (rule baseline_artifact, rung 8)")
+    pt.add_argument(
+        "--side",
+        choices=("baseline", "candidate", "baseline-artifact"),
+        required=True,
+        help="baseline-artifact: --context is a baseline context (rule baseline_artifact, rung 8)",
+    )
     return ap
 
 
@@ -110,10 +139,10 @@ def main(argv=None) -> int:
 
 def _run(a) -> int:
     if a.cmd == "rung":
-        from h3gates.rungs import ladder
         from h3gates.core.context import RungContext
         from h3gates.core.outputs import promotion_paths
         from h3gates.core.tokens import revoke
+        from h3gates.rungs import ladder
 
         ctx = RungContext.from_json(a.context)
         revoke(*promotion_paths(ctx.profile, ctx.candidate))  # a gate reruns: the old promotion is void
@@ -134,7 +163,9 @@ def _run(a) -> int:
         if actx["device"] == "cuda":
             from h3gates.core.lease import acquire
 
-            acquire(f"baseline captures block {' '.join(map(str, a.blocks))}" if rung == CAPTURES else f"baseline r{rung}")
+            acquire(
+                f"baseline captures block {' '.join(map(str, a.blocks))}" if rung == CAPTURES else f"baseline r{rung}"
+            )
         if rung == CAPTURES:
             from h3gates.rungs.artifacts import compute_captures
 
@@ -169,10 +200,18 @@ def _run(a) -> int:
         from h3gates.core.config import load_config, validate_config
         from h3gates.core.promotion import verify
 
-        config = validate_config(json.loads(a.config_json)) if a.config_json else load_config(a.configfile) if a.configfile else None
+        config = (
+            validate_config(json.loads(a.config_json))
+            if a.config_json
+            else load_config(a.configfile)
+            if a.configfile
+            else None
+        )
         rec = verify(a.record, revoke_flag=a.revoke, flag=a.flag, config=config, configfiles=a.configfile, heal=a.heal)
-        print(f"OK {rec['candidate']} ({rec['verdict']}): {len(rec['reports'])} reports and the flag {rec['flag_file']['line']} verified"
-              + ("" if rec["deployable"] else "; NOT deployable (rehearsal profile)"))
+        print(
+            f"OK {rec['candidate']} ({rec['verdict']}): {len(rec['reports'])} reports and the flag {rec['flag_file']['line']} verified"
+            + ("" if rec["deployable"] else "; NOT deployable (rehearsal profile)")
+        )
         return 0
     if a.cmd == "status":
         from h3gates.core.config import load_config
@@ -188,15 +227,17 @@ def _run(a) -> int:
             print(registry.markdown_table())
         else:
             for c in registry.discover().values():
-                print(f"{c.name:18s} {c.flag:28s} roles {','.join(c.roles):12s} overrides {','.join(c.overrides):13s} {c.folder}")
+                print(
+                    f"{c.name:18s} {c.flag:28s} roles {','.join(c.roles):12s} overrides {','.join(c.overrides):13s} {c.folder}"
+                )
         return 0
     if a.cmd == "replay":
         from h3gates.rungs.replay import replay
 
         return replay(a.dump)
     if a.cmd == "plot":
-        from h3gates.rungs.plots import ratio_plot
         from h3gates.core.report import read
+        from h3gates.rungs.plots import ratio_plot
 
         docs = [read(p) for p in a.reports]
         ratio_plot([(f"{d['candidate']} block {d['block']}", d["timing"]) for d in docs], a.out)

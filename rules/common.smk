@@ -66,7 +66,8 @@ def code(rung):
 
 def artifacts(rung):
     """Workflow artifacts the rung reads (a study's output, the shared baseline artifact, the captured
-    block inputs): produced by their own rules, recorded among each report's upstream digests."""
+    block inputs): produced by their own rules, recorded among each report's upstream digests.
+    """
     return lambda wc: ctx_of(wc, rung).workflow_artifacts(getattr(wc, "block", None))
 
 
@@ -172,7 +173,9 @@ def existing_results(wildcards=None):
     files = []
     for cand in CANDIDATES:
         files += [
-            r.format(candidate=cand) for rung in H3out.RUNG_NAMES for r in reports_of(rung)
+            r.format(candidate=cand)
+            for rung in H3out.RUNG_NAMES
+            for r in reports_of(rung)
         ]
         files += [promotion(cand)["record"], timing_plot_of(cand)]
     return [f for f in files if os.path.exists(f)]

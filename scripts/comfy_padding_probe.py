@@ -18,9 +18,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from h3gates.nvfp4.cuda import producers as K  # noqa: E402
 from h3gates.nvfp4 import formats as F  # noqa: E402
 from h3gates.nvfp4 import global_scale, oracle  # noqa: E402
+from h3gates.nvfp4.cuda import producers as K  # noqa: E402
 
 
 def unswizzle_index(rows_s: int, cols_s: int) -> torch.Tensor:
@@ -52,11 +52,28 @@ def probe(dtype, rows, cols, kind, seed=0):
     idx = unswizzle_index(*sr.shape)
     diff = (sr.flatten() != sc.flatten()).nonzero().flatten().cpu()
     rows_pad, nb = F.roundup(rows, 16), F.roundup(cols, 16) // 16
-    scale_diffs = [{"row": int(idx[o, 0]), "block": int(idx[o, 1]), "comfy": int(sr.flatten()[o]), "h3gates": int(sc.flatten()[o]),
-                    "outside": bool(idx[o, 0] >= rows_pad or idx[o, 1] >= nb)} for o in diff.tolist()]
+    scale_diffs = [
+        {
+            "row": int(idx[o, 0]),
+            "block": int(idx[o, 1]),
+            "comfy": int(sr.flatten()[o]),
+            "h3gates": int(sc.flatten()[o]),
+            "outside": bool(idx[o, 0] >= rows_pad or idx[o, 1] >= nb),
+        }
+        for o in diff.tolist()
+    ]
     qd = (qr != qc).nonzero().cpu().tolist()
-    return {"dtype": str(dtype).replace("torch.", ""), "rows": rows, "cols": cols, "kind": kind, "g": float(g.float().reshape(-1)[0]),
-            "scale_bytes_differing": len(scale_diffs), "scale_diffs": scale_diffs[:40], "qdata_bytes_differing": len(qd), "qdata_diffs": qd[:20]}
+    return {
+        "dtype": str(dtype).replace("torch.", ""),
+        "rows": rows,
+        "cols": cols,
+        "kind": kind,
+        "g": float(g.float().reshape(-1)[0]),
+        "scale_bytes_differing": len(scale_diffs),
+        "scale_diffs": scale_diffs[:40],
+        "qdata_bytes_differing": len(qd),
+        "qdata_diffs": qd[:20],
+    }
 
 
 def main() -> int:
@@ -70,14 +87,34 @@ def main() -> int:
                 for kind in ("nan_in_x", "inf_in_x", "g_nan", "g_inf", "g_zero", "g_one"):
                     results.append(probe(dtype, rows, cols, kind))
     bad = [r for r in results if r["scale_bytes_differing"] or r["qdata_bytes_differing"]]
-    doc = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "comfy_kitchen": oracle.comfy_version(),
-           "python": platform.python_version(), "command": "python scripts/comfy_padding_probe.py --out DIR",
-           "cases": len(results), "cases_differing": len(bad), "differing": bad}
+    doc = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "comfy_kitchen": oracle.comfy_version(),
+        "python": platform.python_version(),
+        "command": "python scripts/comfy_padding_probe.py --out DIR",
+        "cases": len(results),
+        "cases_differing": len(bad),
+        "differing": bad,
+    }
     Path(a.out).mkdir(parents=True, exist_ok=True)
     (Path(a.out) / "comfy_padding_probe.json").write_text(json.dumps(doc, indent=1))
     print(f"{len(bad)} of {len(results)} cases differ")
     for r in bad[:40]:
-        print(r["dtype"], r["rows"], r["cols"], r["kind"], "g", r["g"], "scale", r["scale_bytes_differing"], r["scale_diffs"][:3], "qdata", r["qdata_bytes_differing"], r["qdata_diffs"][:3])
+        print(
+            r["dtype"],
+            r["rows"],
+            r["cols"],
+            r["kind"],
+            "g",
+            r["g"],
+            "scale",
+            r["scale_bytes_differing"],
+            r["scale_diffs"][:3],
+            "qdata",
+            r["qdata_bytes_differing"],
+            r["qdata_diffs"][:3],
+        )
     return 0
 
 

@@ -33,12 +33,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gpu_evidence import CANON, env, timed  # noqa: E402
 
-from h3gates.nvfp4.cuda import producers as K  # noqa: E402
 from h3gates import nvfp4
-from h3gates.nvfp4.cuda import standin as standin_cuda  # noqa: E402
-from h3gates.nvfp4 import gemm  # noqa: E402
-from h3gates.nvfp4.quantize import block_values_torch  # noqa: E402
 from h3gates.core.shapes import load_profile  # noqa: E402
+from h3gates.nvfp4 import gemm  # noqa: E402
+from h3gates.nvfp4.cuda import producers as K  # noqa: E402
+from h3gates.nvfp4.cuda import standin as standin_cuda  # noqa: E402
+from h3gates.nvfp4.quantize import block_values_torch  # noqa: E402
 
 
 def before_module(d: Path):
@@ -62,15 +62,22 @@ def trace(fn) -> dict:
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
-    ev = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.elapsed_us() > 0),
-                key=lambda e: e.time_range.start)
+    ev = sorted(
+        (e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.elapsed_us() > 0),
+        key=lambda e: e.time_range.start,
+    )
     if not ev:
         return {"kernels": []}
     span = ev[-1].time_range.end - ev[0].time_range.start
     busy = sum(e.time_range.elapsed_us() for e in ev)
     gaps = [b.time_range.start - a.time_range.end for a, b in zip(ev, ev[1:])]
-    return {"kernels": [[e.name[:80], e.time_range.elapsed_us()] for e in ev], "span_us": span, "kernel_us": busy, "idle_us": span - busy,
-            "largest_gap_us": max(gaps) if gaps else 0}
+    return {
+        "kernels": [[e.name[:80], e.time_range.elapsed_us()] for e in ev],
+        "span_us": span,
+        "kernel_us": busy,
+        "idle_us": span - busy,
+        "largest_gap_us": max(gaps) if gaps else 0,
+    }
 
 
 def main():
@@ -101,9 +108,13 @@ def main():
         with kernel(before):
             vb = nvfp4.block_values(q, s, rows)
         vn = nvfp4.block_values(q, s, rows)
-        r["dequant_bytes_differing"] = {"before_vs_torch": int((vb.view(torch.int16) != ref.view(torch.int16)).sum()),
-                                        "now_vs_torch": int((vn.view(torch.int16) != ref.view(torch.int16)).sum())}
-        r["weight_dequant_equal_torch"] = bool(torch.equal(wvals.view(torch.int16), block_values_torch(qw, sw, n).view(torch.int16)))
+        r["dequant_bytes_differing"] = {
+            "before_vs_torch": int((vb.view(torch.int16) != ref.view(torch.int16)).sum()),
+            "now_vs_torch": int((vn.view(torch.int16) != ref.view(torch.int16)).sum()),
+        }
+        r["weight_dequant_equal_torch"] = bool(
+            torch.equal(wvals.view(torch.int16), block_values_torch(qw, sw, n).view(torch.int16))
+        )
         del ref, vb
         al = gemm.alpha(g, gw)
 
@@ -114,7 +125,9 @@ def main():
             host = gemm.alpha(g, gw).item()
             vals = nvfp4.block_values(q, s, rows)
             gemm.pin_matmul_precision()
-            return torch.addmm(torch.empty(rows, n, dtype=torch.bfloat16, device="cuda"), vals, wvals.t(), beta=0, alpha=host)
+            return torch.addmm(
+                torch.empty(rows, n, dtype=torch.bfloat16, device="cuda"), vals, wvals.t(), beta=0, alpha=host
+            )
 
         def part_before():
             with kernel(before):
@@ -128,30 +141,64 @@ def main():
             return gemm.mm_alpha(vn, wvals, al)
 
         out_anchor = anchor()
-        r["output_equal_anchor"] = {"part_now": bool(torch.equal(part().view(torch.int16), out_anchor.view(torch.int16))),
-                                    "part_before": bool(torch.equal(part_before().view(torch.int16), out_anchor.view(torch.int16))),
-                                    "part_host_alpha": bool(torch.equal(part_host_alpha().view(torch.int16), out_anchor.view(torch.int16)))}
+        r["output_equal_anchor"] = {
+            "part_now": bool(torch.equal(part().view(torch.int16), out_anchor.view(torch.int16))),
+            "part_before": bool(torch.equal(part_before().view(torch.int16), out_anchor.view(torch.int16))),
+            "part_host_alpha": bool(torch.equal(part_host_alpha().view(torch.int16), out_anchor.view(torch.int16))),
+        }
         del out_anchor
-        fns = {"part_before": part_before, "part_now": part, "part_host_alpha": part_host_alpha, "anchor": anchor,
-               "block_values_before": bv_before, "block_values_now": lambda: nvfp4.block_values(q, s, rows)}
+        fns = {
+            "part_before": part_before,
+            "part_now": part,
+            "part_host_alpha": part_host_alpha,
+            "anchor": anchor,
+            "block_values_before": bv_before,
+            "block_values_now": lambda: nvfp4.block_values(q, s, rows),
+        }
         t = timed(fns, rounds=a.rounds)
         r["timing"] = t
         r["medians_ms"] = {kk: v["median_ms"] for kk, v in t.items()}
-        r["over_anchor"] = {kk: t[kk]["median_ms"] / t["anchor"]["median_ms"] for kk in ("part_before", "part_now", "part_host_alpha")}
-        r["paired_over_anchor"] = {kk: statistics.median(p / q_ for p, q_ in zip(t[kk]["rounds_ms"], t["anchor"]["rounds_ms"]))
-                                   for kk in ("part_before", "part_now", "part_host_alpha")}
+        r["over_anchor"] = {
+            kk: t[kk]["median_ms"] / t["anchor"]["median_ms"] for kk in ("part_before", "part_now", "part_host_alpha")
+        }
+        r["paired_over_anchor"] = {
+            kk: statistics.median(p / q_ for p, q_ in zip(t[kk]["rounds_ms"], t["anchor"]["rounds_ms"]))
+            for kk in ("part_before", "part_now", "part_host_alpha")
+        }
         deq_bytes = q.numel() + s.numel() + rows * k * 2
-        r["dequant_call_TBps"] = {kk: deq_bytes / (t[f"block_values_{kk}"]["median_ms"] * 1e-3) / 1e12 for kk in ("before", "now")}
-        r["trace"] = {kk: trace(f) for kk, f in (("part_before", part_before), ("part_now", part), ("part_host_alpha", part_host_alpha), ("anchor", anchor))}
+        r["dequant_call_TBps"] = {
+            kk: deq_bytes / (t[f"block_values_{kk}"]["median_ms"] * 1e-3) / 1e12 for kk in ("before", "now")
+        }
+        r["trace"] = {
+            kk: trace(f)
+            for kk, f in (
+                ("part_before", part_before),
+                ("part_now", part),
+                ("part_host_alpha", part_host_alpha),
+                ("anchor", anchor),
+            )
+        }
         res["roles"][role] = r
-        print(role, {kk: round(v, 3) for kk, v in r["medians_ms"].items()}, "over anchor", {kk: round(v, 3) for kk, v in r["over_anchor"].items()},
-              "dequant call TB/s (host launch included)", {kk: round(v, 2) for kk, v in r["dequant_call_TBps"].items()}, r["dequant_bytes_differing"], r["output_equal_anchor"],
-              "idle us", {kk: round(v.get("idle_us", 0), 1) for kk, v in r["trace"].items()}, flush=True)
+        print(
+            role,
+            {kk: round(v, 3) for kk, v in r["medians_ms"].items()},
+            "over anchor",
+            {kk: round(v, 3) for kk, v in r["over_anchor"].items()},
+            "dequant call TB/s (host launch included)",
+            {kk: round(v, 2) for kk, v in r["dequant_call_TBps"].items()},
+            r["dequant_bytes_differing"],
+            r["output_equal_anchor"],
+            "idle us",
+            {kk: round(v.get("idle_us", 0), 1) for kk, v in r["trace"].items()},
+            flush=True,
+        )
         del q, s, qw, sw, wvals, vn
         torch.cuda.empty_cache()
     if a.out:
         a.out.mkdir(parents=True, exist_ok=True)
-        (a.out / "gemm_part_study.json").write_text(json.dumps({"script": "gemm_part_study", "environment": env(), "results": res}, indent=1))
+        (a.out / "gemm_part_study.json").write_text(
+            json.dumps({"script": "gemm_part_study", "environment": env(), "results": res}, indent=1)
+        )
 
 
 if __name__ == "__main__":

@@ -30,15 +30,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from h3gates.nvfp4.cuda import producers as K  # noqa: E402
 from h3gates import nvfp4  # noqa: E402
+from h3gates.core.registry import load_implementation  # noqa: E402
+from h3gates.model.roles import modulate, swiglu  # noqa: E402
 from h3gates.nvfp4 import catalogue as C  # noqa: E402
 from h3gates.nvfp4 import formats as F  # noqa: E402
 from h3gates.nvfp4 import oracle  # noqa: E402
 from h3gates.nvfp4 import rcp as R  # noqa: E402
+from h3gates.nvfp4.cuda import producers as K  # noqa: E402
 from h3gates.nvfp4.explain import explain  # noqa: E402
-from h3gates.core.registry import load_implementation  # noqa: E402
-from h3gates.model.roles import modulate, swiglu  # noqa: E402
 
 M = load_implementation("modulate_fusion", "cuda")  # modulate_produce (kernels/modulate_fusion/cuda.py)
 S = load_implementation("swiglu_fusion", "cuda")  # swiglu_produce, swiglu_probe (kernels/swiglu_fusion/cuda.py)
@@ -55,9 +55,19 @@ def env() -> dict:
         ccv = getattr(cc, "__version__", None)
     except ImportError:
         ccv = None
-    return {"gpu": p.name, "sm_count": p.multi_processor_count, "capability": f"{p.major}.{p.minor}", "memory_gb": round(p.total_memory / 2**30, 1),
-            "torch": torch.__version__, "cuda": torch.version.cuda, "comfy_kitchen": oracle.comfy_version(), "cuda_core": ccv,
-            "python": platform.python_version(), "command": " ".join(sys.argv), "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    return {
+        "gpu": p.name,
+        "sm_count": p.multi_processor_count,
+        "capability": f"{p.major}.{p.minor}",
+        "memory_gb": round(p.total_memory / 2**30, 1),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "comfy_kitchen": oracle.comfy_version(),
+        "cuda_core": ccv,
+        "python": platform.python_version(),
+        "command": " ".join(sys.argv),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
 
 
 def nbytes_diff(a, b) -> int:
@@ -108,8 +118,14 @@ def section_numerics() -> dict:
         x = c.tensor().to(DEV)
         g = C.global_scale_for(c, x).to(DEV)
         res["catalogue"][c.id] = {"tags": list(c.tags), **triple(x, g, c.pad_16x)[0]}
-    shapes = [("normal", (4096, 5376)), ("wide", (4096, 5376)), ("quarter_grid", (2048, 7168)), ("outliers", (2048, 14336)),
-              ("normal", (CANON, 5376)), ("wide", (CANON, 5376))]
+    shapes = [
+        ("normal", (4096, 5376)),
+        ("wide", (4096, 5376)),
+        ("quarter_grid", (2048, 7168)),
+        ("outliers", (2048, 14336)),
+        ("normal", (CANON, 5376)),
+        ("wide", (CANON, 5376)),
+    ]
     for i, (kind, shape) in enumerate(shapes):
         for dt in (torch.bfloat16, torch.float16):
             if dt == torch.float16 and kind == "wide":
@@ -127,11 +143,23 @@ def section_numerics() -> dict:
     model = R.rcp(x, "sm90")
     same = (hw.view(torch.int32) == model.view(torch.int32)) | (torch.isnan(hw) & torch.isnan(model))
     rn = R.rcp(x, "rn")
-    res["rcp"] = {"inputs": x.numel(), "table": "sm90", "mismatches": int((~same).sum()), "nan_inputs": int(torch.isnan(x).sum()),
-                  "hardware_equals_correctly_rounded_fraction": float(((hw == rn) | (torch.isnan(hw) & torch.isnan(rn))).float().mean())}
-    specials = torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan"), 1e-40, -1e-40, 2.0**127, 2.0**-126, 3.0e38], device=DEV)
-    res["rcp"]["specials"] = {"inputs": [str(v) for v in specials.tolist()], "hardware": [str(v) for v in K.rcp_approx(specials).tolist()],
-                              "model": [str(v) for v in R.rcp(specials).tolist()]}
+    res["rcp"] = {
+        "inputs": x.numel(),
+        "table": "sm90",
+        "mismatches": int((~same).sum()),
+        "nan_inputs": int(torch.isnan(x).sum()),
+        "hardware_equals_correctly_rounded_fraction": float(
+            ((hw == rn) | (torch.isnan(hw) & torch.isnan(rn))).float().mean()
+        ),
+    }
+    specials = torch.tensor(
+        [0.0, -0.0, float("inf"), -float("inf"), float("nan"), 1e-40, -1e-40, 2.0**127, 2.0**-126, 3.0e38], device=DEV
+    )
+    res["rcp"]["specials"] = {
+        "inputs": [str(v) for v in specials.tolist()],
+        "hardware": [str(v) for v in K.rcp_approx(specials).tolist()],
+        "model": [str(v) for v in R.rcp(specials).tolist()],
+    }
     del bits, x, hw, model, rn
     # emulated GEMM: bf16 addmm with alpha vs fp32 product then one rounding; accuracy vs fp64
     gemm = {}
@@ -149,8 +177,12 @@ def section_numerics() -> dict:
         r = exact.to(torch.bfloat16)
         ulp = (torch.nextafter(r, torch.full_like(r, float("inf"))).double() - r.double()).abs()
         rep = all(torch.equal(out, nvfp4.emulated_gemm(aq, as_, ga, bq, bs, gb, m, n)) for _ in range(3))
-        gemm[f"{m}x{n}x{k}"] = {"addmm_vs_fp32_then_round_elements_differing": int((out != fp32).sum()), "within_one_bf16_ulp_of_fp64": float(((out.double() - exact).abs() <= ulp).float().mean()),
-                                "bit_stable_3_runs": rep, "allow_bf16_reduced_precision_reduction": torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction}
+        gemm[f"{m}x{n}x{k}"] = {
+            "addmm_vs_fp32_then_round_elements_differing": int((out != fp32).sum()),
+            "within_one_bf16_ulp_of_fp64": float(((out.double() - exact).abs() <= ulp).float().mean()),
+            "bit_stable_3_runs": rep,
+            "allow_bf16_reduced_precision_reduction": torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
+        }
         del a, b, aq, bq, av, bv, fp32, exact, r, ulp, out
     res["gemm"] = gemm
     torch.cuda.empty_cache()
@@ -168,8 +200,11 @@ def _k_vs_comfy(x, g, pad=True):
     except nvfp4.NVFP4InputError as e:
         q = e
     if isinstance(ref, Exception) or isinstance(q, Exception):
-        return {"comfy": str(ref)[:120] if isinstance(ref, Exception) else "ok", "kernel": str(q)[:120] if isinstance(q, Exception) else "ok",
-                "agree": isinstance(ref, Exception) == isinstance(q, Exception)}
+        return {
+            "comfy": str(ref)[:120] if isinstance(ref, Exception) else "ok",
+            "kernel": str(q)[:120] if isinstance(q, Exception) else "ok",
+            "agree": isinstance(ref, Exception) == isinstance(q, Exception),
+        }
     return {"qdata": nbytes_diff(q, ref[0]), "scales": nbytes_diff(s, ref[1]), "bytes": q.numel() + s.numel()}
 
 
@@ -198,7 +233,10 @@ def section_kernels() -> dict:
             continue
         x = c.tensor().to(DEV)
         static = c.global_scale(x).to(DEV) if c.global_scale else None
-        for role, fn in (("qkv", lambda i: M.modulate_produce(i.h, i.shift, i.scale, i.bounds, i.static_scale)), ("fc2", lambda i: S.swiglu_produce(i.u, i.static_scale))):
+        for role, fn in (
+            ("qkv", lambda i: M.modulate_produce(i.h, i.shift, i.scale, i.bounds, i.static_scale)),
+            ("fc2", lambda i: S.swiglu_produce(i.u, i.static_scale)),
+        ):
             for variant in ("identity", "random"):
                 inp = role_input(role, x, variant, seed=3, static=static)
                 try:
@@ -213,15 +251,28 @@ def section_kernels() -> dict:
                 key = f"{c.id}/{role}/{variant}"
                 if isinstance(rq, Exception) or isinstance(kq, Exception):
                     res["fused_catalogue"] = res.get("fused_catalogue", {})
-                    res["fused_catalogue"][key] = {"agree": isinstance(rq, Exception) == isinstance(kq, Exception), "reference": str(rq)[:100], "kernel": str(kq)[:100]}
+                    res["fused_catalogue"][key] = {
+                        "agree": isinstance(rq, Exception) == isinstance(kq, Exception),
+                        "reference": str(rq)[:100],
+                        "kernel": str(kq)[:100],
+                    }
                     continue
-                res.setdefault("fused_catalogue", {})[key] = {"qdata": nbytes_diff(kq, rq), "scales": nbytes_diff(ks, rs),
-                                                              "global_scale_equal": bool(torch.equal(kg.reshape(()).view(torch.int32), rg.reshape(()).float().view(torch.int32)))}
-    for i, (kind, shape) in enumerate([("normal", (CANON, 5376)), ("wide", (CANON, 5376)), ("outliers", (2048, 14336)), ("normal", (946, 5376))]):
+                res.setdefault("fused_catalogue", {})[key] = {
+                    "qdata": nbytes_diff(kq, rq),
+                    "scales": nbytes_diff(ks, rs),
+                    "global_scale_equal": bool(
+                        torch.equal(kg.reshape(()).view(torch.int32), rg.reshape(()).float().view(torch.int32))
+                    ),
+                }
+    for i, (kind, shape) in enumerate(
+        [("normal", (CANON, 5376)), ("wide", (CANON, 5376)), ("outliers", (2048, 14336)), ("normal", (946, 5376))]
+    ):
         x = C.random_tensor(kind, shape, seed=90 + i, device=DEV)
         g = nvfp4.global_scale(x)
         res["quantize_into"][f"{kind}_{shape[0]}x{shape[1]}"] = _k_vs_comfy(x, g)
-        res["global_scale"][f"{kind}_{shape[0]}x{shape[1]}"] = {"equal": bool(torch.equal(K.global_scale(x).view(torch.int32), g.reshape(1).view(torch.int32)))}
+        res["global_scale"][f"{kind}_{shape[0]}x{shape[1]}"] = {
+            "equal": bool(torch.equal(K.global_scale(x).view(torch.int32), g.reshape(1).view(torch.int32)))
+        }
     # every finite bf16/fp16 amax: the kernel's finalize formula vs torch's division on CUDA
     for dt, n in ((torch.bfloat16, 1 << 16), (torch.float16, 1 << 16)):
         v = torch.arange(n, dtype=torch.int32, device=DEV).to(torch.int16).view(dt).abs()
@@ -230,8 +281,14 @@ def section_kernels() -> dict:
         ours = (v.float() * (1.0 / 2688.0)).to(dt).float()
         bits = v.float().view(torch.int32)
         kern = torch.stack([K.finalize(b.reshape(1), dt) for b in bits[:: max(1, len(bits) // 4096)]]).reshape(-1)
-        res["global_scale"][f"all_{str(dt)[6:]}_values"] = {"values": int(v.numel()), "formula_mismatches": int((ours.view(torch.int32) != torch_g.view(torch.int32)).sum()),
-                                                             "kernel_sampled": int(kern.numel()), "kernel_mismatches": int((kern.view(torch.int32) != torch_g[:: max(1, len(bits) // 4096)].view(torch.int32)).sum())}
+        res["global_scale"][f"all_{str(dt)[6:]}_values"] = {
+            "values": int(v.numel()),
+            "formula_mismatches": int((ours.view(torch.int32) != torch_g.view(torch.int32)).sum()),
+            "kernel_sampled": int(kern.numel()),
+            "kernel_mismatches": int(
+                (kern.view(torch.int32) != torch_g[:: max(1, len(bits) // 4096)].view(torch.int32)).sum()
+            ),
+        }
     # fused producers on canonical-shaped data, reference = materialize in torch, comfy quantize
     gen = torch.Generator(device=DEV).manual_seed(5)
     for rows in (CANON, 2048, 946):
@@ -244,15 +301,23 @@ def section_kernels() -> dict:
             gr = nvfp4.global_scale(m)
             rq, rs = comfy(m, gr)
             g, q, s = M.modulate_produce(h, sh, sc, b)
-            res["modulate_fused"][f"{name}_{rows}"] = {"global_scale_equal": bool(torch.equal(g.view(torch.int32), gr.reshape(1).view(torch.int32))),
-                                                       "qdata": nbytes_diff(q, rq), "scales": nbytes_diff(s, rs), "bytes": q.numel() + s.numel()}
+            res["modulate_fused"][f"{name}_{rows}"] = {
+                "global_scale_equal": bool(torch.equal(g.view(torch.int32), gr.reshape(1).view(torch.int32))),
+                "qdata": nbytes_diff(q, rq),
+                "scales": nbytes_diff(s, rs),
+                "bytes": q.numel() + s.numel(),
+            }
         u = (torch.randn(rows, 2 * 14336, device=DEV, generator=gen) * 2).to(torch.bfloat16)
         m = swiglu(u)
         gr = nvfp4.global_scale(m)
         rq, rs = comfy(m, gr)
         g, q, s = S.swiglu_produce(u)
-        res["swiglu_fused"][f"fc2_{rows}"] = {"global_scale_equal": bool(torch.equal(g.view(torch.int32), gr.reshape(1).view(torch.int32))),
-                                              "qdata": nbytes_diff(q, rq), "scales": nbytes_diff(s, rs), "bytes": q.numel() + s.numel()}
+        res["swiglu_fused"][f"fc2_{rows}"] = {
+            "global_scale_equal": bool(torch.equal(g.view(torch.int32), gr.reshape(1).view(torch.int32))),
+            "qdata": nbytes_diff(q, rq),
+            "scales": nbytes_diff(s, rs),
+            "bytes": q.numel() + s.numel(),
+        }
         del u, m
     # the ring: 2048-row chunks of a canonical activation, each chunk vs the rows of comfy's whole tensor
     # (over the library path the ring materializes and quantizes its chunks with its own quantize_into)
@@ -268,17 +333,30 @@ def section_kernels() -> dict:
     for r0, p in ring.produce(Plain(x)):
         npad = p.qdata.shape[0]
         ref_s = F.swizzle(F.unswizzle(rs, r0 + npad, 5376 // 16)[r0:])
-        chunks.append({"row0": r0, "rows": p.rows, "qdata": nbytes_diff(p.qdata, rq[r0 : r0 + npad]), "scales": nbytes_diff(p.scales, ref_s)})
+        chunks.append(
+            {
+                "row0": r0,
+                "rows": p.rows,
+                "qdata": nbytes_diff(p.qdata, rq[r0 : r0 + npad]),
+                "scales": nbytes_diff(p.scales, ref_s),
+            }
+        )
     res["ring"]["canonical_2048"] = {"chunks": chunks, "n_chunks": len(chunks), "last_chunk_rows": chunks[-1]["rows"]}
     # every 16-bit gate through the SwiGLU element function; every 16-bit input through the quantizer
     res["swiglu_element_all_gates"], res["quantize_all_bit_patterns"] = {}, {}
     for dt in (torch.bfloat16, torch.float16):
         gate = torch.arange(-(2**15), 2**15, dtype=torch.int32, device=DEV).to(torch.int16).view(dt)
-        for vname, v in (("one", torch.ones_like(gate)), ("wide", C.random_tensor("wide", (gate.numel(), 1), dt, seed=8, device=DEV).reshape(-1))):
+        for vname, v in (
+            ("one", torch.ones_like(gate)),
+            ("wide", C.random_tensor("wide", (gate.numel(), 1), dt, seed=8, device=DEV).reshape(-1)),
+        ):
             ref = torch.nn.functional.silu(gate) * v
             for path, got in zip(("paired", "scalar"), S.swiglu_probe(gate, v)):
                 same = (got.view(torch.int16) == ref.view(torch.int16)) | (torch.isnan(got) & torch.isnan(ref))
-                res["swiglu_element_all_gates"][f"{str(dt)[6:]}/{vname}/{path}"] = {"gates": gate.numel(), "differ": int((~same).sum())}
+                res["swiglu_element_all_gates"][f"{str(dt)[6:]}/{vname}/{path}"] = {
+                    "gates": gate.numel(),
+                    "differ": int((~same).sum()),
+                }
         for gv in (1.0, 3.0e-3, 1.0e-30, 448.0, 0.0):
             gs = torch.tensor(gv, dtype=torch.float32, device=DEV)
             r = _k_vs_comfy(gate.reshape(-1, 16), gs)
@@ -296,7 +374,7 @@ def timed(fns: dict, rounds=25, warmup=3) -> dict:
     torch.cuda.synchronize()
     times = {n: [] for n in names}
     for r in range(rounds):
-        order = names[r % len(names):] + names[: r % len(names)]
+        order = names[r % len(names) :] + names[: r % len(names)]
         for n in order:
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             s.record()
@@ -304,7 +382,10 @@ def timed(fns: dict, rounds=25, warmup=3) -> dict:
             e.record()
             e.synchronize()
             times[n].append(s.elapsed_time(e))
-    return {n: {"median_ms": statistics.median(t), "p95_ms": sorted(t)[int(0.95 * (len(t) - 1))], "rounds_ms": t} for n, t in times.items()}
+    return {
+        n: {"median_ms": statistics.median(t), "p95_ms": sorted(t)[int(0.95 * (len(t) - 1))], "rounds_ms": t}
+        for n, t in times.items()
+    }
 
 
 def graphed(fn):
@@ -339,7 +420,11 @@ def copy_bandwidth() -> dict:
     big = torch.empty(2 * 2**30, dtype=torch.uint8, device=DEV)
     dst = torch.empty_like(big)
     t = timed({"copy": lambda: dst.copy_(big)}, rounds=10)
-    out = {"bytes_moved": 2 * big.numel(), **t["copy"], "bytes_per_s": 2 * big.numel() / (t["copy"]["median_ms"] * 1e-3)}
+    out = {
+        "bytes_moved": 2 * big.numel(),
+        **t["copy"],
+        "bytes_per_s": 2 * big.numel() / (t["copy"]["median_ms"] * 1e-3),
+    }
     del big, dst
     torch.cuda.empty_cache()
     return out
@@ -360,12 +445,22 @@ def section_bench() -> dict:
         g1 = g.reshape(1).float()
         q, s = K.buffers(rows, cols, DEV)
         out_b = q.numel() + s.numel()
-        fns, gerr = with_graphs({"comfy_quantize": lambda: comfy(x, g), "h3_quantize_into": lambda: K.quantize_into(x, g1, q, s),
-                                 "h3_global_scale_plus_quantize": lambda: K.quantize_into(x, K.global_scale(x), q, s)})
+        fns, gerr = with_graphs(
+            {
+                "comfy_quantize": lambda: comfy(x, g),
+                "h3_quantize_into": lambda: K.quantize_into(x, g1, q, s),
+                "h3_global_scale_plus_quantize": lambda: K.quantize_into(x, K.global_scale(x), q, s),
+            }
+        )
         r = timed(fns)
         fl = floor(x.numel() * 2, out_b)
-        res[f"quantize_{rows}x{cols}"] = {"floor_ms": fl, "ratio_comfy_over_h3": r["comfy_quantize"]["median_ms"] / r["h3_quantize_into"]["median_ms"],
-                                          "h3_GBps": (x.numel() * 2 + out_b) / r["h3_quantize_into"]["median_ms"] / 1e6, "graph_errors": gerr, **r}
+        res[f"quantize_{rows}x{cols}"] = {
+            "floor_ms": fl,
+            "ratio_comfy_over_h3": r["comfy_quantize"]["median_ms"] / r["h3_quantize_into"]["median_ms"],
+            "h3_GBps": (x.numel() * 2 + out_b) / r["h3_quantize_into"]["median_ms"] / 1e6,
+            "graph_errors": gerr,
+            **r,
+        }
         # QKV producer: unfused (torch modulation per segment, torch global scale, comfy) vs fused
         sc = (torch.randn(3, cols, device=DEV, generator=gen) * 0.3).to(torch.bfloat16)
         sh = (torch.randn(3, cols, device=DEV, generator=gen) * 0.3).to(torch.bfloat16)
@@ -375,11 +470,18 @@ def section_bench() -> dict:
             m = modulate(x, sh, sc, b)
             return comfy(m, nvfp4.global_scale(m))
 
-        fns, gerr = with_graphs({"unfused_qkv_producer": unfused, "h3_modulate_fused": lambda: M.modulate_produce(x, sh, sc, b)})
+        fns, gerr = with_graphs(
+            {"unfused_qkv_producer": unfused, "h3_modulate_fused": lambda: M.modulate_produce(x, sh, sc, b)}
+        )
         r = timed(fns)
         fl = floor(2 * x.numel() * 2, out_b)  # two passes over h
-        res[f"qkv_producer_{rows}"] = {"floor_ms": fl, "ratio_unfused_over_fused": r["unfused_qkv_producer"]["median_ms"] / r["h3_modulate_fused"]["median_ms"],
-                                       "fused_over_floor": r["h3_modulate_fused"]["median_ms"] / fl, "graph_errors": gerr, **r}
+        res[f"qkv_producer_{rows}"] = {
+            "floor_ms": fl,
+            "ratio_unfused_over_fused": r["unfused_qkv_producer"]["median_ms"] / r["h3_modulate_fused"]["median_ms"],
+            "fused_over_floor": r["h3_modulate_fused"]["median_ms"] / fl,
+            "graph_errors": gerr,
+            **r,
+        }
         del x, q, s
         f = 14336
         u = torch.randn(rows, 2 * f, device=DEV, generator=gen).to(torch.bfloat16)
@@ -392,8 +494,13 @@ def section_bench() -> dict:
         r = timed(fns, rounds=15)
         out_b = rows * f // 2 + F.roundup(rows, 128) * (f // 16)
         fl = floor(2 * u.numel() * 2, out_b)
-        res[f"swiglu_producer_{rows}"] = {"floor_ms": fl, "ratio_unfused_over_fused": r["unfused_swiglu_producer"]["median_ms"] / r["h3_swiglu_fused"]["median_ms"],
-                                          "fused_over_floor": r["h3_swiglu_fused"]["median_ms"] / fl, "graph_errors": gerr, **r}
+        res[f"swiglu_producer_{rows}"] = {
+            "floor_ms": fl,
+            "ratio_unfused_over_fused": r["unfused_swiglu_producer"]["median_ms"] / r["h3_swiglu_fused"]["median_ms"],
+            "fused_over_floor": r["h3_swiglu_fused"]["median_ms"] / fl,
+            "graph_errors": gerr,
+            **r,
+        }
         del u
         torch.cuda.empty_cache()
     return res
@@ -405,21 +512,50 @@ SECTIONS = {"numerics": section_numerics, "kernels": section_kernels, "bench": s
 def summary(name, data) -> list[str]:
     lines = []
     if name == "numerics":
-        bad = {k: v.get("model_vs_comfy_cuda") for k, v in {**data["catalogue"], **data["random"]}.items() if v.get("model_vs_comfy_cuda") and sum(v["model_vs_comfy_cuda"].values())}
+        bad = {
+            k: v.get("model_vs_comfy_cuda")
+            for k, v in {**data["catalogue"], **data["random"]}.items()
+            if v.get("model_vs_comfy_cuda") and sum(v["model_vs_comfy_cuda"].values())
+        }
         lines.append(f"numerics: model vs comfy CUDA differing cases: {len(bad)} {list(bad)[:5]}")
-        une = {k: v["eager_vs_comfy_cuda"]["explained"]["unexplained"] for k, v in {**data["catalogue"], **data["random"]}.items()
-               if "explained" in v.get("eager_vs_comfy_cuda", {})}
+        une = {
+            k: v["eager_vs_comfy_cuda"]["explained"]["unexplained"]
+            for k, v in {**data["catalogue"], **data["random"]}.items()
+            if "explained" in v.get("eager_vs_comfy_cuda", {})
+        }
         lines.append(f"numerics: eager/CUDA differing cases {len(une)}, unexplained bytes {sum(une.values())}")
         lines.append(f"numerics: rcp mismatches {data['rcp']['mismatches']} of {data['rcp']['inputs']}")
         lines.append(f"numerics: gemm {json.dumps(data['gemm'])}")
     if name == "kernels":
-        for part in ("quantize_into", "modulate_fused", "swiglu_fused", "global_scale", "fused_catalogue", "quantize_all_bit_patterns"):
-            bad = [k for k, v in data.get(part, {}).items() if (v.get("qdata", 0) or v.get("scales", 0) or v.get("equal") is False or v.get("global_scale_equal") is False
-                                                         or v.get("agree") is False or v.get("formula_mismatches", 0) or v.get("kernel_mismatches", 0))]
+        for part in (
+            "quantize_into",
+            "modulate_fused",
+            "swiglu_fused",
+            "global_scale",
+            "fused_catalogue",
+            "quantize_all_bit_patterns",
+        ):
+            bad = [
+                k
+                for k, v in data.get(part, {}).items()
+                if (
+                    v.get("qdata", 0)
+                    or v.get("scales", 0)
+                    or v.get("equal") is False
+                    or v.get("global_scale_equal") is False
+                    or v.get("agree") is False
+                    or v.get("formula_mismatches", 0)
+                    or v.get("kernel_mismatches", 0)
+                )
+            ]
             lines.append(f"kernels: {part}: {len(data.get(part, {}))} cases, differing: {bad[:6]}")
-        lines.append(f"kernels: swiglu element, all gates: {json.dumps({k: v['differ'] for k, v in data.get('swiglu_element_all_gates', {}).items()})}")
+        lines.append(
+            f"kernels: swiglu element, all gates: {json.dumps({k: v['differ'] for k, v in data.get('swiglu_element_all_gates', {}).items()})}"
+        )
         ch = data["ring"]["canonical_2048"]["chunks"]
-        lines.append(f"kernels: ring chunks {len(ch)}, differing {[c['row0'] for c in ch if c['qdata'] or c['scales']]}")
+        lines.append(
+            f"kernels: ring chunks {len(ch)}, differing {[c['row0'] for c in ch if c['qdata'] or c['scales']]}"
+        )
     if name == "bench":
         lines.append(f"bench: copy {data['copy_bandwidth']['bytes_per_s'] / 1e12:.2f} TB/s")
         for k, v in data.items():

@@ -28,14 +28,28 @@ def timeline(path: Path) -> dict:
     jobs = []
     for key, s in sorted(starts.items(), key=lambda kv: kv[1]["acquired_at"]):
         end = ends.get(key)
-        jobs.append({"job": s["job"], "gpu": s["index"], "uuid": s["uuid"], "start_s": round(s["acquired_at"] - t0, 1),
-                     "end_s": None if end is None else round(end - t0, 1), "waited_s": round(s["waited_s"], 1),
-                     "duration_s": None if end is None else round(end - s["acquired_at"], 1)})
+        jobs.append(
+            {
+                "job": s["job"],
+                "gpu": s["index"],
+                "uuid": s["uuid"],
+                "start_s": round(s["acquired_at"] - t0, 1),
+                "end_s": None if end is None else round(end - t0, 1),
+                "waited_s": round(s["waited_s"], 1),
+                "duration_s": None if end is None else round(end - s["acquired_at"], 1),
+            }
+        )
     done = [j for j in jobs if j["end_s"] is not None]
     wall = max((j["end_s"] for j in done), default=0.0)
     busy = sum(j["duration_s"] for j in done)
-    return {"jobs": jobs, "wall_s": wall, "busy_s": round(busy, 1), "gpus": sorted({j["gpu"] for j in jobs}),
-            "parallelism": round(busy / wall, 2) if wall else None, "unfinished": [j["job"] for j in jobs if j["end_s"] is None]}
+    return {
+        "jobs": jobs,
+        "wall_s": wall,
+        "busy_s": round(busy, 1),
+        "gpus": sorted({j["gpu"] for j in jobs}),
+        "parallelism": round(busy / wall, 2) if wall else None,
+        "unfinished": [j["job"] for j in jobs if j["end_s"] is None],
+    }
 
 
 def main(argv=None) -> int:
@@ -46,7 +60,9 @@ def main(argv=None) -> int:
     t = timeline(Path(a.log))
     for j in t["jobs"]:
         print(f"gpu {j['gpu']}  {j['start_s']:8.1f} -> {'' if j['end_s'] is None else j['end_s']:>8}  {j['job']}")
-    print(f"wall {t['wall_s']} s, GPU-busy {t['busy_s']} s on {len(t.get('gpus', []))} GPU(s): parallelism {t.get('parallelism')}")
+    print(
+        f"wall {t['wall_s']} s, GPU-busy {t['busy_s']} s on {len(t.get('gpus', []))} GPU(s): parallelism {t.get('parallelism')}"
+    )
     if a.json:
         Path(a.json).write_text(json.dumps(t, indent=1))
     return 0

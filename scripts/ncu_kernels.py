@@ -11,10 +11,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from h3gates.nvfp4.cuda import producers as K  # noqa: E402
 from h3gates import nvfp4  # noqa: E402
-from h3gates.nvfp4 import oracle  # noqa: E402
 from h3gates.core.registry import load_implementation  # noqa: E402
+from h3gates.nvfp4 import oracle  # noqa: E402
+from h3gates.nvfp4.cuda import producers as K  # noqa: E402
 
 M = load_implementation("modulate_fusion", "cuda")
 S = load_implementation("swiglu_fusion", "cuda")
@@ -25,7 +25,10 @@ g = nvfp4.global_scale(x)
 oracle.comfy_quantize(x, g, backend="cuda")
 K.quantize(x, g.reshape(1).float())
 K.global_scale(x)
-sc, sh = (torch.randn(3, 5376, device="cuda") * 0.3).to(torch.bfloat16), (torch.randn(3, 5376, device="cuda") * 0.3).to(torch.bfloat16)
+sc, sh = (
+    (torch.randn(3, 5376, device="cuda") * 0.3).to(torch.bfloat16),
+    (torch.randn(3, 5376, device="cuda") * 0.3).to(torch.bfloat16),
+)
 M.modulate_produce(x, sh, sc, ((0, 100), (100, 514), (514, rows)))
 u = torch.randn(rows, 28672, device="cuda").to(torch.bfloat16)
 S.swiglu_produce(u)

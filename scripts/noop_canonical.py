@@ -26,8 +26,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def dry(ws: Path, targets: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "snakemake", "-n", *targets, "--configfile", "config/canonical.yaml"],
-                          cwd=ws, capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", *targets, "--configfile", "config/canonical.yaml"],
+        cwd=ws,
+        capture_output=True,
+        text=True,
+    )
 
 
 def main() -> int:
@@ -52,8 +56,14 @@ def main() -> int:
             shutil.copytree(top / "logs", ws / "logs")
     made = []
     for _ in range(3):  # missing outputs are named by the dry run; each stands in at its producing job's log time
-        missing = sorted({m for line in dry(ws, a.targets).stdout.splitlines() if "Missing output files:" in line
-                          for m in re.findall(r"results/\S+?\.pt", line)})
+        missing = sorted(
+            {
+                m
+                for line in dry(ws, a.targets).stdout.splitlines()
+                if "Missing output files:" in line
+                for m in re.findall(r"results/\S+?\.pt", line)
+            }
+        )
         if not missing:
             break
         for m in missing:
@@ -66,14 +76,34 @@ def main() -> int:
     for _ in range(a.repeat):
         t0 = time.perf_counter()
         p = dry(ws, a.targets)
-        runs.append({"wall_s": round(time.perf_counter() - t0, 3), "rc": p.returncode,
-                     "jobs": [ln.split()[0] for ln in p.stdout.splitlines() if re.match(r"^[a-z_0-9]+ +\d+$", ln) and not ln.startswith("total")]})
+        runs.append(
+            {
+                "wall_s": round(time.perf_counter() - t0, 3),
+                "rc": p.returncode,
+                "jobs": [
+                    ln.split()[0]
+                    for ln in p.stdout.splitlines()
+                    if re.match(r"^[a-z_0-9]+ +\d+$", ln) and not ln.startswith("total")
+                ],
+            }
+        )
     import snakemake
 
-    doc = {"what": "snakemake -n at canonical with the climb done: what is left to run and how long the dry run takes",
-           "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "bundle": a.bundle, "targets": a.targets, "stand_ins": made,
-           "machine": {"python": platform.python_version(), "snakemake": snakemake.__version__, "cpus": os.cpu_count(), "host": platform.machine()},
-           "runs": runs, "median_s": sorted(r["wall_s"] for r in runs)[len(runs) // 2]}
+    doc = {
+        "what": "snakemake -n at canonical with the climb done: what is left to run and how long the dry run takes",
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "bundle": a.bundle,
+        "targets": a.targets,
+        "stand_ins": made,
+        "machine": {
+            "python": platform.python_version(),
+            "snakemake": snakemake.__version__,
+            "cpus": os.cpu_count(),
+            "host": platform.machine(),
+        },
+        "runs": runs,
+        "median_s": sorted(r["wall_s"] for r in runs)[len(runs) // 2],
+    }
     Path(a.out).write_text(json.dumps(doc, indent=1) + "\n")
     print(json.dumps({"median_s": doc["median_s"], "jobs": runs[-1]["jobs"], "stand_ins": len(made)}))
     shutil.rmtree(ws)

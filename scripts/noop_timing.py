@@ -38,15 +38,31 @@ def main() -> int:
     cfg = C.validate_config(C.load_config(["config/config.yaml", *a.configfile]))
     cands = sorted(c for c, v in cfg["candidates"].items() if v.get("enabled", True))
     sm = [sys.executable, "-m", "snakemake"]
-    commands = {"dry_run_all": [*sm, "-n", "all", *cfg_args], "run_all": [*sm, "--cores", "1", "all", *cfg_args],
-                **{f"promote_{c}": [*sm, "--cores", "1", f"promote_{c}", *cfg_args] for c in cands}}
+    commands = {
+        "dry_run_all": [*sm, "-n", "all", *cfg_args],
+        "run_all": [*sm, "--cores", "1", "all", *cfg_args],
+        **{f"promote_{c}": [*sm, "--cores", "1", f"promote_{c}", *cfg_args] for c in cands},
+    }
     runs = {name: [timed(cmd) for _ in range(a.repeat)] for name, cmd in commands.items()}
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False).stdout.strip()
-    doc = {"what": "wall time of a workflow with nothing left to run (issue 12: bookkeeping)", "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
-           "commit": commit, "profile": cfg["profile"], "candidates": cands,
-           "machine": {"python": platform.python_version(), "snakemake": snakemake.__version__, "host": platform.machine(), "cpus": __import__("os").cpu_count()},
-           "commands": {k: " ".join(v[2:]) for k, v in commands.items()}, "runs": runs,
-           "median_s": {k: sorted(r["wall_s"] for r in v)[len(v) // 2] for k, v in runs.items()}}
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    doc = {
+        "what": "wall time of a workflow with nothing left to run (issue 12: bookkeeping)",
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "commit": commit,
+        "profile": cfg["profile"],
+        "candidates": cands,
+        "machine": {
+            "python": platform.python_version(),
+            "snakemake": snakemake.__version__,
+            "host": platform.machine(),
+            "cpus": __import__("os").cpu_count(),
+        },
+        "commands": {k: " ".join(v[2:]) for k, v in commands.items()},
+        "runs": runs,
+        "median_s": {k: sorted(r["wall_s"] for r in v)[len(v) // 2] for k, v in runs.items()},
+    }
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(doc, indent=1))
     print(json.dumps(doc["median_s"], indent=1))

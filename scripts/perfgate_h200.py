@@ -33,8 +33,8 @@ def main() -> int:
             shutil.copytree(fixture, ROOT / "kernels" / fixture.name)
     from h3gates.core import config as C
     from h3gates.core import report
-    from h3gates.rungs import ladder
     from h3gates.core.fingerprints import rung_context
+    from h3gates.rungs import ladder
 
     raw = C.merge(C.load_config(a.configfile), {"candidates": {c: {} for c in a.candidates}})
     cfg = C.validate_config(raw)
@@ -49,12 +49,33 @@ def main() -> int:
                 ladder.run(4, rung_context(cfg, cand, 4), str(path), block)
                 d = json.loads(path.read_text())
                 t = d["timing"]
-                runs.append({"candidate": cand, "block": block, "run": rep, "verdict": d["verdict"], "decision": t["decision"], "rounds": t["rounds"],
-                             "interval": t["interval"], "median_ratio": t["median_ratio"], "cv": t["cv"], "wall_s": time.time() - t0, "report": path.name})
-                print(f"{cand:12s} block {block:2d} run {rep}: {t['decision']:9s} after {t['rounds']:3d} rounds, median {t['median_ratio']:.4f}, "
-                      f"interval [{t['interval'][0]:.4f}, {t['interval'][1]:.4f}]", flush=True)
-    summary = {"device": report.environment("cuda"), "command": shlex.join([sys.executable, *sys.argv]), "config_files": a.configfile,
-               "timing": cfg["timing"], "runs": runs}
+                runs.append(
+                    {
+                        "candidate": cand,
+                        "block": block,
+                        "run": rep,
+                        "verdict": d["verdict"],
+                        "decision": t["decision"],
+                        "rounds": t["rounds"],
+                        "interval": t["interval"],
+                        "median_ratio": t["median_ratio"],
+                        "cv": t["cv"],
+                        "wall_s": time.time() - t0,
+                        "report": path.name,
+                    }
+                )
+                print(
+                    f"{cand:12s} block {block:2d} run {rep}: {t['decision']:9s} after {t['rounds']:3d} rounds, median {t['median_ratio']:.4f}, "
+                    f"interval [{t['interval'][0]:.4f}, {t['interval'][1]:.4f}]",
+                    flush=True,
+                )
+    summary = {
+        "device": report.environment("cuda"),
+        "command": shlex.join([sys.executable, *sys.argv]),
+        "config_files": a.configfile,
+        "timing": cfg["timing"],
+        "runs": runs,
+    }
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     return 0
 

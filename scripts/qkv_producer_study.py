@@ -25,11 +25,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gpu_evidence import CANON, _segments, copy_bandwidth, env, graphed, timed  # noqa: E402
 
-from h3gates.nvfp4.cuda import producers as K  # noqa: E402
 from h3gates import nvfp4  # noqa: E402
-from h3gates.nvfp4 import oracle  # noqa: E402
 from h3gates.core.registry import load_implementation  # noqa: E402
 from h3gates.model.roles import modulate  # noqa: E402
+from h3gates.nvfp4 import oracle  # noqa: E402
+from h3gates.nvfp4.cuda import producers as K  # noqa: E402
 
 M = load_implementation("modulate_fusion", "cuda")
 
@@ -52,14 +52,23 @@ def variant(module, finalize_threads, qrows):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--before", type=Path, required=True, help="directory with the earlier modulate_fusion.cu and nvfp4.cuh")
+    ap.add_argument(
+        "--before", type=Path, required=True, help="directory with the earlier modulate_fusion.cu and nvfp4.cuh"
+    )
     ap.add_argument("--before-finalize-threads", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=40)
-    ap.add_argument("--ncu", action="store_true", help="one producer call per variant in a fixed order (before, now_qr2, now_qr4), nothing else")
+    ap.add_argument(
+        "--ncu",
+        action="store_true",
+        help="one producer call per variant in a fixed order (before, now_qr2, now_qr4), nothing else",
+    )
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
-    variants = {"before": (before_module(a.before), a.before_finalize_threads, 2), "now_qr2": (M.MODULE, K.FINALIZE_THREADS, 2),
-                "now_qr4": (M.MODULE, K.FINALIZE_THREADS, 4)}
+    variants = {
+        "before": (before_module(a.before), a.before_finalize_threads, 2),
+        "now_qr2": (M.MODULE, K.FINALIZE_THREADS, 2),
+        "now_qr4": (M.MODULE, K.FINALIZE_THREADS, 4),
+    }
     rows, cols = CANON, 5376
     gen = torch.Generator(device="cuda").manual_seed(3)
     b = _segments(rows)
@@ -76,7 +85,12 @@ def main():
                 M.modulate_produce(x, sh, sc, b)
             torch.cuda.synchronize()
         return
-    res = {"shape": [rows, cols], "segments": b, "bytes_differing_from_comfy": {}, "variants": {k: {"finalize_threads": v[1], "rows_per_thread": v[2]} for k, v in variants.items()}}
+    res = {
+        "shape": [rows, cols],
+        "segments": b,
+        "bytes_differing_from_comfy": {},
+        "variants": {k: {"finalize_threads": v[1], "rows_per_thread": v[2]} for k, v in variants.items()},
+    }
     for dt, (x, sh, sc) in inputs.items():
         m = modulate(x, sh, sc, b)
         g_ref = nvfp4.global_scale(m)
@@ -85,7 +99,9 @@ def main():
         for name, v in variants.items():
             with variant(*v):
                 g, q, s = M.modulate_produce(x, sh, sc, b)
-            diff = int((q.view(torch.uint8) != ref_q.view(torch.uint8)).sum()) + int((s.view(torch.uint8) != ref_s.view(torch.uint8)).sum())
+            diff = int((q.view(torch.uint8) != ref_q.view(torch.uint8)).sum()) + int(
+                (s.view(torch.uint8) != ref_s.view(torch.uint8)).sum()
+            )
             diff += int(g.reshape(()).view(torch.int32) != g_ref.reshape(()).float().view(torch.int32))
             res["bytes_differing_from_comfy"][f"{name}_{str(dt).replace('torch.', '')}"] = diff
         del ref_q, ref_s
@@ -106,13 +122,23 @@ def main():
     res["timing_graph"] = t
     res["over_floor"] = {k: v["median_ms"] / floor_ms for k, v in t.items()}
     base = t["before"]["rounds_ms"]
-    res["paired_ratio_to_before"] = {k: statistics.median(n / o for n, o in zip(v["rounds_ms"], base)) for k, v in t.items() if k != "before"}
+    res["paired_ratio_to_before"] = {
+        k: statistics.median(n / o for n, o in zip(v["rounds_ms"], base)) for k, v in t.items() if k != "before"
+    }
     print("bytes differing from comfy:", res["bytes_differing_from_comfy"])
-    print(f"floor {floor_ms:.4f} ms; medians", {k: round(v["median_ms"], 4) for k, v in t.items()}, "over floor", {k: round(v, 3) for k, v in res["over_floor"].items()},
-          "paired ratio to before", {k: round(v, 4) for k, v in res["paired_ratio_to_before"].items()})
+    print(
+        f"floor {floor_ms:.4f} ms; medians",
+        {k: round(v["median_ms"], 4) for k, v in t.items()},
+        "over floor",
+        {k: round(v, 3) for k, v in res["over_floor"].items()},
+        "paired ratio to before",
+        {k: round(v, 4) for k, v in res["paired_ratio_to_before"].items()},
+    )
     if a.out:
         a.out.mkdir(parents=True, exist_ok=True)
-        (a.out / "qkv_producer_study.json").write_text(json.dumps({"script": "qkv_producer_study", "environment": env(), "results": res}, indent=1))
+        (a.out / "qkv_producer_study.json").write_text(
+            json.dumps({"script": "qkv_producer_study", "environment": env(), "results": res}, indent=1)
+        )
 
 
 if __name__ == "__main__":

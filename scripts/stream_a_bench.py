@@ -33,12 +33,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from h3gates import nvfp4  # noqa: E402
-from h3gates.nvfp4 import catalogue as CAT  # noqa: E402
-from h3gates.nvfp4.gemm import alpha, mm_alpha  # noqa: E402
-from h3gates.nvfp4.layout import Packed  # noqa: E402
 from h3gates.core.registry import load_module  # noqa: E402
 from h3gates.model.reference import Reference  # noqa: E402
 from h3gates.model.roles import Modulated, Plain, ReferenceGemm, Role, Weight, reference_roles  # noqa: E402
+from h3gates.nvfp4 import catalogue as CAT  # noqa: E402
+from h3gates.nvfp4.gemm import alpha, mm_alpha  # noqa: E402
+from h3gates.nvfp4.layout import Packed  # noqa: E402
 from h3gates.rungs.inputs import weight as ref_weight  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -81,9 +81,14 @@ def random_packed(rows, k, seed, scale_bytes="all"):
 
 def equal(a, b) -> dict:
     a16, b16 = a.contiguous().view(torch.int16), b.contiguous().view(torch.int16)
-    diff = (a16 != b16)
-    return {"equal": bool(torch.equal(a16, b16)), "elements": a.numel(), "differing": int(diff.sum()),
-            "nan_candidate": int(torch.isnan(a).sum()), "nan_reference": int(torch.isnan(b).sum())}
+    diff = a16 != b16
+    return {
+        "equal": bool(torch.equal(a16, b16)),
+        "elements": a.numel(),
+        "differing": int(diff.sum()),
+        "nan_candidate": int(torch.isnan(a).sum()),
+        "nan_reference": int(torch.isnan(b).sum()),
+    }
 
 
 def exactness(cases_out: list, canonical_rows: int, shapes: dict) -> None:
@@ -95,13 +100,31 @@ def exactness(cases_out: list, canonical_rows: int, shapes: dict) -> None:
         yc = g(p, w)
         torch.cuda.synchronize()
         yr = ref(p, w)
-        r = {"case": name, "rows": p.rows, "n": w.n, "k": w.k, "tile_n": g.tile_for(p.rows, w), "paths": {pa.name: int(pa.hits(p, w)) for pa in g.paths},
-             **equal(yc, yr), "wall_s": round(time.time() - t0, 3)}
+        r = {
+            "case": name,
+            "rows": p.rows,
+            "n": w.n,
+            "k": w.k,
+            "tile_n": g.tile_for(p.rows, w),
+            "paths": {pa.name: int(pa.hits(p, w)) for pa in g.paths},
+            **equal(yc, yr),
+            "wall_s": round(time.time() - t0, 3),
+        }
         cases_out.append(r)
-        print(f"{name:46s} {p.rows:6d} x {w.n:6d} x {w.k:6d} tile {r['tile_n']}: {'EQUAL' if r['equal'] else 'DIFFERS'} ({r['differing']} of {r['elements']})", flush=True)
+        print(
+            f"{name:46s} {p.rows:6d} x {w.n:6d} x {w.k:6d} tile {r['tile_n']}: {'EQUAL' if r['equal'] else 'DIFFERS'} ({r['differing']} of {r['elements']})",
+            flush=True,
+        )
 
     one = torch.ones((), device="cuda")
-    for rows, n, k in ((37, 32, 64), (128, 64, 64), (250, 192, 256), (129, 256, 128), (256, 768, 192), (1000, 512, 512)):
+    for rows, n, k in (
+        (37, 32, 64),
+        (128, 64, 64),
+        (250, 192, 256),
+        (129, 256, 128),
+        (256, 768, 192),
+        (1000, 512, 512),
+    ):
         for sb in ("all", "finite"):
             q, s = random_packed(rows, k, seed=rows + n + k)
             qw, sw = random_packed(n, k, seed=7 * n + k, scale_bytes=sb)
@@ -145,16 +168,35 @@ def p1_exactness(cases_out: list, canonical_rows: int, shapes: dict, bounds) -> 
         want = next(base[role].producer.produce(inp))[1]
         tiles = nvfp4.compare_packed(got.as_dict(), want.as_dict(), inp.rows, inp.cols)
         out = equal(roles[role].project(inp, w), base[role].project(inp, w))
-        r = {"case": name, "phase": "p1", "role": role, "rows": inp.rows, "n": n, "k": inp.cols, "tile_bytes_equal": bool(tiles["equal"]),
-             "tile_compare": {k_: v for k_, v in tiles.items() if not isinstance(v, (list, dict)) or k_ == "global_scale"},
-             **out, "equal": bool(tiles["equal"]) and out["equal"], "wall_s": round(time.time() - t0, 3)}
+        r = {
+            "case": name,
+            "phase": "p1",
+            "role": role,
+            "rows": inp.rows,
+            "n": n,
+            "k": inp.cols,
+            "tile_bytes_equal": bool(tiles["equal"]),
+            "tile_compare": {
+                k_: v for k_, v in tiles.items() if not isinstance(v, (list, dict)) or k_ == "global_scale"
+            },
+            **out,
+            "equal": bool(tiles["equal"]) and out["equal"],
+            "wall_s": round(time.time() - t0, 3),
+        }
         cases_out.append(r)
-        print(f"p1 {name:40s} {inp.rows:6d} x {n:6d} x {inp.cols:6d}: tiles {'EQUAL' if r['tile_bytes_equal'] else 'DIFFER'}, "
-              f"output {'EQUAL' if out['equal'] else 'DIFFERS'} ({out['differing']} of {out['elements']})", flush=True)
+        print(
+            f"p1 {name:40s} {inp.rows:6d} x {n:6d} x {inp.cols:6d}: tiles {'EQUAL' if r['tile_bytes_equal'] else 'DIFFER'}, "
+            f"output {'EQUAL' if out['equal'] else 'DIFFERS'} ({out['differing']} of {out['elements']})",
+            flush=True,
+        )
 
     for rows, k in ((37, 64), (128, 128), (250, 192), (1000, 512), (4097, 256)):
         for kind in ("normal", "outliers", "wide", "zeros"):
-            x = (torch.zeros(rows, k, dtype=torch.bfloat16) if kind == "zeros" else CAT.random_tensor(kind, (rows, k), seed=rows + k)).cuda()
+            x = (
+                torch.zeros(rows, k, dtype=torch.bfloat16)
+                if kind == "zeros"
+                else CAT.random_tensor(kind, (rows, k), seed=rows + k)
+            ).cuda()
             run(f"plain_{kind}", "out", Plain(x), 192)
         run("modulated_outliers", "qkv", modulated(rows, k, seed=rows * 3), 768)
         x = CAT.random_tensor("normal", (rows, k), seed=rows).cuda()
@@ -162,7 +204,11 @@ def p1_exactness(cases_out: list, canonical_rows: int, shapes: dict, bounds) -> 
     for role, (n, k) in shapes.items():
         if role == "fc2":
             continue
-        inp = modulated(canonical_rows, k, seed=31, bounds=bounds) if role in ("qkv", "fc1") else Plain(CAT.random_tensor("outliers", (canonical_rows, k), seed=32).cuda())
+        inp = (
+            modulated(canonical_rows, k, seed=31, bounds=bounds)
+            if role in ("qkv", "fc1")
+            else Plain(CAT.random_tensor("outliers", (canonical_rows, k), seed=32).cuda())
+        )
         run(f"canonical_{role}", role, inp, n)
 
 
@@ -173,7 +219,11 @@ def timings(rounds: int, canonical_rows: int, shapes: dict, bandwidth: float, bo
     fused = MODF.build({}, ref, base)
     out = {}
     for role, (n, k) in shapes.items():
-        inp = modulated(canonical_rows, k, seed=41, bounds=bounds) if role in ("qkv", "fc1") else Plain(CAT.random_tensor("outliers", (canonical_rows, k), seed=42).cuda())
+        inp = (
+            modulated(canonical_rows, k, seed=41, bounds=bounds)
+            if role in ("qkv", "fc1")
+            else Plain(CAT.random_tensor("outliers", (canonical_rows, k), seed=42).cuda())
+        )
         w = ref_weight(n, k, "cuda", ref, "normal", seed=43)
         p = next(base[role].producer.produce(inp))[1]
         a = nvfp4.block_values(p.qdata, p.scales, p.rows)
@@ -181,15 +231,23 @@ def timings(rounds: int, canonical_rows: int, shapes: dict, bandwidth: float, bo
         al = alpha(p.global_scale, w.global_scale)
         owned = CUDA.OwnedGemm(ReferenceGemm(), 256)
         owned128 = CUDA.OwnedGemm(ReferenceGemm(), 128)
-        owned_bf16b = CUDA.OwnedGemm(ReferenceGemm(), 256, b_operand="bf16")  # the weight's block values copied, not dequantized
+        owned_bf16b = CUDA.OwnedGemm(
+            ReferenceGemm(), 256, b_operand="bf16"
+        )  # the weight's block values copied, not dequantized
         owned_pf2 = CUDA.OwnedGemm(ReferenceGemm(), 256, prefetch=2)
         owned_bf16b_pf2 = CUDA.OwnedGemm(ReferenceGemm(), 256, b_operand="bf16", prefetch=2)
         p1_bf16b = CUDA.build({"phase": "p1", "tile_n": 256, "b_operand": "bf16"}, ref, base)
         producer = fused[role].producer if role in fused else base[role].producer
-        sides = {"cublas_gemm_on_bf16": lambda: mm_alpha(a, b, al), "library_projection": lambda: base[role].project(inp, w),
-                 "p0_gemm": lambda: owned(p, w), "p0_gemm_t128": lambda: owned128(p, w), "p0_gemm_bf16_b": lambda: owned_bf16b(p, w),
-                 "p0_gemm_prefetch2": lambda: owned_pf2(p, w), "p0_gemm_bf16_b_prefetch2": lambda: owned_bf16b_pf2(p, w),
-                 "p0_after_fused_producer": lambda: Role(producer, owned).project(inp, w)}
+        sides = {
+            "cublas_gemm_on_bf16": lambda: mm_alpha(a, b, al),
+            "library_projection": lambda: base[role].project(inp, w),
+            "p0_gemm": lambda: owned(p, w),
+            "p0_gemm_t128": lambda: owned128(p, w),
+            "p0_gemm_bf16_b": lambda: owned_bf16b(p, w),
+            "p0_gemm_prefetch2": lambda: owned_pf2(p, w),
+            "p0_gemm_bf16_b_prefetch2": lambda: owned_bf16b_pf2(p, w),
+            "p0_after_fused_producer": lambda: Role(producer, owned).project(inp, w),
+        }
         if role != "fc2":
             sides["p1_projection"] = lambda: p1[256][role].project(inp, w)
             sides["p1_projection_t128"] = lambda: p1[128][role].project(inp, w)
@@ -198,17 +256,34 @@ def timings(rounds: int, canonical_rows: int, shapes: dict, bandwidth: float, bo
         t = timed(sides, rounds=rounds, warmup=1)  # rounds rotate the order of the sides (gpu_evidence.timed)
         ms = {s_: v["rounds_ms"] for s_, v in t.items()}
         flop = 2.0 * canonical_rows * n * k
-        packed_bytes = canonical_rows * k // 2 + canonical_rows * k // 16 + n * k // 2 + n * k // 16 + canonical_rows * n * 2
+        packed_bytes = (
+            canonical_rows * k // 2 + canonical_rows * k // 16 + n * k // 2 + n * k // 16 + canonical_rows * n * 2
+        )
         med = {s_: statistics.median(v) for s_, v in ms.items()}
-        out[role] = {"m": canonical_rows, "n": n, "k": k, "input": type(inp).__name__, "per_round_ms": ms, "median_ms": med,
-                     "tflops": {s_: flop / (t * 1e-3) / 1e12 for s_, t in med.items()},
-                     "floor_ms": {"tensor_core": flop / (PEAK_BF16_TFLOPS * 1e12) * 1e3, "packed_bytes_at_copy_bandwidth": packed_bytes / bandwidth * 1e3},
-                     "ratio_p0_gemm_vs_cublas_gemm": med["p0_gemm"] / med["cublas_gemm_on_bf16"],
-                     "ratio_p0_after_fused_vs_library": med["p0_after_fused_producer"] / med["library_projection"]}
+        out[role] = {
+            "m": canonical_rows,
+            "n": n,
+            "k": k,
+            "input": type(inp).__name__,
+            "per_round_ms": ms,
+            "median_ms": med,
+            "tflops": {s_: flop / (t * 1e-3) / 1e12 for s_, t in med.items()},
+            "floor_ms": {
+                "tensor_core": flop / (PEAK_BF16_TFLOPS * 1e12) * 1e3,
+                "packed_bytes_at_copy_bandwidth": packed_bytes / bandwidth * 1e3,
+            },
+            "ratio_p0_gemm_vs_cublas_gemm": med["p0_gemm"] / med["cublas_gemm_on_bf16"],
+            "ratio_p0_after_fused_vs_library": med["p0_after_fused_producer"] / med["library_projection"],
+        }
         if "p1_projection" in med:
             out[role]["ratio_p1_vs_p0_after_fused"] = med["p1_projection"] / med["p0_after_fused_producer"]
             out[role]["ratio_p1_vs_library"] = med["p1_projection"] / med["library_projection"]
-        print(f"{role}: " + ", ".join(f"{s_} {t:.3f} ms" for s_, t in med.items()) + f"; tensor floor {out[role]['floor_ms']['tensor_core']:.3f} ms", flush=True)
+        print(
+            f"{role}: "
+            + ", ".join(f"{s_} {t:.3f} ms" for s_, t in med.items())
+            + f"; tensor floor {out[role]['floor_ms']['tensor_core']:.3f} ms",
+            flush=True,
+        )
     return out
 
 
@@ -240,17 +315,30 @@ def main() -> int:
     shapes = prof.gemm_shapes()
     import cutlass
 
-    res = {"device": {"gpu": torch.cuda.get_device_name(), "capability": list(torch.cuda.get_device_capability()), "torch": torch.__version__,
-                      "cuda": torch.version.cuda, "cutlass_dsl": getattr(cutlass, "__version__", None), "python": platform.python_version(),
-                      "gemm": nvfp4.gemm.backend_info("cuda")},
-           "command": shlex.join([sys.executable, *sys.argv]), "cases": []}
+    res = {
+        "device": {
+            "gpu": torch.cuda.get_device_name(),
+            "capability": list(torch.cuda.get_device_capability()),
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "cutlass_dsl": getattr(cutlass, "__version__", None),
+            "python": platform.python_version(),
+            "gemm": nvfp4.gemm.backend_info("cuda"),
+        },
+        "command": shlex.join([sys.executable, *sys.argv]),
+        "cases": [],
+    }
     bounds = tuple((r0, r1) for _, r0, r1 in prof.segment_bounds())
     t0 = time.time()
-    for section, fn in (("p0", lambda: exactness(res["cases"], a.rows, shapes)), ("p1", lambda: p1_exactness(res["cases"], a.rows, shapes, bounds))):
+    for section, fn in (
+        ("p0", lambda: exactness(res["cases"], a.rows, shapes)),
+        ("p1", lambda: p1_exactness(res["cases"], a.rows, shapes, bounds)),
+    ):
         try:
             fn()
         except Exception as e:  # a crash of one phase is recorded, the other still runs
             import traceback
+
             res.setdefault("errors", {})[section] = traceback.format_exc()
             print(f"{section} exactness crashed: {type(e).__name__}: {e}", flush=True)
     res["exact_all"] = all(c["equal"] for c in res["cases"]) and not res.get("errors")
@@ -260,6 +348,7 @@ def main() -> int:
         res["timing"] = timings(a.rounds, a.rows, shapes, bw, bounds)
     except Exception:
         import traceback
+
         res.setdefault("errors", {})["timing"] = traceback.format_exc()
         print(res["errors"]["timing"], flush=True)
     Path(a.out).mkdir(parents=True, exist_ok=True)

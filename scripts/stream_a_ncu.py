@@ -24,17 +24,19 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from stream_a_bench import CUDA, modulated, packed
 
-from h3gates.nvfp4 import catalogue as CAT
 from h3gates.core.shapes import load_profile
 from h3gates.model.reference import Reference
 from h3gates.model.roles import ReferenceGemm, reference_roles
+from h3gates.nvfp4 import catalogue as CAT
 from h3gates.rungs.inputs import weight as ref_weight
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=37810)
-    ap.add_argument("--role", default="qkv", choices=("qkv", "fc1"))  # p1 is given a modulated input: the roles that take one
+    ap.add_argument(
+        "--role", default="qkv", choices=("qkv", "fc1")
+    )  # p1 is given a modulated input: the roles that take one
     a = ap.parse_args()
     prof = load_profile("canonical")
     n, k = prof.gemm_shapes()[a.role]

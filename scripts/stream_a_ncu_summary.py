@@ -43,16 +43,29 @@ def summarize(path: Path) -> dict:
             continue
         m = re.search(r':([^:"]+):none', r[nvtx])
         rng = m.group(1) if m else "?"
-        k = launches.setdefault(r[0], {"id": int(r[0]), "range": rng, "kernel": r[col["Kernel Name"]], "grid": r[col["Grid Size"]],
-                                       "block": r[col["Block Size"]], "metrics": {}, "rules": {}})
+        k = launches.setdefault(
+            r[0],
+            {
+                "id": int(r[0]),
+                "range": rng,
+                "kernel": r[col["Kernel Name"]],
+                "grid": r[col["Grid Size"]],
+                "block": r[col["Block Size"]],
+                "metrics": {},
+                "rules": {},
+            },
+        )
         section = r[col["Section Name"]]
         if len(r) == 18 or (len(r) == len(hdr) and r[col["Metric Name"]]):  # a metric row (18 columns: no rule columns)
             name, unit, value = r[col["Metric Name"]], r[col["Metric Unit"]], r[col["Metric Value"]]
             if name:
                 k["metrics"].setdefault(section, {})[f"{name} [{unit}]" if unit else name] = _number(value)
         if len(r) == len(hdr) and r[col["Rule Name"]]:
-            k["rules"][r[col["Rule Name"]]] = {"type": r[col["Rule Type"]], "text": r[col["Rule Description"]],
-                                               "estimated_speedup": _number(r[col["Estimated Speedup"]]) if r[col["Estimated Speedup"]] else None}
+            k["rules"][r[col["Rule Name"]]] = {
+                "type": r[col["Rule Type"]],
+                "text": r[col["Rule Description"]],
+                "estimated_speedup": _number(r[col["Estimated Speedup"]]) if r[col["Estimated Speedup"]] else None,
+            }
     out = {"source": path.name, "variants": {}, "other_kernels": {}}
     for k in launches.values():
         if "PackedGemm" in k["kernel"]:

@@ -45,7 +45,11 @@ def summarize(path: Path) -> dict:
             continue
         m = re.search(r":([^:\"]+):none", r[nvtx])
         name = m.group(1) if m else r[0]
-        v = {k: _num(r[i]) for k, i in col.items() if k.endswith(".sum") or k.endswith(".ratio") or k.endswith("pct_of_peak_sustained_elapsed")}
+        v = {
+            k: _num(r[i])
+            for k, i in col.items()
+            if k.endswith(".sum") or k.endswith(".ratio") or k.endswith("pct_of_peak_sustained_elapsed")
+        }
         v = {k: x for k, x in v.items() if x is not None and not k.startswith("device__")}
         total = v["l1tex__data_pipe_lsu_wavefronts.sum"]
         sh_st = v.get("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum", 0.0)
@@ -60,7 +64,10 @@ def summarize(path: Path) -> dict:
             "shared_store_share": sh_st / total,
             "shared_load_share": sh_ld / total,
             "global_load_share": (total - sh_st - sh_ld) / total,
-            "shared_store_bank_conflicts_per_wavefront": v.get("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum", 0.0) / max(sh_st, 1.0),
+            "shared_store_bank_conflicts_per_wavefront": v.get(
+                "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum", 0.0
+            )
+            / max(sh_st, 1.0),
             "global_load_sectors_per_request": sectors / v["l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"],
             "global_load_l1_hit_rate": hits / sectors,
             "global_load_bytes_requested": v["l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum"],
@@ -80,10 +87,13 @@ def main() -> int:
     a.out.write_text(json.dumps(s, indent=1))
     for name, v in s["variants"].items():
         mf = v["minimum_fetch_bytes_for_tiling"]
-        print(f"{name:13s} global-load share {v['global_load_share']:.1%}, shared-store share {v['shared_store_share']:.1%}, "
-              f"sectors/request {v['global_load_sectors_per_request']:.1f}, L1 hit {v['global_load_l1_hit_rate']:.1%}, "
-              f"requested {v['global_load_bytes_requested'] / 1e9:.1f} GB, from L2 {v['l1_miss_bytes_from_l2'] / 1e9:.1f} GB"
-              + (f" (tiling minimum {mf / 1e9:.1f} GB)" if mf else "") + f", stalls {v['stalls_per_issue_top']}")
+        print(
+            f"{name:13s} global-load share {v['global_load_share']:.1%}, shared-store share {v['shared_store_share']:.1%}, "
+            f"sectors/request {v['global_load_sectors_per_request']:.1f}, L1 hit {v['global_load_l1_hit_rate']:.1%}, "
+            f"requested {v['global_load_bytes_requested'] / 1e9:.1f} GB, from L2 {v['l1_miss_bytes_from_l2'] / 1e9:.1f} GB"
+            + (f" (tiling minimum {mf / 1e9:.1f} GB)" if mf else "")
+            + f", stalls {v['stalls_per_issue_top']}"
+        )
     return 0
 
 

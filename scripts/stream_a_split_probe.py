@@ -43,8 +43,17 @@ def main() -> int:
                 res.append({"m": m, "n": n, "k": k, "equal": e["equal"], "differing": e["differing"]})
                 print(m, n, k, e["equal"], e["differing"], flush=True)
     Path(a.out).mkdir(parents=True, exist_ok=True)
-    (Path(a.out) / "split_probe.json").write_text(json.dumps({"command": shlex.join([sys.executable, *sys.argv]),
-                                                              "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cases": res}, indent=1))
+    (Path(a.out) / "split_probe.json").write_text(
+        json.dumps(
+            {
+                "command": shlex.join([sys.executable, *sys.argv]),
+                "gpu": torch.cuda.get_device_name(),
+                "torch": torch.__version__,
+                "cases": res,
+            },
+            indent=1,
+        )
+    )
     return 0
 
 

@@ -16,11 +16,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gpu_evidence import _segments, env, graphed, timed  # noqa: E402
 
-from h3gates.nvfp4.cuda import producers as K  # noqa: E402
 from h3gates import nvfp4  # noqa: E402
-from h3gates.nvfp4 import oracle  # noqa: E402
 from h3gates.core.registry import load_implementation  # noqa: E402
 from h3gates.model.roles import modulate  # noqa: E402
+from h3gates.nvfp4 import oracle  # noqa: E402
+from h3gates.nvfp4.cuda import producers as K  # noqa: E402
 
 M = load_implementation("modulate_fusion", "cuda")  # modulate_produce and its QROWS (kernels/modulate_fusion/cuda.py)
 # each kernel's rows-per-thread variant is its launcher module's QROWS, read at every launch
@@ -65,7 +65,12 @@ def main():
     print({k: round(v["median_ms"], 4) for k, v in res["timing_graph"].items()}, res["equal_to_comfy"])
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    doc = {"script": "tune_producers", "environment": env(), "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "results": res}
+    doc = {
+        "script": "tune_producers",
+        "environment": env(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "results": res,
+    }
     (out / "tune.json").write_text(json.dumps(doc, indent=1))
 
 

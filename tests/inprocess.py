@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from h3gates.rungs import ladder
 from h3gates.core import context as X
 from h3gates.core import outputs as paths
 from h3gates.core import tokens
 from h3gates.core.context import RungContext
 from h3gates.core.errors import Refusal
-from h3gates.rungs import artifacts
+from h3gates.rungs import artifacts, ladder
 
 
 def make_captures(cfg: dict, shared: dict | None = None) -> None:

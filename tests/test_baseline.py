@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from inprocess import make_artifact
+from workflow_util import CI_CONFIG, ROOT, merge
 
 from h3gates.core import config as C
 from h3gates.core import context as X
@@ -19,8 +21,6 @@ from h3gates.core import registry
 from h3gates.core.context import RungContext
 from h3gates.core.errors import ArtifactError
 from h3gates.rungs import artifacts
-from inprocess import make_artifact
-from workflow_util import CI_CONFIG, ROOT, merge
 
 BASE = C.validate_config(merge(yaml.safe_load((ROOT / "config/config.yaml").read_text()), CI_CONFIG))
 CUDA_CFG = C.validate_config(merge(BASE, {"device": "cuda"}))
@@ -43,7 +43,10 @@ def test_one_artifact_per_baseline_shared_by_every_candidate():
     assert c7.baseline_artifact in c7.workflow_artifacts()
 
 
-@pytest.mark.parametrize("change", [{"seed": 1}, {"baseline": {"accepted": ["modulate_fusion"]}}, {"trajectory": {"steps": 4}}, {"semantics": "cuda"}])
+@pytest.mark.parametrize(
+    "change",
+    [{"seed": 1}, {"baseline": {"accepted": ["modulate_fusion"]}}, {"trajectory": {"steps": 4}}, {"semantics": "cuda"}],
+)
 def test_what_the_baseline_depends_on_changes_its_key(change):
     key = X.artifact_key(X.baseline_context(BASE, 7))
     other = C.validate_config(merge(BASE, change))
@@ -52,8 +55,11 @@ def test_what_the_baseline_depends_on_changes_its_key(change):
 
 def test_what_it_does_not_depend_on_leaves_its_key():
     key = X.artifact_key(X.baseline_context(BASE, 7))
-    for change in ({"candidates": {"qkv_ring": {"params": {"ring_rows": 128}}}}, {"timing": {"max_rounds": 24}},
-                   {"candidates": {"swiglu_fusion": {"enabled": False}}}):
+    for change in (
+        {"candidates": {"qkv_ring": {"params": {"ring_rows": 128}}}},
+        {"timing": {"max_rounds": 24}},
+        {"candidates": {"swiglu_fusion": {"enabled": False}}},
+    ):
         assert X.artifact_key(X.baseline_context(C.validate_config(merge(BASE, change)), 7)) == key
 
 
@@ -94,8 +100,14 @@ def test_a_comment_in_a_report_writing_or_cli_module_reruns_no_baseline_artifact
     ctxs = [X.capture_context(X.shared_context(cfg)) for cfg in (BASE, CUDA_CFG)]
     ctxs += [X.baseline_context(cfg, r) for cfg in (BASE, CUDA_CFG) for r in (5, 6, 7, 8)]
     before = [X.artifact_key(c, root) for c in ctxs]
-    for module in ("h3gates/core/report.py", "h3gates/cli.py", "h3gates/core/promotion.py", "h3gates/core/config.py",
-                   "h3gates/core/workflow.py", "h3gates/core/tokens.py"):
+    for module in (
+        "h3gates/core/report.py",
+        "h3gates/cli.py",
+        "h3gates/core/promotion.py",
+        "h3gates/core/config.py",
+        "h3gates/core/workflow.py",
+        "h3gates/core/tokens.py",
+    ):
         with open(tmp_path / module, "a") as f:
             f.write("\n# a comment\n")
         P.imported.cache_clear()
@@ -113,7 +125,11 @@ def test_compute_then_load_checks_the_context(tmp_path, monkeypatch):
     ctx = ctx_of(BASE, "qkv_ring", 6)
     make_artifact(ctx)
     art = artifacts.load(ctx.baseline_artifact, ctx.artifact_context())
-    assert art["meta"]["outputs"]["video"]["sha256"] and art["meta"]["wall_s"] > 0 and art["meta"]["key"] in ctx.baseline_artifact
+    assert (
+        art["meta"]["outputs"]["video"]["sha256"]
+        and art["meta"]["wall_s"] > 0
+        and art["meta"]["key"] in ctx.baseline_artifact
+    )
     assert set(art["tensors"]) == {"video", "audio"}
     wrong = dataclasses.replace(ctx, seed=1)
     with pytest.raises(ArtifactError, match="another baseline context"):
@@ -140,8 +156,18 @@ def test_rung8_reads_the_baseline_capture_on_a_gpu_only():
 
 
 def _fake_capture(kernels=3, available=True, reason=None):
-    ks = [{"name": f"k{i}", "duration_ns": 1000 * (i + 1), "dram_read_bytes": 10, "dram_write_bytes": 5} for i in range(kernels)]
-    return {"available": available, "reason": reason, "kernels": ks if available else [], "metrics": {}, "unavailable": {}, "report_file": "x"}
+    ks = [
+        {"name": f"k{i}", "duration_ns": 1000 * (i + 1), "dram_read_bytes": 10, "dram_write_bytes": 5}
+        for i in range(kernels)
+    ]
+    return {
+        "available": available,
+        "reason": reason,
+        "kernels": ks if available else [],
+        "metrics": {},
+        "unavailable": {},
+        "report_file": "x",
+    }
 
 
 class _FakeGate:
@@ -161,7 +187,11 @@ def test_rung8_capture_artifact_is_written_once_read_back_and_a_failed_capture_w
     calls = []
     monkeypatch.setattr(nsight, "capture", lambda argv, *a, **k: calls.append(argv) or _fake_capture())
     monkeypatch.setattr(nsight, "find_ncu", lambda: None)
-    monkeypatch.setattr(artifacts, "environment", lambda device: {"torch": "t", "comfy_kitchen": "c", "gpu": "H200", "sm_count": 132, "cuda": "13.0"})
+    monkeypatch.setattr(
+        artifacts,
+        "environment",
+        lambda device: {"torch": "t", "comfy_kitchen": "c", "gpu": "H200", "sm_count": 132, "cuda": "13.0"},
+    )
     meta = r8_baseline.compute(actx, ctx.baseline_artifact, X.artifact_meta(actx))
     assert calls and "baseline-artifact" in calls[0] and meta["environment"]["ncu"] is None
     assert [k["name"] for k in r8_baseline.capture_of(_FakeGate(ctx))["kernels"]] == ["k0", "k1", "k2"]
@@ -179,15 +209,18 @@ def test_rung8_capture_artifact_is_written_once_read_back_and_a_failed_capture_w
 
 
 def test_rung8_with_the_shared_capture_profiles_only_the_candidate(tmp_path, monkeypatch):
-    from h3gates.rungs import nsight
-    from h3gates.rungs import r8_profiler
+    from h3gates.rungs import nsight, r8_profiler
 
     sides = []
     monkeypatch.setattr(nsight, "capture", lambda argv, *a, name, **k: sides.append(name) or _fake_capture(2))
     ctx = ctx_of(CUDA_CFG, "modulate_fusion", 8)
     out = tmp_path / "r8.json"
     ns = r8_profiler._nsight(ctx, out, baseline=_fake_capture(3))
-    assert sides == ["candidate"] and ns["diff"]["baseline"]["kernel_count"] == 3 and ns["diff"]["candidate"]["kernel_count"] == 2
+    assert (
+        sides == ["candidate"]
+        and ns["diff"]["baseline"]["kernel_count"] == 3
+        and ns["diff"]["candidate"]["kernel_count"] == 2
+    )
     sides.clear()
     r8_profiler._nsight(ctx, out)
     assert sides == ["baseline", "candidate"]
@@ -212,7 +245,9 @@ def test_the_profiled_target_of_the_rung8_artifact_runs_one_baseline_block(monke
     actx = X.baseline_context(cfg, 5) | {"rung": 8, "steps": None, "profiler": {"block": 3, "ncu_timeout": 60}}
     cctx = X.capture_context(actx)
     compute_captures(cctx, [3], [X.artifact_path(cctx, block=3)])
-    monkeypatch.setattr(h3.H3Model, "block_forward", lambda self, i, *a, **k: blocks.append(i) or real(self, i, *a, **k))
+    monkeypatch.setattr(
+        h3.H3Model, "block_forward", lambda self, i, *a, **k: blocks.append(i) or real(self, i, *a, **k)
+    )
     assert cli.main(["profile-target", "--context", json.dumps(actx), "--side", "baseline-artifact"]) == 0
     assert ranges == [1] and blocks == [3] * 3  # from the captured input: two warm-up calls and the profiled one
 
@@ -226,10 +261,15 @@ def test_one_capture_per_block_shared_by_every_candidate_and_rung():
         caps = {json.dumps(ctx_of(BASE, c, rung).captures) for c in C.enabled(BASE)}
         assert len(caps) == 1
         caps = ctx_of(BASE, "qkv_ring", rung).captures
-        assert sorted(caps) == ["0", "3"] and all(p.startswith("results/ci/baseline/r0-") and p.endswith(f".block{b}.pt") for b, p in caps.items())
+        assert sorted(caps) == ["0", "3"] and all(
+            p.startswith("results/ci/baseline/r0-") and p.endswith(f".block{b}.pt") for b, p in caps.items()
+        )
         assert ctx_of(BASE, "qkv_ring", rung).workflow_artifacts(3) == [caps["3"]]
     r8 = ctx_of(BASE, "modulate_fusion", 8).captures
-    assert r8 == {"3": ctx_of(BASE, "modulate_fusion", 4).captures["3"]} and r8["3"] in ctx_of(BASE, "modulate_fusion", 8).workflow_artifacts()
+    assert (
+        r8 == {"3": ctx_of(BASE, "modulate_fusion", 4).captures["3"]}
+        and r8["3"] in ctx_of(BASE, "modulate_fusion", 8).workflow_artifacts()
+    )
     assert all(not ctx_of(BASE, "modulate_fusion", r).captures for r in (1, 2, 5, 6, 7))
     assert X.captured_blocks(C.validate_config(merge(BASE, {"profiler": {"block": 1}}))) == [0, 1, 3]
     key = lambda cfg: X.artifact_key(X.capture_context(X.shared_context(cfg)))  # noqa: E731
@@ -288,7 +328,10 @@ def test_capture_cli_pairs_blocks_and_outputs(tmp_path, monkeypatch):
         cli.main(["baseline", "--context", json.dumps(cctx), "--blocks", "0", "3", "--out", "a.pt"])
     with pytest.raises(ValueError, match="outside the model"):
         cli.main(["baseline", "--context", json.dumps(cctx), "--blocks", "4", "--out", "a.pt"])
-    assert cli.main(["baseline", "--context", json.dumps(cctx), "--blocks", "3", "--out", "b3.pt"]) == 0 and Path("b3.pt").is_file()
+    assert (
+        cli.main(["baseline", "--context", json.dumps(cctx), "--blocks", "3", "--out", "b3.pt"]) == 0
+        and Path("b3.pt").is_file()
+    )
 
 
 def test_a_remade_capture_has_the_same_bytes_and_a_gate_records_what_it_read(tmp_path):
@@ -318,7 +361,10 @@ def test_a_remade_capture_has_the_same_bytes_and_a_gate_records_what_it_read(tmp
 def test_on_cuda_the_baseline_keys_follow_the_kernels_the_model_compiles():
     """The stand-in's kernels (kernels/common/standin.cu, compiled at run time by h3gates.nvfp4.cuda.standin)
     are among the files of every CUDA baseline artifact and capture, as in a CUDA rung's code files."""
-    for actx in (X.capture_context(X.shared_context(CUDA_CFG)), *(X.baseline_context(CUDA_CFG, r) for r in (5, 6, 7, 8))):
+    for actx in (
+        X.capture_context(X.shared_context(CUDA_CFG)),
+        *(X.baseline_context(CUDA_CFG, r) for r in (5, 6, 7, 8)),
+    ):
         assert "kernels/common/standin.cu" in X.artifact_files(actx), actx["rung"]
     for actx in (X.capture_context(X.shared_context(BASE)), X.baseline_context(BASE, 7)):
         assert "kernels/common/standin.cu" not in X.artifact_files(actx)

@@ -11,7 +11,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _h3gates(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "h3gates", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "h3gates", *args], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_help_lists_the_users_commands_and_the_exit_codes():
@@ -20,7 +22,9 @@ def test_help_lists_the_users_commands_and_the_exit_codes():
     for cmd in ("status", "verify", "replay", "candidates", "fc2"):
         assert cmd in p.stdout
     listed = p.stdout.split("positional arguments:")[1].split("options:")[0]
-    assert not any(f"\n    {internal} " in listed for internal in ("rung", "token", "promote", "plot", "profile-target"))
+    assert not any(
+        f"\n    {internal} " in listed for internal in ("rung", "token", "promote", "plot", "profile-target")
+    )
     assert "exit codes:" in p.stdout and "1  refused" in p.stdout and "2  usage or configuration error" in p.stdout
 
 
@@ -66,9 +70,23 @@ def test_refusal_fix_line_repeats_the_runs_own_cores_and_resources():
             return self.argv
 
     shell = ["/bin/bash", "-c", "python -m h3gates promote x"]
-    run = ["/usr/bin/python3", "-m", "snakemake", "--cores", "8", "--resources", "gpu=2", "all", "--configfile", "config/canonical.yaml"]
+    run = [
+        "/usr/bin/python3",
+        "-m",
+        "snakemake",
+        "--cores",
+        "8",
+        "--resources",
+        "gpu=2",
+        "all",
+        "--configfile",
+        "config/canonical.yaml",
+    ]
     assert invocation(Proc(shell, run, ["/sbin/init"])) == "--cores 8 --resources gpu=2"
-    assert invocation(Proc(["/venv/bin/python", "/venv/bin/snakemake", "-c2", "--profile", "profiles/slurm", "promote_x"])) == "-c2 --profile profiles/slurm"
+    assert (
+        invocation(Proc(["/venv/bin/python", "/venv/bin/snakemake", "-c2", "--profile", "profiles/slurm", "promote_x"]))
+        == "-c2 --profile profiles/slurm"
+    )
     assert invocation(Proc(["/bin/bash"], ["/sbin/init"])) == "--cores 1"  # a direct call from a shell
     assert invocation(Proc(shell, None)) == "--cores 1"  # an ancestor the process table does not show
     assert "--cores" in invocation()  # this very process (pytest): no snakemake among its ancestors, or the run's own
@@ -77,7 +95,9 @@ def test_refusal_fix_line_repeats_the_runs_own_cores_and_resources():
 def test_output_cut_off_by_the_reader_is_not_a_traceback():
     """`python -m h3gates status | head -1`: a reader that closes the pipe early ends the command
     quietly (exit 1, nothing on stderr), not with a BrokenPipeError traceback."""
-    p = subprocess.Popen([sys.executable, "-m", "h3gates", "candidates"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "h3gates", "candidates"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     p.stdout.close()  # before the command writes: its first write finds no reader
     err = p.stderr.read().decode()
     assert p.wait(timeout=120) == 1 and "Traceback" not in err and "BrokenPipe" not in err, err

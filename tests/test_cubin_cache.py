@@ -12,13 +12,14 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from h3gates.nvfp4.cuda import runtime as cudart
 from h3gates.nvfp4.cuda import standin as standin_cuda
 
 ROOT = Path(__file__).resolve().parent.parent
-requires_kernels = pytest.mark.skipif(not standin_cuda.available(), reason="needs a CUDA GPU where cuda.core compiles kernels/common/standin.cu")
+requires_kernels = pytest.mark.skipif(
+    not standin_cuda.available(), reason="needs a CUDA GPU where cuda.core compiles kernels/common/standin.cu"
+)
 
 # one process: decode a fixed packed tensor with the stand-in's block_values kernel and the swiglu
 # producer's template kernels (name expressions), print the cache's log and the outputs' digests
@@ -38,6 +39,7 @@ gs, pq, ps = swiglu_produce(u)
 torch.cuda.synchronize()
 print(json.dumps({"stats": cudart.STATS, "y": compare.sha256(y), "swiglu": [compare.sha256(t) for t in (gs, pq, ps)]}))
 """
+
 
 def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv(cudart.CACHE_ENV, "off")

@@ -16,26 +16,39 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from h3gates.core.context import RungContext
-from h3gates.core import config as C
-from h3gates.core import outputs as paths
-from h3gates.core import pins
-from h3gates.core import promotion
-from h3gates.core import fingerprints as provenance
-from h3gates.core import registry
-from h3gates.core import report
-from h3gates.core import tokens
-from h3gates.fc2 import pinning
 from inprocess import climb
 from workflow_util import CI_CONFIG, ROOT, make_workspace, merge
 
+from h3gates.core import config as C
+from h3gates.core import outputs as paths
+from h3gates.core import pins, promotion, registry, report, tokens
+from h3gates.core.context import RungContext
+from h3gates.fc2 import pinning
+
 BASE = yaml.safe_load((ROOT / "config/config.yaml").read_text())
-ONLY_FC2 = {"candidates": {"modulate_fusion": {"enabled": False}, "swiglu_fusion": {"enabled": False}, "qkv_ring": {"enabled": False},
-                           "fc2_algo": {"enabled": True}}}
+ONLY_FC2 = {
+    "candidates": {
+        "modulate_fusion": {"enabled": False},
+        "swiglu_fusion": {"enabled": False},
+        "qkv_ring": {"enabled": False},
+        "fc2_algo": {"enabled": True},
+    }
+}
 H200 = {"gpu": "NVIDIA H200", "sm_count": 132, "cublaslt_version": 130100}
-ALGO = {"algo_id": 66, "tile": 24, "stages": 35, "splitk": 1, "reduction_scheme": 0, "cta_swizzling": 0, "custom_option": 0,
-        "cluster_shape": 2, "inner_shape": 0, "workspace_mib": 32, "source": "enumerate:32:0", "heuristic_index": 0}
+ALGO = {
+    "algo_id": 66,
+    "tile": 24,
+    "stages": 35,
+    "splitk": 1,
+    "reduction_scheme": 0,
+    "cta_swizzling": 0,
+    "custom_option": 0,
+    "cluster_shape": 2,
+    "inner_shape": 0,
+    "workspace_mib": 32,
+    "source": "enumerate:32:0",
+    "heuristic_index": 0,
+}
 PIN = {"kind": "cublaslt", "algorithm": ALGO, **{"cublaslt_version": 130100, "gpu": "NVIDIA H200", "sm_count": 132}}
 
 
@@ -43,26 +56,43 @@ def test_declared_cuda_only_with_its_sweep_artifact():
     c = registry.get("fc2_algo")
     assert c.overrides == ("gemm",) and c.roles == ("fc2",) and set(c.implementations) == {"cuda"}
     assert c.implementation("cuda").imports == ("nvmath",)
-    assert registry.artifacts("fc2_algo", {"params": {"algorithm": "auto"}}, "canonical") == {"sweep": "results/canonical/fc2_algo/study/fc2_sweep.json"}
+    assert registry.artifacts("fc2_algo", {"params": {"algorithm": "auto"}}, "canonical") == {
+        "sweep": "results/canonical/fc2_algo/study/fc2_sweep.json"
+    }
     assert registry.artifacts("fc2_algo", {"params": {"algorithm": "heuristic0"}}, "canonical") == {}
     spec_file = registry.artifacts("fc2_algo", {"params": {"algorithm": "my/algo.json"}}, "canonical")
-    assert spec_file == {"spec_file": os.path.abspath("my/algo.json")}  # its content is an upstream digest of every report
+    assert spec_file == {
+        "spec_file": os.path.abspath("my/algo.json")
+    }  # its content is an upstream digest of every report
     assert registry.artifacts("modulate_fusion", {}, "canonical") == {}
 
 
 def test_enabled_on_a_cpu_is_left_out_with_its_reason_and_named_explicitly_is_refused():
     cfg = C.validate_config(merge(BASE, {**ONLY_FC2, "device": "cpu"}))
     climbed, left = C.climbable(cfg)
-    assert "fc2_algo" not in climbed and left["fc2_algo"] == "fc2_algo is not climbed on cpu: fc2_algo has no cpu implementation (it has: cuda)"
-    with pytest.raises(C.ConfigError, match=r"candidates.fc2_algo.implementation: 'cpu' is not one of \['auto', 'cuda'\]"):
-        C.validate_config(merge(BASE, {**merge(ONLY_FC2, {"candidates": {"fc2_algo": {"implementation": "cpu"}}}), "device": "cpu"}))
+    assert (
+        "fc2_algo" not in climbed
+        and left["fc2_algo"] == "fc2_algo is not climbed on cpu: fc2_algo has no cpu implementation (it has: cuda)"
+    )
+    with pytest.raises(
+        C.ConfigError, match=r"candidates.fc2_algo.implementation: 'cpu' is not one of \['auto', 'cuda'\]"
+    ):
+        C.validate_config(
+            merge(BASE, {**merge(ONLY_FC2, {"candidates": {"fc2_algo": {"implementation": "cpu"}}}), "device": "cpu"})
+        )
 
 
 @pytest.mark.skipif(importlib.util.find_spec("nvmath") is not None, reason="nvmath-python is installed here")
 def test_without_nvmath_the_cuda_config_names_the_extra():
     _, left = C.climbable(C.validate_config(merge(BASE, {**ONLY_FC2, "device": "cuda"})))
-    assert "its cuda implementation imports nvmath, which this Python does not have (pip install -e '.[cuda]')" in left["fc2_algo"]
-    with pytest.raises(C.ConfigError, match=r"candidates.fc2_algo: its cuda implementation imports nvmath, .*pip install -e '.\[cuda\]'"):
+    assert (
+        "its cuda implementation imports nvmath, which this Python does not have (pip install -e '.[cuda]')"
+        in left["fc2_algo"]
+    )
+    with pytest.raises(
+        C.ConfigError,
+        match=r"candidates.fc2_algo: its cuda implementation imports nvmath, .*pip install -e '.\[cuda\]'",
+    ):
         C.validate_config(merge(BASE, {**ONLY_FC2, "device": "cuda", "baseline": {"accepted": ["fc2_algo"]}}))
 
 
@@ -75,9 +105,20 @@ def fake_nvmath(tmp_path):
 
 
 def _dry_run(ws: Path, fake: Path, *targets) -> str:
-    env = {**os.environ, "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""), "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join(p for p in (str(fake), os.environ.get("PYTHONPATH", "")) if p)}
-    p = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", "--cores", "1", *targets], cwd=ws, env=env, capture_output=True, text=True, timeout=300)
+    env = {
+        **os.environ,
+        "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join(p for p in (str(fake), os.environ.get("PYTHONPATH", "")) if p),
+    }
+    p = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "-p", "--cores", "1", *targets],
+        cwd=ws,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     return p.stdout
 
@@ -95,10 +136,16 @@ def test_auto_runs_the_sweep_first_at_the_profiles_fc2_shape(tmp_path, fake_nvma
     cfg = C.validate_config(merge(merge(BASE, CI_CONFIG), merge(ONLY_FC2, {"device": "cuda"})))
     for rung in range(1, 9):
         ctx = RungContext.from_config(cfg, "fc2_algo", rung)
-        caps = [ctx.captures["3"]] if rung in (3, 4, 8) else []  # the input of block 3 (rungs 3-4 of that block, rung 8's)
-        assert ctx.workflow_artifacts(3) == ["results/ci/fc2_algo/study/fc2_sweep.json"] + caps + ([ctx.baseline_artifact] if rung in (5, 6, 7, 8) else [])  # rung 8's capture: cuda
+        caps = (
+            [ctx.captures["3"]] if rung in (3, 4, 8) else []
+        )  # the input of block 3 (rungs 3-4 of that block, rung 8's)
+        assert ctx.workflow_artifacts(3) == ["results/ci/fc2_algo/study/fc2_sweep.json"] + caps + (
+            [ctx.baseline_artifact] if rung in (5, 6, 7, 8) else []
+        )  # rung 8's capture: cuda
     # a named algorithm needs no sweep
-    (ws / "config" / "h0.yaml").write_text(yaml.safe_dump({"candidates": {"fc2_algo": {"params": {"algorithm": "heuristic0"}}}}))
+    (ws / "config" / "h0.yaml").write_text(
+        yaml.safe_dump({"candidates": {"fc2_algo": {"params": {"algorithm": "heuristic0"}}}})
+    )
     out = _dry_run(ws, fake_nvmath, "promote_fc2_algo", "--configfile", "config/config.yaml", "config/h0.yaml")
     assert "fc2 sweep" not in out and "h3gates rung 1 " in out
 
@@ -113,13 +160,22 @@ def test_pins_must_agree_across_reports():
     assert pins.agree({"a.json": {"pins": {}}, "b.json": {}}) == ({}, [])
 
 
-@pytest.mark.parametrize("here, needle", [
-    (H200, None),
-    ({**H200, "cublaslt_version": 130200}, "cuBLASLt version differs: pinned 130100, here 130200"),
-    ({**H200, "gpu": "NVIDIA H100 80GB HBM3"}, "GPU name differs: pinned 'NVIDIA H200', here 'NVIDIA H100 80GB HBM3'"),
-    ({**H200, "sm_count": 114}, "SM count differs: pinned 132, here 114"),
-    ({**dict.fromkeys(H200), "unavailable": "no CUDA GPU is visible here"}, "no CUDA GPU is visible here: the algorithm's bytes were measured on 'NVIDIA H200'"),
-])
+@pytest.mark.parametrize(
+    "here, needle",
+    [
+        (H200, None),
+        ({**H200, "cublaslt_version": 130200}, "cuBLASLt version differs: pinned 130100, here 130200"),
+        (
+            {**H200, "gpu": "NVIDIA H100 80GB HBM3"},
+            "GPU name differs: pinned 'NVIDIA H200', here 'NVIDIA H100 80GB HBM3'",
+        ),
+        ({**H200, "sm_count": 114}, "SM count differs: pinned 132, here 114"),
+        (
+            {**dict.fromkeys(H200), "unavailable": "no CUDA GPU is visible here"},
+            "no CUDA GPU is visible here: the algorithm's bytes were measured on 'NVIDIA H200'",
+        ),
+    ],
+)
 def test_a_pin_holds_only_on_its_library_and_gpu(monkeypatch, here, needle):
     monkeypatch.setattr(pinning, "environment_here", lambda: here)
     why = pins.check({"fc2": PIN})
@@ -154,14 +210,14 @@ def test_report_schema_wants_a_whole_pin():
 # A pinned variant of swiglu_fusion's CPU producer: exact (it is the shipped kernel), and its producer
 # reports a cuBLASLt pin as fc2_algo's GEMM does. On a CPU this is the only way to climb a pinned
 # candidate; the pin's check is the real one (environment_here patched, as it reads the GPU).
-PINNED = f'''
+PINNED = f"""
 
 def _pin(self):
     return {PIN!r}
 
 
 SwiGLUFusedProducer.pin = _pin
-'''
+"""
 
 
 @pytest.fixture
@@ -170,8 +226,15 @@ def pinned(tmp_path, monkeypatch):
     bad = tmp_path / "pinned" / "swiglu_fusion"
     shutil.copytree(ROOT / "kernels/swiglu_fusion", bad, ignore=shutil.ignore_patterns("__pycache__"))
     (bad / "cpu.py").write_text((bad / "cpu.py").read_text() + PINNED)
-    cfg = merge(merge(BASE, CI_CONFIG), {"blocks": [0], "trajectory": {"steps": 2}, "deployable_profiles": ["ci"],
-                                         "candidates": {"swiglu_fusion": {"source": str(bad / "cpu.py")}}})
+    cfg = merge(
+        merge(BASE, CI_CONFIG),
+        {
+            "blocks": [0],
+            "trajectory": {"steps": 2},
+            "deployable_profiles": ["ci"],
+            "candidates": {"swiglu_fusion": {"source": str(bad / "cpu.py")}},
+        },
+    )
     return C.validate_config(cfg)
 
 
@@ -188,7 +251,9 @@ def test_pinned_candidate_promotes_on_its_machine_and_verify_refuses_elsewhere(p
     assert "pin of fc2: cuBLASLt version differs: pinned 130100, here 120900" in e.value.reasons
     assert not Path(record).exists() and not Path(flag).exists()
     # the reports hold only where they were gated: moved aside, so the next run gates on this machine
-    assert not Path(paths.report_path("ci", cand, 3, 0)).exists() and list(Path("results/ci", cand, "refused").rglob("*.json"))
+    assert not Path(paths.report_path("ci", cand, 3, 0)).exists() and list(
+        Path("results/ci", cand, "refused").rglob("*.json")
+    )
     assert "reruns the 8 report(s) moved aside" in e.value.fix
     monkeypatch.setattr(pinning, "environment_here", lambda: dict(H200))
     assert climb(pinned, cand) == (0, "")
@@ -201,7 +266,6 @@ def test_pinned_candidate_promotes_on_its_machine_and_verify_refuses_elsewhere(p
         promotion.verify(record, revoke_flag=True)
     assert any("GPU name differs: pinned 'NVIDIA H200', here 'NVIDIA H100 80GB HBM3'" in r for r in e.value.reasons)
     assert not Path(flag).exists()  # deployment's verify --revoke removes the flag
-
 
 
 # ---------------------------------------------------------------- GPU (CUDA + nvmath-python)
@@ -221,9 +285,9 @@ def test_gpu_candidate_gemm_is_the_reference_gemms_bytes(tmp_path, algorithm):
     catalogue-like operands: zero rows, one row, odd rows, the profile's K; and its pin here holds."""
     import torch
 
-    from h3gates.model.candidates import Workflow
-    from h3gates.fc2 import study
     from h3gates.core.shapes import load_profile
+    from h3gates.fc2 import study
+    from h3gates.model.candidates import Workflow
     from h3gates.model.reference import Reference
     from h3gates.model.roles import ReferenceGemm, reference_roles
     from h3gates.rungs.inputs import packed_activation, weight

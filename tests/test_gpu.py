@@ -4,8 +4,8 @@ import functools
 
 import pytest
 import torch
-
 from conftest import requires_cuda
+
 from h3gates import nvfp4
 from h3gates.nvfp4 import catalogue as C
 from h3gates.nvfp4 import oracle
@@ -35,7 +35,9 @@ def _cuda_impl(name):
 def _assert_modulate_exact(h, shift, scale, bounds):
     from h3gates.model.roles import modulate
 
-    _assert_fused_exact(_cuda_impl("modulate_fusion").modulate_produce(h, shift, scale, bounds), modulate(h, shift, scale, bounds))
+    _assert_fused_exact(
+        _cuda_impl("modulate_fusion").modulate_produce(h, shift, scale, bounds), modulate(h, shift, scale, bounds)
+    )
 
 
 def _assert_swiglu_exact(u):
@@ -76,7 +78,10 @@ def test_cuda_quantize_into_equals_comfy_cuda(case):
 @pytest.mark.parametrize("kind", C.GENERATORS)
 def test_cuda_fused_producers_equal_materialize_then_comfy(kind):
     h = C.random_tensor(kind, (1000, 512), seed=1, device="cuda")
-    sc, sh = C.random_tensor("normal", (3, 512), seed=2, device="cuda") * 0.3, C.random_tensor("normal", (3, 512), seed=3, device="cuda") * 0.3
+    sc, sh = (
+        C.random_tensor("normal", (3, 512), seed=2, device="cuda") * 0.3,
+        C.random_tensor("normal", (3, 512), seed=3, device="cuda") * 0.3,
+    )
     _assert_modulate_exact(h, sh, sc, ((0, 10), (10, 120), (120, 1000)))
     _assert_swiglu_exact(C.random_tensor(kind, (1000, 1024), seed=4, device="cuda"))
 
@@ -113,11 +118,17 @@ def test_swiglu_element_function_equals_torch_on_every_gate(dtype):
 
     gate = torch.arange(-(2**15), 2**15, dtype=torch.int32, device="cuda").to(torch.int16).view(dtype)
     for value in (1.0, -3.0, 0.0078125, None):
-        v = torch.full_like(gate, value) if value is not None else C.random_tensor("wide", (gate.numel(), 1), dtype, seed=8, device="cuda").reshape(-1)
+        v = (
+            torch.full_like(gate, value)
+            if value is not None
+            else C.random_tensor("wide", (gate.numel(), 1), dtype, seed=8, device="cuda").reshape(-1)
+        )
         ref = torch.nn.functional.silu(gate) * v
         for got in S.swiglu_probe(gate, v):
             same = (got.view(torch.int16) == ref.view(torch.int16)) | (torch.isnan(got) & torch.isnan(ref))
-            assert bool(same.all()), f"value {value}: first differing gate bits {int(gate.view(torch.int16)[~same][0]) & 0xFFFF:#06x}"
+            assert bool(same.all()), (
+                f"value {value}: first differing gate bits {int(gate.view(torch.int16)[~same][0]) & 0xFFFF:#06x}"
+            )
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
@@ -138,25 +149,30 @@ def test_cuda_quantize_every_bit_pattern_equals_comfy_cuda(dtype, g):
 
 def test_cuda_producers_write_every_scale_byte():
     """Buffers filled with 0xFF: the kernels write the padding scales (rows to 128, blocks to 4)."""
-    from h3gates.nvfp4.cuda import producers as K
     from h3gates.nvfp4 import formats as F
+    from h3gates.nvfp4.cuda import producers as K
 
     x = C.random_tensor("normal", (200, 80), seed=9, device="cuda")
     g = nvfp4.global_scale(x)
     ref = oracle.comfy_quantize(x, g, backend="cuda")
-    q, s = torch.full(F.qdata_shape(200, 80), 255, dtype=torch.uint8, device="cuda"), torch.full(F.scales_shape(200, 80), 255, dtype=torch.uint8, device="cuda")
+    q, s = (
+        torch.full(F.qdata_shape(200, 80), 255, dtype=torch.uint8, device="cuda"),
+        torch.full(F.scales_shape(200, 80), 255, dtype=torch.uint8, device="cuda"),
+    )
     K.quantize_into(x, g.reshape(1).float(), q, s)
     assert torch.equal(q, ref[0]) and torch.equal(s, ref[1])
 
 
-@pytest.mark.parametrize("g", [float("nan"), 0.0, 1e-40, 1.0], ids=["nan", "zero", "subnormal", "one"])  # one: a tail of 0 bytes (the oracle's input is zero-followed)
+@pytest.mark.parametrize(
+    "g", [float("nan"), 0.0, 1e-40, 1.0], ids=["nan", "zero", "subnormal", "one"]
+)  # one: a tail of 0 bytes (the oracle's input is zero-followed)
 @pytest.mark.parametrize("rows, cols", [(1, 16), (47, 72), (100, 200), (129, 80), (32, 72), (48, 24)])
 def test_cuda_producers_write_comfys_tail_blocks(rows, cols, g):
     """comfy's CUDA quantizer runs 16 blocks past the last real one when (rows_pad / 16) * nb is odd;
     their scale bytes are 0x7E where rcp(g) is not finite (scripts/comfy_padding_probe.py). The three
     CUDA producers reproduce them (a zero block's scale); (32, 72) and (48, 24) have no tail."""
-    from h3gates.nvfp4.cuda import producers as K
     from h3gates.model.roles import modulate, swiglu
+    from h3gates.nvfp4.cuda import producers as K
 
     x = C.random_tensor("normal", (rows, cols), seed=rows + cols, device="cuda")
     gt = torch.tensor([g], dtype=torch.float32, device="cuda")
@@ -178,7 +194,10 @@ def test_cuda_producers_write_comfys_tail_blocks(rows, cols, g):
 def test_cuda_fused_producers_scalar_and_partial_block_paths(cols):
     """Columns not a multiple of 16 (a partial last block) or of 8 (no vector loads at all)."""
     h = C.random_tensor("wide", (300, cols), seed=11, device="cuda")
-    sc, sh = C.random_tensor("normal", (3, cols), seed=12, device="cuda") * 0.3, C.random_tensor("normal", (3, cols), seed=13, device="cuda") * 0.3
+    sc, sh = (
+        C.random_tensor("normal", (3, cols), seed=12, device="cuda") * 0.3,
+        C.random_tensor("normal", (3, cols), seed=13, device="cuda") * 0.3,
+    )
     _assert_modulate_exact(h, sh, sc, ((0, 5), (5, 150), (150, 300)))
     _assert_swiglu_exact(C.random_tensor("wide", (300, 2 * cols), seed=14, device="cuda"))
 
@@ -194,7 +213,9 @@ def test_cuda_modulate_packed_multiply_paths(dtype):
     h = C.random_tensor("wide", (64, cols), dtype, seed=21, device="cuda")
     tiny = torch.finfo(dtype).tiny
     h[:8] = (torch.arange(8 * cols, device="cuda").reshape(8, cols) % 97 - 48).to(dtype) * tiny / 64  # subnormals
-    h[8:12] = (C.random_tensor("normal", (4, cols), dtype, seed=22, device="cuda").float() * torch.finfo(dtype).max / 8).to(dtype)
+    h[8:12] = (
+        C.random_tensor("normal", (4, cols), dtype, seed=22, device="cuda").float() * torch.finfo(dtype).max / 8
+    ).to(dtype)
     sc = C.random_tensor("normal", (3, cols), dtype, seed=23, device="cuda") * 0.3
     sc[1, :32] = -1.0  # s1 = 0: packed path
     sc[2, 16:48] = -(1 - 2.0**-9)  # s1 = 0 in bf16 (the value rounds to -1), 2^-9 in fp16

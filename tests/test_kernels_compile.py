@@ -19,7 +19,13 @@ SOURCES = {
     "kernels/common/quantize.cu": {"amax_reduce": 2, "finalize_scale": 2, "quantize_into": 4, "rcp_approx_kernel": 1},
     "kernels/common/standin.cu": {"block_values_kernel": 1, "qk_square": 1, "qk_norm_rope": 1},
     "kernels/modulate_fusion/modulate_fusion.cu": {"finalize_scale": 2, "modulate_amax": 2, "modulate_quantize": 4},
-    "kernels/swiglu_fusion/swiglu_fusion.cu": {"finalize_scale": 2, "silu_table": 2, "swiglu_amax": 2, "swiglu_quantize": 2, "swiglu_probe": 2},
+    "kernels/swiglu_fusion/swiglu_fusion.cu": {
+        "finalize_scale": 2,
+        "silu_table": 2,
+        "swiglu_amax": 2,
+        "swiglu_quantize": 2,
+        "swiglu_probe": 2,
+    },
 }
 
 
@@ -36,9 +42,26 @@ def _entry_names(ptxas_log: str) -> Counter:
 @pytest.mark.parametrize("source", sorted(SOURCES))
 def test_producers_compile_for_sm90a(tmp_path, source):
     lang = ["-x", "cu"] if source.endswith(".cuh") else []
-    p = subprocess.run(["nvcc", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", "-cubin", "-I", str(COMMON), "-Xptxas", "-v", *lang,
-                        "-o", str(tmp_path / "p.cubin"), str(ROOT / source)],
-                       capture_output=True, text=True, timeout=600, check=False)
+    p = subprocess.run(
+        [
+            "nvcc",
+            "-std=c++17",
+            "-gencode=arch=compute_90a,code=sm_90a",
+            "-cubin",
+            "-I",
+            str(COMMON),
+            "-Xptxas",
+            "-v",
+            *lang,
+            "-o",
+            str(tmp_path / "p.cubin"),
+            str(ROOT / source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert p.returncode == 0, p.stderr
     assert "spill" not in p.stderr.replace("0 bytes spill", "")
     assert _entry_names(p.stderr) == Counter(SOURCES[source]), p.stderr
@@ -72,11 +95,20 @@ def test_kernel_e2m1_formula_equals_the_spec_conversion():
 
     hi = torch.arange(0, 1 << 20, dtype=torch.int64) << 12  # sign, exponent, top 11 mantissa bits
     low = torch.tensor([0, 1, 0x7FF, 0x800, 0x801, 0xFFF], dtype=torch.int64)
-    parts = [(hi[:, None] | low[None, :]).reshape(-1), torch.randint(0, 1 << 32, (1 << 22,), generator=torch.Generator().manual_seed(0))]
+    parts = [
+        (hi[:, None] | low[None, :]).reshape(-1),
+        torch.randint(0, 1 << 32, (1 << 22,), generator=torch.Generator().manual_seed(0)),
+    ]
     if os.environ.get("H3_E2M1_EXHAUSTIVE"):  # chunks made one at a time (all at once would be 32 GB)
         parts = (torch.arange(s, s + (1 << 24), dtype=torch.int64) for s in range(0, 1 << 32, 1 << 24))
     for bits in parts:
-        v = bits.to(torch.int32).view(torch.float32) if bits.max() < (1 << 31) else (bits - ((bits >> 31) << 32)).to(torch.int32).view(torch.float32)
+        v = (
+            bits.to(torch.int32).view(torch.float32)
+            if bits.max() < (1 << 31)
+            else (bits - ((bits >> 31) << 32)).to(torch.int32).view(torch.float32)
+        )
         got, want = _kernel_e2m1_nibble(v), F.e2m1_encode(v)
         bad = got != want
-        assert not bool(bad.any()), f"{int(bad.sum())} patterns differ, first {int(v[bad][0].view(torch.int32)) & 0xFFFFFFFF:#010x}"
+        assert not bool(bad.any()), (
+            f"{int(bad.sum())} patterns differ, first {int(v[bad][0].view(torch.int32)) & 0xFFFFFFFF:#010x}"
+        )

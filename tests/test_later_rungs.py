@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from h3gates.core import config as C
-from h3gates.core import outputs as paths
 from inprocess import climb
 from workflow_util import CI_CONFIG, ROOT, merge
 
+from h3gates.core import config as C
+from h3gates.core import outputs as paths
+
 pytestmark = pytest.mark.slow
 
-STATEFUL = '''
+STATEFUL = """
 
 _global_scale = ModulateFusedProducer.global_scale
 
@@ -37,9 +37,9 @@ def _reused(self, inp):
 
 
 ModulateFusedProducer.global_scale = _reused
-'''
+"""
 
-LATER_STEP = '''
+LATER_STEP = """
 
 import torch as _torch
 from pathlib import Path as _Path
@@ -51,14 +51,14 @@ _STEP1 = _torch.load(_Path(__file__).with_name("step1_shift.pt"))
 def _late(self, inp):
     g = _global_scale(self, inp)
     if inp.shift.shape[-1] == _STEP1.shape[0] and _torch.equal(inp.shift[-1].cpu(), _STEP1):
-        return g * 1.5  # fault: a wrong scale only for the second sampler step's modulation (a power of two would be invisible in the output)
+        return g * 1.5  # fault: a wrong scale only for the second sampler step's modulation
     return g
 
 
 ModulateFusedProducer.global_scale = _late
-'''
+"""
 
-GREEDY = '''
+GREEDY = """
 
 _quantize_rows = ModulateFusedProducer.quantize_rows
 
@@ -74,7 +74,7 @@ def _greedy(self, inp, g, r0, r1, q, s):
 
 
 ModulateFusedProducer.quantize_rows = _greedy
-'''
+"""
 
 
 @pytest.fixture
@@ -89,7 +89,10 @@ def _plant(tree: Path, code: str) -> dict:
     shutil.copytree(ROOT / "kernels/modulate_fusion", bad, ignore=shutil.ignore_patterns("__pycache__"))
     (bad / "cpu.py").write_text((bad / "cpu.py").read_text() + code)
     cfg = merge(yaml.safe_load((ROOT / "config/config.yaml").read_text()), CI_CONFIG)
-    cfg = merge(cfg, {"blocks": [0], "trajectory": {"steps": 2}, "candidates": {"modulate_fusion": {"source": str(bad / "cpu.py")}}})
+    cfg = merge(
+        cfg,
+        {"blocks": [0], "trajectory": {"steps": 2}, "candidates": {"modulate_fusion": {"source": str(bad / "cpu.py")}}},
+    )
     return C.validate_config(cfg)
 
 
@@ -111,7 +114,9 @@ def test_an_error_at_the_second_sampler_step_is_caught_at_rung_6(tree):
     video = next(s for s in model.config.segments if s.name == "video")
     import torch
 
-    torch.save(model.blocks[0].adaln[1, video.tag, 0].clone(), tree / "faulty/modulate_fusion/step1_shift.pt")  # block 0, step 1, shift_msa
+    torch.save(
+        model.blocks[0].adaln[1, video.tag, 0].clone(), tree / "faulty/modulate_fusion/step1_shift.pt"
+    )  # block 0, step 1, shift_msa
     rung, why = _climb(tree, cfg)
     assert rung == 6 and "2-step video latent differs" in why, why
 
@@ -120,4 +125,6 @@ def test_peak_memory_growth_is_caught_at_rung_8(tree):
     rung, why = _climb(tree, _plant(tree, GREEDY))
     assert rung == 8 and "peak memory" in why and "exceeds baseline" in why, why
     rep = json.loads(Path(paths.report_path("ci", "modulate_fusion", 8)).read_text())
-    assert rep["measurements"]["candidate"]["peak_cpu_bytes"] > rep["measurements"]["baseline"]["peak_cpu_bytes"] + (60 << 20)
+    assert rep["measurements"]["candidate"]["peak_cpu_bytes"] > rep["measurements"]["baseline"]["peak_cpu_bytes"] + (
+        60 << 20
+    )

@@ -66,7 +66,12 @@ def graph() -> dict[str, set[str]]:
 
 
 def test_imports_point_down():
-    up = [f"{m} (layer {_layer(m)}) imports {d} (layer {_layer(d)})" for m, deps in graph().items() for d in deps if _layer(d) > _layer(m)]
+    up = [
+        f"{m} (layer {_layer(m)}) imports {d} (layer {_layer(d)})"
+        for m, deps in graph().items()
+        for d in deps
+        if _layer(d) > _layer(m)
+    ]
     assert not up, "upward imports:\n" + "\n".join(up)
 
 
@@ -107,15 +112,17 @@ def test_the_core_imports_without_torch():
     """Every core module imports with torch made unimportable (what the Snakefile, tokens, promotion
     and verify need); the numerics, the model and the rungs are the ones allowed to need it."""
     core = sorted(_module(f) for f in (PKG / "core").glob("*.py"))
-    code = ("import sys, importlib.abc\n"
-            "class Block(importlib.abc.MetaPathFinder):\n"
-            "    def find_spec(self, name, path=None, target=None):\n"
-            "        if name.split('.')[0] in ('torch', 'numpy', 'comfy_kitchen'):\n"
-            "            raise ImportError(f'{name} is blocked in this test')\n"
-            "sys.meta_path.insert(0, Block())\n"
-            f"for m in {core!r}:\n"
-            "    __import__(m)\n"
-            "print('ok', len(sys.modules))\n")
+    code = (
+        "import sys, importlib.abc\n"
+        "class Block(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('torch', 'numpy', 'comfy_kitchen'):\n"
+        "            raise ImportError(f'{name} is blocked in this test')\n"
+        "sys.meta_path.insert(0, Block())\n"
+        f"for m in {core!r}:\n"
+        "    __import__(m)\n"
+        "print('ok', len(sys.modules))\n"
+    )
     p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert p.returncode == 0 and p.stdout.startswith("ok"), p.stderr[-3000:]
 

@@ -23,7 +23,9 @@ def test_profiles():
     assert c.gemm_shapes() == {"qkv": (21504, 5376), "out": (5376, 7168), "fc1": (28672, 5376), "fc2": (5376, 14336)}
     t = M.load_profile("tiny")
     assert t.blocks == 50 and t.rows % 16 and len(t.segments) == 3
-    user = M.load_profile("mine", {"mine": {**__import__("h3gates.core.shapes").core.shapes.PROFILES["tiny"], "blocks": 3}})
+    user = M.load_profile(
+        "mine", {"mine": {**__import__("h3gates.core.shapes").core.shapes.PROFILES["tiny"], "blocks": 3}}
+    )
     assert user.blocks == 3
     with pytest.raises(KeyError, match="unknown profile"):
         M.load_profile("huge")
@@ -35,7 +37,6 @@ def test_twelve_step_trajectory_bit_identical_across_runs(tiny):
     assert v1.dtype == torch.bfloat16 and torch.equal(v1, v2) and torch.equal(a1, a2)
     v3, _ = M.build(M.load_profile("tiny"), seed=1).trajectory(1)
     assert not torch.equal(v3, tiny.trajectory(1)[0])
-
 
 
 def test_segment_modulation_row_changes_only_that_segment(tiny):
@@ -63,7 +64,9 @@ def test_structural_choices_change_the_output(tiny, monkeypatch):
     x = tiny.initial_hidden(0)
     ref = tiny.block_forward(0, x)
     assert torch.equal(ref, tiny.block_forward(0, x))
-    assert not torch.equal(ref, tiny.block_forward(0, x, 0, {"fc2": M.Role(SwappedSwiGLU(tiny.reference), tiny.baseline["fc2"].gemm)}))
+    assert not torch.equal(
+        ref, tiny.block_forward(0, x, 0, {"fc2": M.Role(SwappedSwiGLU(tiny.reference), tiny.baseline["fc2"].gemm)})
+    )
     monkeypatch.setattr(tiny, "rope", lambda t: t)
     assert not torch.equal(ref, tiny.block_forward(0, x))
     monkeypatch.undo()
@@ -100,10 +103,26 @@ def _write_broken(m, path, mutate):
 @pytest.mark.parametrize(
     "mutate,msg",
     [
-        (lambda t: t.pop("model.diffusion_model.blocks.1.ff.fc2.weight_scale"), "blocks.1.ff.fc2: missing weight_scale"),
-        (lambda t: t.__setitem__("model.diffusion_model.blocks.0.attn.qkv_proj.weight", torch.zeros(10, 96, dtype=torch.uint8)), r"blocks.0.attn.qkv_proj: weight shape \[10, 96\], expected \[768, 96\]"),
-        (lambda t: t.__setitem__("model.diffusion_model.blocks.0.ff.fc1.weight_scale_2", torch.tensor(1.0, dtype=torch.float16)), "blocks.0.ff.fc1: weight_scale_2 dtype float16, expected float32"),
-        (lambda t: t.pop("model.diffusion_model.blocks.0.attn.out_proj.comfy_quant"), "blocks.0.attn.out_proj: not marked as nvfp4"),
+        (
+            lambda t: t.pop("model.diffusion_model.blocks.1.ff.fc2.weight_scale"),
+            "blocks.1.ff.fc2: missing weight_scale",
+        ),
+        (
+            lambda t: t.__setitem__(
+                "model.diffusion_model.blocks.0.attn.qkv_proj.weight", torch.zeros(10, 96, dtype=torch.uint8)
+            ),
+            r"blocks.0.attn.qkv_proj: weight shape \[10, 96\], expected \[768, 96\]",
+        ),
+        (
+            lambda t: t.__setitem__(
+                "model.diffusion_model.blocks.0.ff.fc1.weight_scale_2", torch.tensor(1.0, dtype=torch.float16)
+            ),
+            "blocks.0.ff.fc1: weight_scale_2 dtype float16, expected float32",
+        ),
+        (
+            lambda t: t.pop("model.diffusion_model.blocks.0.attn.out_proj.comfy_quant"),
+            "blocks.0.attn.out_proj: not marked as nvfp4",
+        ),
     ],
 )
 def test_checkpoint_problems_name_layer_and_problem(tmp_path, small_cfg, mutate, msg):
@@ -117,7 +136,14 @@ def test_checkpoint_problems_name_layer_and_problem(tmp_path, small_cfg, mutate,
 def test_checkpoint_reports_every_problem_at_once(tmp_path, small_cfg):
     m = M.build(small_cfg, seed=3)
     p = tmp_path / "bad.safetensors"
-    _write_broken(m, p, lambda t: (t.pop("model.diffusion_model.blocks.0.ff.fc1.weight"), t.pop("model.diffusion_model.blocks.1.norm2.weight")))
+    _write_broken(
+        m,
+        p,
+        lambda t: (
+            t.pop("model.diffusion_model.blocks.0.ff.fc1.weight"),
+            t.pop("model.diffusion_model.blocks.1.norm2.weight"),
+        ),
+    )
     with pytest.raises(M.CheckpointError) as e:
         M.load_checkpoint(p, small_cfg)
     assert len(e.value.problems) == 2

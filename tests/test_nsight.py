@@ -54,7 +54,9 @@ def test_parse_real_h200_csv():
     assert q["metrics"]["dram__throughput.avg.pct_of_peak_sustained_elapsed"] == 70.49
     assert q["l2_bytes"] is None and q["tensor_pipe_pct"] is None
     # The demangled name of a lambda-heavy at:: kernel loses only 'void ' and its last parameter list.
-    assert kernels[0]["name"].startswith("at::<unnamed>::distribution_elementwise_grid_stride_kernel<float, 4, void templates::")
+    assert kernels[0]["name"].startswith(
+        "at::<unnamed>::distribution_elementwise_grid_stride_kernel<float, 4, void templates::"
+    )
     assert kernels[0]["name"].endswith("::[lambda(int, float) (instance 1)]>")
     totals = N.summarize(kernels)
     assert totals["kernel_count"] == 5
@@ -68,9 +70,15 @@ def test_parse_units_and_na():
     def row(metric, unit, value):
         return f'"3","9","nvjet_x","(128, 1, 1)","(2, 1, 1)","{metric}","{unit}","{value}"\n'
 
-    text = (head + "target output in between\n" + row("gpu__time_duration.sum", "usecond", "1.50") + row("dram__bytes_read.sum", "Mbyte", "2.00")
-            + row("launch__shared_mem_per_block_allocated", "Kbyte/block", "16.38") + row("lts__t_sector_hit_rate.pct", "%", "n/a")
-            + row("smsp__inst_executed.sum", "inst", "1,234,567"))
+    text = (
+        head
+        + "target output in between\n"
+        + row("gpu__time_duration.sum", "usecond", "1.50")
+        + row("dram__bytes_read.sum", "Mbyte", "2.00")
+        + row("launch__shared_mem_per_block_allocated", "Kbyte/block", "16.38")
+        + row("lts__t_sector_hit_rate.pct", "%", "n/a")
+        + row("smsp__inst_executed.sum", "inst", "1,234,567")
+    )
     [k] = N.parse_csv(text)
     assert k["name"] == "nvjet_x"
     assert k["duration_ns"] == pytest.approx(1500)
@@ -84,20 +92,52 @@ def test_parse_units_and_na():
 
 
 def test_plan_records_missing_counter_and_never_substitutes():
-    offered = {"dram__bytes_read", "dram__bytes_read.sum", "sm__throughput", "sm__throughput.avg.pct_of_peak_sustained_elapsed",
-               "lts__t_bytes", "launch__registers_per_thread", "smsp__pipe_tensor_op_hmma_cycles_active"}
-    requested = ["dram__bytes_read.sum", "sm__throughput.avg.pct_of_peak_sustained_active", "lts__t_bytes.sum",
-                 "launch__registers_per_thread", "smsp__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"]
+    offered = {
+        "dram__bytes_read",
+        "dram__bytes_read.sum",
+        "sm__throughput",
+        "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+        "lts__t_bytes",
+        "launch__registers_per_thread",
+        "smsp__pipe_tensor_op_hmma_cycles_active",
+    }
+    requested = [
+        "dram__bytes_read.sum",
+        "sm__throughput.avg.pct_of_peak_sustained_active",
+        "lts__t_bytes.sum",
+        "launch__registers_per_thread",
+        "smsp__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",
+    ]
     collect, unavailable = N.plan(requested, offered)
-    assert collect == {"dram__bytes_read.sum": "exact", "lts__t_bytes.sum": "base", "launch__registers_per_thread": "exact"}
-    assert set(unavailable) == {"sm__throughput.avg.pct_of_peak_sustained_active", "smsp__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"}
-    assert "smsp__pipe_tensor_cycles_active is not listed" in unavailable["smsp__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"]
-    assert "not the suffix .avg.pct_of_peak_sustained_active" in unavailable["sm__throughput.avg.pct_of_peak_sustained_active"]
+    assert collect == {
+        "dram__bytes_read.sum": "exact",
+        "lts__t_bytes.sum": "base",
+        "launch__registers_per_thread": "exact",
+    }
+    assert set(unavailable) == {
+        "sm__throughput.avg.pct_of_peak_sustained_active",
+        "smsp__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",
+    }
+    assert (
+        "smsp__pipe_tensor_cycles_active is not listed"
+        in unavailable["smsp__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"]
+    )
+    assert (
+        "not the suffix .avg.pct_of_peak_sustained_active"
+        in unavailable["sm__throughput.avg.pct_of_peak_sustained_active"]
+    )
     assert "smsp__pipe_tensor_op_hmma_cycles_active" not in collect  # the similar counter is not taken instead
 
 
 def _k(name, ns, read, write):
-    return {"name": name, "duration_ns": ns, "dram_read_bytes": read, "dram_write_bytes": write, "l2_bytes": 1, "inst_executed": 1}
+    return {
+        "name": name,
+        "duration_ns": ns,
+        "dram_read_bytes": read,
+        "dram_write_bytes": write,
+        "l2_bytes": 1,
+        "inst_executed": 1,
+    }
 
 
 def test_diff_gone_new_common_totals():
@@ -106,8 +146,13 @@ def test_diff_gone_new_common_totals():
     d = N.diff(base, cand)
     assert d["gone"] == {"amax": {"count": 1, "duration_ns": 100}, "quant": {"count": 2, "duration_ns": 400}}
     assert d["new"] == {"mod_quant": {"count": 1, "duration_ns": 250}}
-    assert d["common"]["gemm"] == {"baseline_count": 1, "candidate_count": 1, "baseline_duration_ns": 1000,
-                                   "candidate_duration_ns": 990, "delta_ns": -10}
+    assert d["common"]["gemm"] == {
+        "baseline_count": 1,
+        "candidate_count": 1,
+        "baseline_duration_ns": 1000,
+        "candidate_duration_ns": 990,
+        "delta_ns": -10,
+    }
     assert (d["baseline"]["duration_ns"], d["candidate"]["duration_ns"]) == (1500, 1240)
     assert (d["baseline"]["dram_bytes"], d["candidate"]["dram_bytes"]) == (110, 77)
     assert d["duration_ratio"] == pytest.approx(1240 / 1500) and d["dram_bytes_ratio"] == pytest.approx(0.7)
@@ -118,7 +163,9 @@ def test_diff_gone_new_common_totals():
 
 
 def test_command_profiles_only_the_opened_range(tmp_path):
-    cmd = N.command("/x/ncu", ["a.sum", "b"], ["python", "-m", "h3gates"], export=tmp_path / "r", log_file=tmp_path / "l")
+    cmd = N.command(
+        "/x/ncu", ["a.sum", "b"], ["python", "-m", "h3gates"], export=tmp_path / "r", log_file=tmp_path / "l"
+    )
     assert cmd[0] == "/x/ncu" and cmd[-3:] == ["python", "-m", "h3gates"]
     assert cmd[cmd.index("--profile-from-start") + 1] == "off"
     assert cmd[cmd.index("--metrics") + 1] == "a.sum,b"
@@ -136,17 +183,30 @@ def test_capture_end_to_end_with_fake_ncu(fake_ncu, tmp_path):
     assert tensor not in res["command"][res["command"].index("--metrics") + 1]
     assert set(res["metrics"]) == set(N.DEFAULT_METRICS) - {tensor}
     assert set(res["metrics"].values()) == {"exact"}  # the suffix query confirmed every full name
-    assert [k["name"] for k in res["kernels"]] == ["amax_reduce<__nv_bfloat16>", "finalize_scale<__nv_bfloat16>",
-                                                    "quantize_into<__nv_bfloat16, 4>", "nvjet_sm90_tst_256x128_64x4_2x1_v_bz_coopA_TNT"]
+    assert [k["name"] for k in res["kernels"]] == [
+        "amax_reduce<__nv_bfloat16>",
+        "finalize_scale<__nv_bfloat16>",
+        "quantize_into<__nv_bfloat16, 4>",
+        "nvjet_sm90_tst_256x128_64x4_2x1_v_bz_coopA_TNT",
+    ]
     gemm = res["kernels"][3]
     assert (gemm["registers"], gemm["shared_mem_bytes"], gemm["grid_blocks"], gemm["waves"]) == (168, 213_248, 132, 1.0)
     assert all(k["tensor_pipe_pct"] is None for k in res["kernels"])
     assert res["totals"]["duration_ns"] == 96_352 + 3_744 + 151_136 + 1_912_384
-    assert res["report_file"] == str(tmp_path / "work" / "baseline.ncu-rep") and (tmp_path / "work" / "baseline.csv").exists()
+    assert (
+        res["report_file"] == str(tmp_path / "work" / "baseline.ncu-rep")
+        and (tmp_path / "work" / "baseline.csv").exists()
+    )
     _validate(res)
 
-    cand = N.capture(_target(marker), N.DEFAULT_METRICS, tmp_path / "work", timeout=60, name="candidate",
-                     env={**os.environ, "FAKE_NCU_KERNELS": "candidate"})
+    cand = N.capture(
+        _target(marker),
+        N.DEFAULT_METRICS,
+        tmp_path / "work",
+        timeout=60,
+        name="candidate",
+        env={**os.environ, "FAKE_NCU_KERNELS": "candidate"},
+    )
     d = N.diff(res["kernels"], cand["kernels"])
     assert set(d["gone"]) == {"amax_reduce<__nv_bfloat16>", "quantize_into<__nv_bfloat16, 4>"}
     assert set(d["new"]) == {"modulate_amax<__nv_bfloat16>", "modulate_quantize<__nv_bfloat16, 2>"}
@@ -256,8 +316,10 @@ def test_a_stopped_capture_leaves_no_process_behind(tmp_path, sig):
     import sys
 
     pidfile = tmp_path / "grandchild.pid"
-    code = ("import sys; from h3gates.rungs import nsight; "
-            f"nsight._run([sys.executable, '-c', \"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(120)\"], 120)")
+    code = (
+        "import sys; from h3gates.rungs import nsight; "
+        f"nsight._run([sys.executable, '-c', \"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(120)\"], 120)"  # noqa: E501
+    )
     rung = subprocess.Popen([sys.executable, "-c", code], cwd=str(Path(__file__).resolve().parent.parent))
     child = _wait_pid(pidfile)
     assert _alive(child)
@@ -271,10 +333,12 @@ def test_the_profiled_target_exits_when_ncu_is_gone(tmp_path):
     import sys
 
     pidfile = tmp_path / "target.pid"
-    code = ("import os, subprocess, sys, time; "
-            "p = subprocess.Popen([sys.executable, '-c', "
-            f"\"import os, time; from h3gates.rungs import nsight; nsight.exit_with_parent(0.05); open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(120)\"]); "
-            "time.sleep(120)")
+    code = (
+        "import os, subprocess, sys, time; "
+        "p = subprocess.Popen([sys.executable, '-c', "
+        f"\"import os, time; from h3gates.rungs import nsight; nsight.exit_with_parent(0.05); open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(120)\"]); "  # noqa: E501
+        "time.sleep(120)"
+    )
     ncu_like = subprocess.Popen([sys.executable, "-c", code], cwd=str(Path(__file__).resolve().parent.parent))
     target = _wait_pid(pidfile)
     ncu_like.kill()
@@ -291,9 +355,11 @@ def test_sigterm_kills_ncus_whole_session_not_only_ncu(tmp_path):
     import sys
 
     pidfile = tmp_path / "target.pid"
-    ncu_like = ("import subprocess, sys, time; "
-                f"subprocess.Popen([sys.executable, '-c', \"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(120)\"]); "
-                "time.sleep(120)")
+    ncu_like = (
+        "import subprocess, sys, time; "
+        f"subprocess.Popen([sys.executable, '-c', \"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(120)\"]); "  # noqa: E501
+        "time.sleep(120)"
+    )
     code = f"import sys; from h3gates.rungs import nsight; nsight._run([sys.executable, '-c', {ncu_like!r}], 120)"
     rung = subprocess.Popen([sys.executable, "-c", code], cwd=str(Path(__file__).resolve().parent.parent))
     target = _wait_pid(pidfile)

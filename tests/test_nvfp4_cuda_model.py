@@ -99,7 +99,9 @@ def test_rcp_sensitive_elements_are_where_division_differs():
     assert not (differing & ~sens).any(), "every eager/cuda code difference here must be rcp-sensitive"
 
 
-@pytest.mark.parametrize("case", [c for c in C.CASES if not c.refused_by and c.tensor().dtype != torch.float32], ids=lambda c: c.id)
+@pytest.mark.parametrize(
+    "case", [c for c in C.CASES if not c.refused_by and c.tensor().dtype != torch.float32], ids=lambda c: c.id
+)
 def test_every_eager_cuda_difference_is_explained(case):
     from h3gates.nvfp4.explain import explain
 

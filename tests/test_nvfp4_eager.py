@@ -54,7 +54,12 @@ def test_million_random_values_per_dtype(dtype):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_global_scale_is_comfys(dtype):
-    for x in [torch.randn(37, 64), torch.randn(64, 64) * 1e-3, torch.randn(64, 64) * 1e-5, torch.full((16, 16), 2.0**-20)]:
+    for x in [
+        torch.randn(37, 64),
+        torch.randn(64, 64) * 1e-3,
+        torch.randn(64, 64) * 1e-5,
+        torch.full((16, 16), 2.0**-20),
+    ]:
         x = x.to(dtype)
         assert torch.equal(nvfp4.global_scale(x).view(torch.int32), oracle.comfy_global_scale(x).view(torch.int32))
 

@@ -25,8 +25,13 @@ def test_swapped_nibble_order_is_caught_by_dequantize_against_comfy():
     ref = oracle.comfy_dequantize(q, s, g, backend="eager")
     assert torch.equal(nvfp4.dequantize(q, s, g, (64, 64)), ref)
     assert not torch.equal(nvfp4.dequantize(swapped, s, g, (64, 64)), ref)
-    cmp = nvfp4.compare_packed({"qdata": swapped, "scales": s, "global_scale": g}, {"qdata": q, "scales": s, "global_scale": g}, 64, 64)
-    assert not cmp["equal"] and cmp["qdata"]["first_mismatch"]["candidate_codes"][::-1] == cmp["qdata"]["first_mismatch"]["reference_codes"]
+    cmp = nvfp4.compare_packed(
+        {"qdata": swapped, "scales": s, "global_scale": g}, {"qdata": q, "scales": s, "global_scale": g}, 64, 64
+    )
+    assert (
+        not cmp["equal"]
+        and cmp["qdata"]["first_mismatch"]["candidate_codes"][::-1] == cmp["qdata"]["first_mismatch"]["reference_codes"]
+    )
 
 
 def _exact_division_blocks(x, g):

@@ -43,4 +43,9 @@ def test_shapes():
 
 
 def test_e4m3_tie_to_zero_and_subnormal():
-    assert F.e4m3_encode(torch.tensor([2.0**-10, 2.0**-9, 448.0, 432.0])).tolist() == [0x00, 0x01, 0x7E, 0x7E]  # 432 ties to even 448
+    assert F.e4m3_encode(torch.tensor([2.0**-10, 2.0**-9, 448.0, 432.0])).tolist() == [
+        0x00,
+        0x01,
+        0x7E,
+        0x7E,
+    ]  # 432 ties to even 448

@@ -64,9 +64,17 @@ def test_bad_inputs_name_the_constraint(x, sem, pad, msg):
 def test_quantize_into_refuses_wrong_buffers():
     x = torch.randn(32, 64).bfloat16()
     with pytest.raises(nvfp4.NVFP4InputError, match="qdata buffer"):
-        nvfp4.quantize_into(x, torch.tensor(1.0), torch.empty(32, 16, dtype=torch.uint8), torch.empty(128, 4, dtype=torch.uint8))
+        nvfp4.quantize_into(
+            x, torch.tensor(1.0), torch.empty(32, 16, dtype=torch.uint8), torch.empty(128, 4, dtype=torch.uint8)
+        )
     with pytest.raises(nvfp4.NVFP4InputError, match="do not fit"):
-        nvfp4.quantize_into(x, torch.tensor(1.0), torch.empty(32, 32, dtype=torch.uint8), torch.empty(128, 4, dtype=torch.uint8), dest_row=16)
+        nvfp4.quantize_into(
+            x,
+            torch.tensor(1.0),
+            torch.empty(32, 32, dtype=torch.uint8),
+            torch.empty(128, 4, dtype=torch.uint8),
+            dest_row=16,
+        )
 
 
 def test_block_values_equals_the_plain_decode_bit_for_bit():
@@ -83,7 +91,9 @@ def test_block_values_equals_the_plain_decode_bit_for_bit():
             q = torch.arange(256, dtype=torch.uint8).repeat(256, cols // 2 // 256)
         s = torch.randint(0, 256, F.scales_shape(rows, cols), generator=gen, dtype=torch.uint8)
         if rows == 256:
-            s = F.swizzle(torch.arange(256, dtype=torch.uint8).repeat_interleave(1).reshape(256, 1).repeat(1, cols // 16))
+            s = F.swizzle(
+                torch.arange(256, dtype=torch.uint8).repeat_interleave(1).reshape(256, 1).repeat(1, cols // 16)
+            )
         for scales in (s, torch.where((s & 0x7F) == 0x7F, s ^ 0x01, s)):  # with NaN scales (the plain path) and without
             got, want = block_values(q, scales, rows), block_values_reference(q, scales, rows)
             assert got.shape == want.shape and got.dtype == want.dtype == torch.bfloat16

@@ -105,6 +105,7 @@ class FakeClock:
         def f():
             self.calls.append(name)
             self.t += seconds()
+
         return f
 
 
@@ -117,26 +118,42 @@ def fake_gate(params, a_s, b_s):
 
 def test_driver_passes_a_clear_gain_at_the_first_look():
     rng = random.Random(6)
-    res, clock, lines = fake_gate({"min_rounds": 12, "batch": 6, "max_rounds": 40, "warmup": 3},
-                                  lambda: 0.010 * math.exp(rng.gauss(0, 0.01)), lambda: 0.008 * math.exp(rng.gauss(0, 0.01)))
+    res, clock, lines = fake_gate(
+        {"min_rounds": 12, "batch": 6, "max_rounds": 40, "warmup": 3},
+        lambda: 0.010 * math.exp(rng.gauss(0, 0.01)),
+        lambda: 0.008 * math.exp(rng.gauss(0, 0.01)),
+    )
     assert res["decision"] == "pass" and res["rounds"] == 12 and len(lines) == 1
     assert res["warmup"] == 4 and clock.calls[:8] == list("ABBAABBA")  # balanced warm-up ending with A
     assert res["gain"] == pytest.approx(0.2, abs=0.01)
     assert res["interval"][1] < 1.0 and res["looks"][-1]["decision"] == "pass"
     assert "rounds" in res["reason"] and "sign test" in res["method"]
-    for key in ("baseline_p50", "candidate_p50", "ratio_p50", "baseline_p95", "candidate_p95", "ratio_p95", "cv", "pair_ratios", "timed_s"):
+    for key in (
+        "baseline_p50",
+        "candidate_p50",
+        "ratio_p50",
+        "baseline_p95",
+        "candidate_p95",
+        "ratio_p95",
+        "cv",
+        "pair_ratios",
+        "timed_s",
+    ):
         assert key in res
 
 
 def test_driver_respects_batches_balance_and_max_rounds():
     rng = random.Random(7)
-    res, clock, lines = fake_gate({"min_rounds": 6, "batch": 4, "max_rounds": 20, "warmup": 0},
-                                  lambda: 0.010 * math.exp(rng.gauss(0, 0.05)), lambda: 0.010 * math.exp(rng.gauss(0, 0.05)))
+    res, clock, lines = fake_gate(
+        {"min_rounds": 6, "batch": 4, "max_rounds": 20, "warmup": 0},
+        lambda: 0.010 * math.exp(rng.gauss(0, 0.05)),
+        lambda: 0.010 * math.exp(rng.gauss(0, 0.05)),
+    )
     assert res["decision"] == "undecided" and res["reason"].startswith("undecided at max_rounds 20")
     assert [lk["rounds"] for lk in res["looks"]] == [6, 10, 14, 18, 20] == res["schedule"]["looks"]
     assert len(lines) == 5 and res["rounds"] == 20 == len(res["baseline_s"]) == len(res["candidate_s"])
     for lk in res["looks"]:
-        o = res["order"][:lk["rounds"]]
+        o = res["order"][: lk["rounds"]]
         assert o.count("AB") == o.count("BA")
     assert clock.calls == [s for o in res["order"] for s in o]  # the sides ran in the recorded order
     assert all(abs(t - 0.010) < 0.003 for t in res["baseline_s"] + res["candidate_s"])
@@ -149,7 +166,9 @@ def test_driver_stops_early_on_a_clear_loss():
 
 def test_a_look_with_too_few_pairs_for_a_bound_continues():
     # 5 pairs: even the extreme order statistic is only a 1/32 bound, above this schedule's per-look level
-    res, _, _ = fake_gate({"min_rounds": 10, "batch": 10, "max_rounds": 100, "warmup": 2}, lambda: 0.001, lambda: 0.0062)
+    res, _, _ = fake_gate(
+        {"min_rounds": 10, "batch": 10, "max_rounds": 100, "warmup": 2}, lambda: 0.001, lambda: 0.0062
+    )
     assert res["looks"][0]["decision"] == "continue" and res["looks"][0]["upper"] is None
     assert res["decision"] == "fail" and res["rounds"] == 20
 
@@ -162,8 +181,8 @@ def test_the_slow_fixture_is_exact_and_slower():
 
     import torch
 
-    from h3gates.model.reference import Reference
     from h3gates.core.registry import load_module
+    from h3gates.model.reference import Reference
     from h3gates.model.roles import Plain, reference_roles
     from h3gates.rungs.inputs import weight
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from h3gates.core.context import RungContext
 from h3gates.core import config as C
 from h3gates.core import fingerprints as P
 from h3gates.core import registry
+from h3gates.core.context import RungContext
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ("fc2_algo", "modulate_fusion", "qkv_ring", "stream_a", "swiglu_fusion")
@@ -34,7 +34,10 @@ def test_config_schema_comes_from_the_declarations():
     base = yaml.safe_load((ROOT / "config/config.yaml").read_text())
     with pytest.raises(C.ConfigError, match="candidates.qkv_ring.params.ring_rows: 100 is not a multiple of 16"):
         C.validate_config(C.merge(base, {"candidates": {"qkv_ring": {"params": {"ring_rows": 100}}}}))
-    with pytest.raises(C.ConfigError, match=r"'no_such' was unexpected\) \(known: fc2_algo, modulate_fusion, qkv_ring, stream_a, swiglu_fusion\)"):
+    with pytest.raises(
+        C.ConfigError,
+        match=r"'no_such' was unexpected\) \(known: fc2_algo, modulate_fusion, qkv_ring, stream_a, swiglu_fusion\)",
+    ):
         C.validate_config(C.merge(base, {"candidates": {"no_such": {}}}))
     with pytest.raises(C.ConfigError, match="baseline.accepted.0: 'no_such' is not one of"):
         C.validate_config(C.merge(base, {"baseline": {"accepted": ["no_such"]}}))
@@ -43,7 +46,9 @@ def test_config_schema_comes_from_the_declarations():
 
 
 def _fingerprints(root: Path, device: str) -> dict:
-    cfg = C.validate_config({**yaml.safe_load((root / "config/config.yaml").read_text()), "device": device}, root=str(root))
+    cfg = C.validate_config(
+        {**yaml.safe_load((root / "config/config.yaml").read_text()), "device": device}, root=str(root)
+    )
     out = {}
     for cand in C.enabled(cfg):
         ctxs = [RungContext.from_config(cfg, cand, r) for r in range(1, 9)]
@@ -62,14 +67,23 @@ def tree(tmp_path):
     P.imported.cache_clear()
 
 
-@pytest.mark.parametrize("edit,changed", [
-    ("kernels/modulate_fusion/modulate_fusion.cu", {"modulate_fusion"}),
-    ("kernels/swiglu_fusion/cuda.py", {"swiglu_fusion"}),
-    ("kernels/common/quantize.cu", {"qkv_ring"}),
-    ("kernels/common/nvfp4.cuh", {"modulate_fusion", "swiglu_fusion", "qkv_ring"}),  # fc2_algo is not enabled in config.yaml
-    ("h3gates/nvfp4/cuda/producers.py", {"modulate_fusion", "swiglu_fusion", "qkv_ring"}),
-    ("kernels/common/standin.cu", {"modulate_fusion", "swiglu_fusion", "qkv_ring"}),  # the stand-in's kernels: every CUDA gate
-])
+@pytest.mark.parametrize(
+    "edit,changed",
+    [
+        ("kernels/modulate_fusion/modulate_fusion.cu", {"modulate_fusion"}),
+        ("kernels/swiglu_fusion/cuda.py", {"swiglu_fusion"}),
+        ("kernels/common/quantize.cu", {"qkv_ring"}),
+        (
+            "kernels/common/nvfp4.cuh",
+            {"modulate_fusion", "swiglu_fusion", "qkv_ring"},
+        ),  # fc2_algo is not enabled in config.yaml
+        ("h3gates/nvfp4/cuda/producers.py", {"modulate_fusion", "swiglu_fusion", "qkv_ring"}),
+        (
+            "kernels/common/standin.cu",
+            {"modulate_fusion", "swiglu_fusion", "qkv_ring"},
+        ),  # the stand-in's kernels: every CUDA gate
+    ],
+)
 def test_editing_one_cuda_source_reruns_only_the_candidates_using_it(tree, edit, changed):
     """The rules' fingerprint param (kernel files + the modules they and the rung import) per
     candidate on a GPU: an edit changes it exactly for the candidates that run the file."""

@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from workflow_util import env, make_workspace, snakemake
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("report")]
@@ -69,7 +68,9 @@ def test_report_of_one_candidate(climbed):
 def test_killed_run_leaves_a_lock_with_the_project_hint(climbed):
     ws = climbed
     cmd = [sys.executable, "-m", "snakemake", "--cores", "2", "promote_qkv_ring"]
-    proc = subprocess.Popen(cmd, cwd=ws, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, cwd=ws, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     locks = ws / ".snakemake" / "locks"
     try:
         deadline = time.monotonic() + 60

@@ -13,16 +13,18 @@ import struct
 import pytest
 import torch
 
-from h3gates.core.context import RungContext
 from h3gates import model as M
+from h3gates.core import config as C
 from h3gates.core import fingerprints as provenance
 from h3gates.core import registry
-from h3gates.nvfp4.cuda import standin as standin_cuda
-from h3gates.core import config as C
+from h3gates.core.context import RungContext
 from h3gates.nvfp4 import formats as F
+from h3gates.nvfp4.cuda import standin as standin_cuda
 from h3gates.nvfp4.quantize import block_values, block_values_reference, block_values_torch
 
-requires_kernels = pytest.mark.skipif(not standin_cuda.available(), reason="needs a CUDA GPU where cuda.core compiles kernels/common/standin.cu")
+requires_kernels = pytest.mark.skipif(
+    not standin_cuda.available(), reason="needs a CUDA GPU where cuda.core compiles kernels/common/standin.cu"
+)
 
 
 def _e2m1_value(code: int) -> float:
@@ -49,7 +51,9 @@ def test_the_stand_in_kernels_are_in_every_cuda_rungs_fingerprint_and_no_cpu_run
         cfg = C.validate_config({**C.load_config([root / "config/config.yaml"]), "device": device})
         for rung in range(1, 9):
             files = provenance.code_files(RungContext.from_config(cfg, "modulate_fusion", rung))
-            assert "h3gates/nvfp4/cuda/standin.py" in files  # imported (lazily) by the GEMM's block_values and the model
+            assert (
+                "h3gates/nvfp4/cuda/standin.py" in files
+            )  # imported (lazily) by the GEMM's block_values and the model
             assert ("kernels/common/standin.cu" in files) is expect, (device, rung)
 
 
@@ -105,7 +109,9 @@ def _qkv(rows: int, heads: int, head_dim: int, seed: int) -> torch.Tensor:
     row of bf16 extremes."""
     g = torch.Generator(device="cuda").manual_seed(seed)
     w = 3 * heads * head_dim
-    x = torch.randn(rows, w, generator=g, device="cuda") * torch.exp(torch.randn(rows, 1, generator=g, device="cuda") * 3)
+    x = torch.randn(rows, w, generator=g, device="cuda") * torch.exp(
+        torch.randn(rows, 1, generator=g, device="cuda") * 3
+    )
     x = x.to(torch.bfloat16)
     x[1] = 0
     x[2, ::2] = 3.0e38
@@ -165,7 +171,11 @@ def test_norm_rope_outside_the_kernels_layouts_runs_the_torch_chain():
     odd = torch.zeros(rows, 3 * c.attn + 3, dtype=torch.bfloat16, device="cuda")
     odd[:, : 3 * c.attn] = base
     w = model.blocks[0].q_norm
-    for x, weight in ((odd[:, : c.attn], w), (torch.cat([base[:, :1], base], 1)[:, 1 : 1 + c.attn], w), (base[:, : c.attn], w.float())):
+    for x, weight in (
+        (odd[:, : c.attn], w),
+        (torch.cat([base[:, :1], base], 1)[:, 1 : 1 + c.attn], w),
+        (base[:, : c.attn], w.float()),
+    ):
         assert not standin_cuda.qk_norm_rope_fits(x, c.head_dim, c.rope_dims, weight, *model._rope)
         want = model.rope(M.h3.rms_norm(x.reshape(rows, c.heads, c.head_dim), weight, c.eps))
         assert torch.equal(_bits(model.norm_rope(x, weight)), _bits(want))
@@ -179,7 +189,9 @@ def test_tiny_block_is_the_same_with_the_standin_kernels(monkeypatch):
     calls = {"qk": 0, "bv": 0}
     for name, key in (("qk_norm_rope", "qk"), ("block_values", "bv")):
         real = getattr(standin_cuda, name)
-        monkeypatch.setattr(standin_cuda, name, lambda *a, _r=real, _k=key, **k: calls.__setitem__(_k, calls[_k] + 1) or _r(*a, **k))
+        monkeypatch.setattr(
+            standin_cuda, name, lambda *a, _r=real, _k=key, **k: calls.__setitem__(_k, calls[_k] + 1) or _r(*a, **k)
+        )
     x = model.initial_hidden(0)
     fused = model.block_forward(0, x, 0)
     assert calls["qk"] == 2 and calls["bv"] >= 4  # q and k; the four GEMMs' activations (and weights not yet cached)
@@ -198,9 +210,9 @@ def test_a_wrong_library_dequantization_fails_rung_1(tmp_path, monkeypatch):
     import json
 
     import yaml
+    from workflow_util import CI_CONFIG, ROOT, merge
 
     from h3gates.rungs import ladder
-    from workflow_util import CI_CONFIG, ROOT, merge
 
     cfg = C.validate_config(merge(yaml.safe_load((ROOT / "config/config.yaml").read_text()), CI_CONFIG))
     ctx = RungContext.from_config(cfg, "modulate_fusion", 1)
@@ -211,13 +223,17 @@ def test_a_wrong_library_dequantization_fails_rung_1(tmp_path, monkeypatch):
 
     Q = importlib.import_module("h3gates.nvfp4.quantize")
     real = Q.block_values_torch
-    monkeypatch.setattr(Q, "block_values_torch", lambda q, s, rows=None: real(q, s, rows).unflatten(-1, (-1, 2)).flip(-1).flatten(-2))
+    monkeypatch.setattr(
+        Q, "block_values_torch", lambda q, s, rows=None: real(q, s, rows).unflatten(-1, (-1, 2)).flip(-1).flatten(-2)
+    )
     bad = tmp_path / "bad.json"
     with standin_cuda.off():  # on a GPU too: the planted torch path is the one checked
         ladder.run(1, ctx, str(bad))
     doc = json.loads(bad.read_text())
     assert doc["verdict"] == "fail"
-    assert any("the library's dequantization (torch) differs from the plain decode" in r for r in doc["reasons"]), doc["reasons"]
+    assert any("the library's dequantization (torch) differs from the plain decode" in r for r in doc["reasons"]), doc[
+        "reasons"
+    ]
     assert doc["measurements"]["library"]["block_values"]["differing"][0]["operand"] == "every_byte_x_every_scale"
     # the report's byte totals carry it too: a failing rung 1 never says 0 bytes differ
     lib_bad = sum(d["bytes_differing"] for d in doc["measurements"]["library"]["block_values"]["differing"])

@@ -17,10 +17,10 @@ import pytest
 import torch
 
 from h3gates import nvfp4
-from h3gates.nvfp4 import formats as F
-from h3gates.nvfp4.layout import Packed
 from h3gates.core.registry import load_module
 from h3gates.model.roles import ReferenceGemm, Weight
+from h3gates.nvfp4 import formats as F
+from h3gates.nvfp4.layout import Packed
 
 ROOT = Path(__file__).resolve().parent.parent
 HAS_DSL = importlib.util.find_spec("cutlass") is not None
@@ -54,7 +54,9 @@ def emulate_word(word: torch.Tensor, scale_byte: torch.Tensor) -> torch.Tensor:
     out = []
     for pair in range(4):  # prmt 0x5140 / 0x7362: pair i = (H byte i, L byte i), H in the low byte
         for src in (h, lo):
-            out.append((_e4m3_to_f16(byte(src, pair)) * sc).float().to(torch.bfloat16))  # mul.rn.f16x2, cvt.f32.f16, cvt.rn.bf16x2.f32
+            out.append(
+                (_e4m3_to_f16(byte(src, pair)) * sc).float().to(torch.bfloat16)
+            )  # mul.rn.f16x2, cvt.f32.f16, cvt.rn.bf16x2.f32
     return torch.stack(out, -1)
 
 
@@ -70,7 +72,9 @@ def test_dequant_arithmetic_equals_reference_decode_for_every_byte_and_scale():
     want = (F.e2m1_decode(codes) * F.e4m3_decode(s.to(torch.uint8)).unsqueeze(-1)).to(torch.bfloat16)
     nan = torch.isnan(want)
     assert torch.equal(torch.isnan(got), nan)
-    assert torch.equal(got[~nan].view(torch.int16), want[~nan].view(torch.int16)), "dequantized bf16 bits differ from the reference decode"
+    assert torch.equal(got[~nan].view(torch.int16), want[~nan].view(torch.int16)), (
+        "dequantized bf16 bits differ from the reference decode"
+    )
 
 
 def test_nibble_reencoding_is_exact_incl_subnormal_code_and_signed_zero():
@@ -130,22 +134,28 @@ def test_declared_paths_and_base_gemm_fallback_on_cpu():
 def test_the_owned_kernel_runs_at_the_model_shapes_only():
     """cuBLAS splits K on small problems (evidence/h200/stream_a_2026-12-01/split_probe.json): in the
     ladder the owned GEMM takes the profile's rows x N x K of its role and nothing else."""
-    from h3gates.model.candidates import Workflow
     from h3gates.core.shapes import load_profile
+    from h3gates.model.candidates import Workflow
     from h3gates.model.reference import Reference
     from h3gates.model.roles import reference_roles
 
     cuda = load_module(ROOT / "kernels/stream_a/cuda.py")
     prof = load_profile("tiny")
-    roles = cuda.build({"phase": "p0", "tile_n": 256}, Reference("cpu"), reference_roles(Reference("cpu")), workflow=Workflow(prof, {}))
+    roles = cuda.build(
+        {"phase": "p0", "tile_n": 256}, Reference("cpu"), reference_roles(Reference("cpu")), workflow=Workflow(prof, {})
+    )
     n, k = prof.gemm_shapes()["out"]
     g = roles["out"].gemm
     assert g.tile_for(prof.rows, Weight(None, None, None, n, k)) == 64
     assert g.tile_for(37, Weight(None, None, None, n, k)) is None  # rung 1's 37-row case: the library's GEMM
     p, w = _operands(37, n, k)
     assert {pa.name: pa.hits(p, w) for pa in g.paths}["base_gemm"] == 1
-    anyshape = cuda.build({"phase": "p0", "tile_n": 256, "owned_shapes": "any"}, Reference("cpu"), reference_roles(Reference("cpu")),
-                          workflow=Workflow(prof, {}))["out"].gemm
+    anyshape = cuda.build(
+        {"phase": "p0", "tile_n": 256, "owned_shapes": "any"},
+        Reference("cpu"),
+        reference_roles(Reference("cpu")),
+        workflow=Workflow(prof, {}),
+    )["out"].gemm
     assert anyshape.tile_for(37, w) == 64
 
 
@@ -160,10 +170,19 @@ def test_operand_views_refuse_non_contiguous():
 
 
 @needs_dsl
-@pytest.mark.parametrize("n,k,tile_n,phase,modulate,export,b_source,prefetch", [
-    (768, 192, 256, "p0", False, False, "packed", 1), (192, 256, 64, "p0", False, False, "packed", 1), (32, 64, 32, "p0", False, False, "packed", 1),
-    (768, 192, 256, "p1", True, False, "packed", 1), (32, 192, 32, "p1", True, True, "packed", 1), (192, 256, 64, "p1", True, False, "bf16", 1),
-    (768, 192, 256, "p0", False, False, "bf16", 2), (1024, 192, 128, "p0", False, False, "packed", 2)])
+@pytest.mark.parametrize(
+    "n,k,tile_n,phase,modulate,export,b_source,prefetch",
+    [
+        (768, 192, 256, "p0", False, False, "packed", 1),
+        (192, 256, 64, "p0", False, False, "packed", 1),
+        (32, 64, 32, "p0", False, False, "packed", 1),
+        (768, 192, 256, "p1", True, False, "packed", 1),
+        (32, 192, 32, "p1", True, True, "packed", 1),
+        (192, 256, 64, "p1", True, False, "bf16", 1),
+        (768, 192, 256, "p0", False, False, "bf16", 2),
+        (1024, 192, 128, "p0", False, False, "packed", 2),
+    ],
+)
 def test_kernel_compiles_for_sm90a(n, k, tile_n, phase, modulate, export, b_source, prefetch):
     """The CuTe DSL kernel of each phase lowers to PTX and ptxas assembles it for sm_90a, on a
     machine with no GPU."""
@@ -171,7 +190,11 @@ def test_kernel_compiles_for_sm90a(n, k, tile_n, phase, modulate, export, b_sour
     import cutlass.cute as cute
 
     d = _dsl()
-    fn = cute.compile(d.PackedGemm(n, k, tile_n, phase, modulate, export, b_source, prefetch), *d.fake_arguments(n, k, b_source), drv.CUstream(0))
+    fn = cute.compile(
+        d.PackedGemm(n, k, tile_n, phase, modulate, export, b_source, prefetch),
+        *d.fake_arguments(n, k, b_source),
+        drv.CUstream(0),
+    )
     assert fn is not None
 
 
@@ -186,7 +209,10 @@ def test_phase_is_checked():
 def test_stream_a_on_a_cpu_is_left_out_with_its_reason(tmp_path):
     from h3gates.core import config as C
 
-    raw = C.merge(C.load_config([str(ROOT / "config/config.yaml"), str(ROOT / "config/ci.yaml")]), {"candidates": {"stream_a": {"enabled": True}}})
+    raw = C.merge(
+        C.load_config([str(ROOT / "config/config.yaml"), str(ROOT / "config/ci.yaml")]),
+        {"candidates": {"stream_a": {"enabled": True}}},
+    )
     climbed, left = C.climbable(C.validate_config({**raw, "device": "cpu"}))
     assert "stream_a" not in climbed and "stream_a has no cpu implementation" in left["stream_a"]
 
@@ -207,12 +233,18 @@ def _gpu_case(rows, n, k, seed, scale_hi=256):
 
 @gpu
 @pytest.mark.parametrize("b_operand,prefetch", [("packed", 1), ("bf16", 1), ("packed", 2), ("bf16", 2)])
-@pytest.mark.parametrize("rows,n,k,tile_n", [(37, 32, 64, 256), (128, 64, 64, 256), (250, 192, 256, 256), (1000, 768, 192, 256), (300, 512, 512, 128)])
+@pytest.mark.parametrize(
+    "rows,n,k,tile_n",
+    [(37, 32, 64, 256), (128, 64, 64, 256), (250, 192, 256, 256), (1000, 768, 192, 256), (300, 512, 512, 128)],
+)
 def test_owned_gemm_bytes_equal_the_emulated_gemm(rows, n, k, tile_n, b_operand, prefetch):
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
     cuda = load_module(ROOT / "kernels/stream_a/cuda.py")
     p, w = _gpu_case(rows, n, k, seed=rows + n)
-    got, want = cuda.OwnedGemm(ReferenceGemm(), tile_n, b_operand=b_operand, prefetch=prefetch)(p, w), ReferenceGemm()(p, w)
+    got, want = (
+        cuda.OwnedGemm(ReferenceGemm(), tile_n, b_operand=b_operand, prefetch=prefetch)(p, w),
+        ReferenceGemm()(p, w),
+    )
     assert nvfp4.compare_outputs(got, want)["equal"]
 
 
@@ -228,8 +260,8 @@ def test_a_wrong_scale_layout_is_caught():
 
 
 def _modulated(rows, k, seed):
-    from h3gates.nvfp4 import catalogue as CAT
     from h3gates.model.roles import Modulated
+    from h3gates.nvfp4 import catalogue as CAT
 
     h = CAT.random_tensor("outliers", (rows, k), seed=seed).cuda()
     gen = torch.Generator().manual_seed(seed + 1)
@@ -243,9 +275,9 @@ def _modulated(rows, k, seed):
 @pytest.mark.parametrize("b_operand", ["packed", "bf16"])
 @pytest.mark.parametrize("rows,k,modulated", [(250, 192, True), (37, 64, False), (1000, 256, True), (128, 128, False)])
 def test_p1_exported_tiles_and_projection_equal_the_library_path(rows, k, modulated, b_operand):
-    from h3gates.nvfp4 import catalogue as CAT
     from h3gates.model.reference import Reference
     from h3gates.model.roles import Plain, reference_roles
+    from h3gates.nvfp4 import catalogue as CAT
     from h3gates.rungs.inputs import weight
 
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
@@ -257,7 +289,9 @@ def test_p1_exported_tiles_and_projection_equal_the_library_path(rows, k, modula
     got = next(role.producer.produce(inp))[1]
     want = next(base["qkv"].producer.produce(inp))[1]
     assert nvfp4.compare_packed(got.as_dict(), want.as_dict(), rows, k)["equal"]
-    assert torch.equal(got.qdata[:rows], want.qdata[:rows]) and torch.equal(F.unswizzle(got.scales, rows, k // 16), F.unswizzle(want.scales, rows, k // 16))
+    assert torch.equal(got.qdata[:rows], want.qdata[:rows]) and torch.equal(
+        F.unswizzle(got.scales, rows, k // 16), F.unswizzle(want.scales, rows, k // 16)
+    )
     w = weight(768, k, "cuda", ref, "normal", seed=1)
     assert nvfp4.compare_outputs(role.project(inp, w), base["qkv"].project(inp, w))["equal"]
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from h3gates.core.context import RungContext
 from workflow_util import copy_workspace, h3gates, make_workspace, pending, snakemake
 from workflow_util import env as wf_env
+
+from h3gates.core.context import RungContext
 
 pytestmark = pytest.mark.slow
 RES = "results/ci"
@@ -99,12 +99,19 @@ def test_block_inputs_are_one_shared_capture_in_the_digest_chain(ws):
     import torch
 
     caps = sorted((ws / RES / "baseline").glob("r0-*.pt"))
-    assert [c.name.split(".", 1)[1] for c in caps] == ["block0.pt", "block3.pt"] and len({c.name.split(".")[0] for c in caps}) == 1
+    assert [c.name.split(".", 1)[1] for c in caps] == ["block0.pt", "block3.pt"] and len(
+        {c.name.split(".")[0] for c in caps}
+    ) == 1
     for cand in CANDS:
         for rung, name in ((3, "r3_projection"), (4, "r4_block")):
             for b in (0, 3):
                 up = json.loads((ws / RES / cand / name / f"block{b}.json").read_text())["upstream"]
-                assert [u for u in up if "/baseline/r0-" in u] == [f"{RES}/baseline/{caps[b > 0].name}"], (cand, rung, b, up)
+                assert [u for u in up if "/baseline/r0-" in u] == [f"{RES}/baseline/{caps[b > 0].name}"], (
+                    cand,
+                    rung,
+                    b,
+                    up,
+                )
         r8 = json.loads((ws / RES / cand / "r8_profile.json").read_text())["upstream"]
         assert [u for u in r8 if "/baseline/r0-" in u] == [f"{RES}/baseline/{caps[1].name}"]
     d = torch.load(caps[1], weights_only=True)
@@ -119,7 +126,10 @@ def test_block_inputs_are_one_shared_capture_in_the_digest_chain(ws):
     r = snakemake(ws, f"{RES}/modulate_fusion/r3_projection/block3.json")
     assert r.returncode != 0
     log = (ws / "logs/ci/modulate_fusion/r3_projection_block3.log").read_text()
-    assert "bytes are not the ones its record names" in log and not (ws / RES / "modulate_fusion/r3_projection/block3.json").exists()
+    assert (
+        "bytes are not the ones its record names" in log
+        and not (ws / RES / "modulate_fusion/r3_projection/block3.json").exists()
+    )
 
 
 def test_report_and_plots_build(ws):
@@ -192,7 +202,14 @@ def test_accepted_baseline_change_reruns_the_others(ws):
 
 
 # ------------------------------------------------------------------ planted faults
-def _plant(ws: Path, cand: str, replace: tuple[str, str] | None = None, append: str = "", config: dict | None = None, file: str = "cpu.py"):
+def _plant(
+    ws: Path,
+    cand: str,
+    replace: tuple[str, str] | None = None,
+    append: str = "",
+    config: dict | None = None,
+    file: str = "cpu.py",
+):
     """A faulty variant of a candidate's CPU implementation under faulty/<cand>/ (its sibling files
     copied along: a module loads them from its own folder), selected with `source` in config."""
     bad_dir = ws / "faulty" / cand
@@ -252,9 +269,18 @@ nvfp4 = _ExactDivision()
 
 
 def test_fault_exact_division_caught_at_rung_1(ws):
-    _plant(ws, "modulate_fusion", append=EXACT_DIVISION.replace("getattr(nvfp4", "getattr(_real_nvfp4").replace("        nvfp4.quantize_into", "        _real_nvfp4.quantize_into"), config={"semantics": "cuda"})
+    _plant(
+        ws,
+        "modulate_fusion",
+        append=EXACT_DIVISION.replace("getattr(nvfp4", "getattr(_real_nvfp4").replace(
+            "        nvfp4.quantize_into", "        _real_nvfp4.quantize_into"
+        ),
+        config={"semantics": "cuda"},
+    )
     rung, err = _climb(ws, "modulate_fusion")
-    assert rung == 1 and "midpoints_scale_1.875" in json.dumps(json.loads((ws / RES / "modulate_fusion/r1_adversarial.json").read_text())["measurements"]["cases"])
+    assert rung == 1 and "midpoints_scale_1.875" in json.dumps(
+        json.loads((ws / RES / "modulate_fusion/r1_adversarial.json").read_text())["measurements"]["cases"]
+    )
     _passed_below(ws, "modulate_fusion", 1)
     dump = next((ws / RES / "modulate_fusion").glob("r1_adversarial.replay.midpoints_scale_1.875.qkv.identity.pt"))
     assert "replay: python -m h3gates replay" in err
@@ -267,7 +293,7 @@ def test_fault_exact_division_caught_at_rung_1(ws):
     assert not list((ws / RES / "modulate_fusion").glob("r1_adversarial.replay.*.pt"))
 
 
-CRASH_ON_SHORT_INPUTS = '''
+CRASH_ON_SHORT_INPUTS = """
 
 _global_scale = ModulateFusedProducer.global_scale
 
@@ -278,7 +304,7 @@ def _crashing(self, inp):
 
 
 ModulateFusedProducer.global_scale = _crashing
-'''
+"""
 
 
 def test_candidate_crash_gets_a_failing_report(ws):
@@ -289,12 +315,14 @@ def test_candidate_crash_gets_a_failing_report(ws):
     assert rung == 1 and "candidate crashed: TypeError" in err and "cpu.py" in err
     rep = json.loads((ws / RES / "modulate_fusion/r1_adversarial.json").read_text())
     crash = rep["measurements"]["crash"]
-    assert rep["verdict"] == "fail" and crash["type"] == "TypeError" and crash["file"] == "faulty/modulate_fusion/cpu.py"
+    assert (
+        rep["verdict"] == "fail" and crash["type"] == "TypeError" and crash["file"] == "faulty/modulate_fusion/cpu.py"
+    )
     assert crash["at"].startswith("case ") and "Traceback" in crash["traceback"][0]
 
 
 def test_fault_nibble_swap_in_one_tile_caught_at_rung_2(ws):
-    swap = '''
+    swap = """
 _Produce = ModulateFusedProducer.produce
 
 
@@ -307,14 +335,14 @@ def _swapped(self, inp):
 
 
 ModulateFusedProducer.produce = _swapped
-'''
+"""
     _plant(ws, "modulate_fusion", append=swap)
     rung, err = _climb(ws, "modulate_fusion")
     assert rung == 2 and "tile (1, 3)" in err
     _passed_below(ws, "modulate_fusion", 2)
 
 
-DROPPED_AUDIO = '''
+DROPPED_AUDIO = """
 
 _rows = materialize_rows
 
@@ -326,7 +354,7 @@ def materialize_rows(inp, a, b):
         if lo < hi:
             out[lo - a : hi - a] = inp.h[lo:hi]  # fault: the audio segment left unmodulated
     return out
-'''
+"""
 
 
 def test_fault_dropped_segment_modulation_caught_at_rung_1_by_the_path_cases(ws):
@@ -344,8 +372,10 @@ def test_fault_dropped_segment_modulation_caught_at_rung_1_by_the_path_cases(ws)
 # A segment bug only in rows wider than 128 columns (a column-tiled kernel that keeps segment 0's
 # vectors beyond its first tile): a branch the kernel does not declare, so rung 1's path cases (64-72
 # columns) and rung 2's one-segment tiles miss it, and the model's 3-segment activations catch it.
-WIDE_AUDIO = DROPPED_AUDIO.replace("out[lo - a : hi - a] = inp.h[lo:hi]  # fault: the audio segment left unmodulated",
-                                   "out[lo - a : hi - a, 128:] = inp.h[lo:hi, 128:]  # fault: audio unmodulated beyond column 128")
+WIDE_AUDIO = DROPPED_AUDIO.replace(
+    "out[lo - a : hi - a] = inp.h[lo:hi]  # fault: the audio segment left unmodulated",
+    "out[lo - a : hi - a, 128:] = inp.h[lo:hi, 128:]  # fault: audio unmodulated beyond column 128",
+)
 
 
 def test_fault_in_an_undeclared_wide_row_path_caught_at_rung_3(ws):
@@ -358,8 +388,15 @@ def test_fault_in_an_undeclared_wide_row_path_caught_at_rung_3(ws):
 def test_fault_off_by_one_last_ring_chunk_caught_at_rung_1_by_the_path_cases(ws):
     """The last ring chunk one row short: rung 1 now runs the ring as scheduled on rows around the
     chunk size (its kernel alone, one chunk, could not show it)."""
-    _plant(ws, "qkv_ring", file="ring.py", replace=("            n = min(self.ring_rows, inp.rows - r0)\n",
-                                                   "            n = min(self.ring_rows, inp.rows - r0)\n            n = n - 1 if r0 + self.ring_rows >= inp.rows and r0 else n  # fault: last chunk one row short\n"))
+    _plant(
+        ws,
+        "qkv_ring",
+        file="ring.py",
+        replace=(
+            "            n = min(self.ring_rows, inp.rows - r0)\n",
+            "            n = min(self.ring_rows, inp.rows - r0)\n            n = n - 1 if r0 + self.ring_rows >= inp.rows and r0 else n  # fault: last chunk one row short\n",  # noqa: E501
+        ),
+    )
     rung, err = _climb(ws, "qkv_ring")
     assert rung == 1, err
     r1 = json.loads((ws / RES / "qkv_ring/r1_adversarial.json").read_text())
@@ -368,7 +405,7 @@ def test_fault_off_by_one_last_ring_chunk_caught_at_rung_1_by_the_path_cases(ws)
 
 
 def test_fault_exact_but_slower_refused_by_performance_gate_at_rung_4(ws):
-    slow = '''
+    slow = """
 import time as _time
 
 _Produce = ModulateFusedProducer.produce
@@ -380,7 +417,7 @@ def _slow(self, inp):
 
 
 ModulateFusedProducer.produce = _slow
-'''
+"""
     _plant(ws, "modulate_fusion", append=slow, config={"timing": {"enforce": {"ci": True}}})
     rung, err = _climb(ws, "modulate_fusion")
     assert rung == 4 and "performance gate" in err and "block" in err
@@ -418,10 +455,17 @@ def test_kernel_edit_then_touch_is_refused_and_the_next_run_heals(ws):
     _edit(ws / "kernels/modulate_fusion/cpu.py")
     snakemake(ws, "--touch", "promote_modulate_fusion", check=True)
     p = snakemake(ws, "promote_modulate_fusion")
-    _refused(p, "stale: kernel kernels/modulate_fusion/cpu.py changed since the gate ran", "fix: snakemake --cores 2 promote_modulate_fusion")  # the run's own --cores
+    _refused(
+        p,
+        "stale: kernel kernels/modulate_fusion/cpu.py changed since the gate ran",
+        "fix: snakemake --cores 2 promote_modulate_fusion",
+    )  # the run's own --cores
     assert not (ws / RES / "promotion/modulate_fusion.env").exists()
     st = _status(ws)
-    assert all(st["modulate_fusion"][r]["state"] == "missing" for r in range(1, 9)) and st["qkv_ring"][1]["state"] == "pass"
+    assert (
+        all(st["modulate_fusion"][r]["state"] == "missing" for r in range(1, 9))
+        and st["qkv_ring"][1]["state"] == "pass"
+    )
     assert list((ws / RES / "modulate_fusion/refused").rglob("r5_step.json"))  # kept as evidence
     todo = pending(ws, "promote_modulate_fusion")  # what the printed fix command reruns: those rungs, nothing else
     assert f"{RES}/modulate_fusion/r1_adversarial.json" in todo and f"{RES}/modulate_fusion/r8_profile.json" in todo
@@ -461,10 +505,19 @@ def test_report_failing_its_schema_is_refused(ws):
     [
         (lambda c: c.update(device="tpu"), "config key device: 'tpu' is not one of ['auto', 'cpu', 'cuda']"),
         (lambda c: c.update(bloks=[0]), "Additional properties are not allowed ('bloks' was unexpected)"),
-        (lambda c: c["candidates"]["qkv_ring"]["params"].update(ring_rows=100), "config key candidates.qkv_ring.params.ring_rows: 100 is not a multiple of 16"),
-        (lambda c: c.update(profile="tinny"), "config key profile: 'tinny' is not a profile (known: canonical, tiny, ci)"),
+        (
+            lambda c: c["candidates"]["qkv_ring"]["params"].update(ring_rows=100),
+            "config key candidates.qkv_ring.params.ring_rows: 100 is not a multiple of 16",
+        ),
+        (
+            lambda c: c.update(profile="tinny"),
+            "config key profile: 'tinny' is not a profile (known: canonical, tiny, ci)",
+        ),
         (lambda c: c.update(blocks=[0, 3, 60]), "config key blocks: block 60 is outside profile ci (4 blocks: 0..3)"),
-        (lambda c: c["candidates"]["qkv_ring"].update(source="my/missing.py"), "config key candidates.qkv_ring.source: kernel source my/missing.py does not exist"),
+        (
+            lambda c: c["candidates"]["qkv_ring"].update(source="my/missing.py"),
+            "config key candidates.qkv_ring.source: kernel source my/missing.py does not exist",
+        ),
     ],
 )
 def test_bad_config_refused_before_any_job(ws, mutate, needle):
@@ -474,19 +527,28 @@ def test_bad_config_refused_before_any_job(ws, mutate, needle):
     before = sorted((str(p), p.stat().st_mtime_ns) for p in (ws / "results").rglob("*") if p.is_file())
     p = snakemake(ws, "all")
     _refused(p, needle)
-    assert sorted((str(p), p.stat().st_mtime_ns) for p in (ws / "results").rglob("*") if p.is_file()) == before  # nothing written, nothing deleted
+    assert (
+        sorted((str(p), p.stat().st_mtime_ns) for p in (ws / "results").rglob("*") if p.is_file()) == before
+    )  # nothing written, nothing deleted
     assert sorted(p.name for p in (ws / "results").iterdir()) == ["ci"]
 
 
 def test_status_outside_the_workflow_root_says_where_it_looks(ws, tmp_path):
-    p = subprocess.run([sys.executable, "-m", "h3gates", "status"], cwd=tmp_path, env=wf_env(), capture_output=True, text=True)
-    assert p.returncode == 2 and "config file config/config.yaml not found (run from the workflow's root folder" in p.stderr and "Traceback" not in p.stderr
+    p = subprocess.run(
+        [sys.executable, "-m", "h3gates", "status"], cwd=tmp_path, env=wf_env(), capture_output=True, text=True
+    )
+    assert (
+        p.returncode == 2
+        and "config file config/config.yaml not found (run from the workflow's root folder" in p.stderr
+        and "Traceback" not in p.stderr
+    )
 
 
 def test_default_tiny_ladder_promotes_modulate_fusion(tmp_path):
     """The README's main job, verbatim config (tiny profile, 50 blocks, gates at 0/24/49)."""
-    from workflow_util import ROOT, WORKFLOW
     import shutil
+
+    from workflow_util import ROOT, WORKFLOW
 
     ws = tmp_path / "ws"
     ws.mkdir()
@@ -508,8 +570,21 @@ def test_rerun_of_a_gate_reproduces_its_report_except_timing(ws):
     context = ctx.to_json()
     first = ws / RES / "modulate_fusion/r4_block/block3.json"
     again = ws / "again.json"
-    p = h3gates(ws, "rung", "4", "--context", context, "--block", "3", "--out", str(again),
-                "--upstream", f"{RES}/modulate_fusion/r3_projection/block3.json", *ctx.workflow_artifacts(3), OMP_NUM_THREADS="1")  # as snakemake runs a job
+    p = h3gates(
+        ws,
+        "rung",
+        "4",
+        "--context",
+        context,
+        "--block",
+        "3",
+        "--out",
+        str(again),
+        "--upstream",
+        f"{RES}/modulate_fusion/r3_projection/block3.json",
+        *ctx.workflow_artifacts(3),
+        OMP_NUM_THREADS="1",
+    )  # as snakemake runs a job
     assert p.returncode == 0, p.stderr
     a, b = json.loads(first.read_text()), json.loads(again.read_text())
     assert a["timing"]["baseline_s"] != b["timing"]["baseline_s"]  # fresh measurements ...
@@ -525,7 +600,10 @@ def test_shipped_config_overlays_validate(overlays):
     root = Path(__file__).resolve().parent.parent
     cfg = load_config([root / "config/config.yaml"] + [root / o for o in overlays])
     assert cfg["profile"] == "canonical" and cfg["device"] == "cuda"
-    assert cfg["timing"]["max_rounds"] == (360 if "config/timing_long.yaml" in overlays else 180) and cfg["timing"]["min_rounds"] == 16
+    assert (
+        cfg["timing"]["max_rounds"] == (360 if "config/timing_long.yaml" in overlays else 180)
+        and cfg["timing"]["min_rounds"] == 16
+    )
 
 
 # ------------------------------------------------------------------ candidates as plug-ins
@@ -555,8 +633,14 @@ def test_throwaway_gemm_candidate_climbs_and_an_inexact_gemm_is_caught_at_rung_1
     assert rec["flag"] == "H3_NVFP4_LUT_GEMM" and set(rec["verdicts"].values()) == {"pass"}
     r1 = json.loads((ws / RES / "lut_gemm/r1_adversarial.json").read_text())
     assert r1["overrides"] == ["gemm"] and any(c["variant"].startswith("gemm_k") for c in r1["measurements"]["cases"])
-    _plant(ws, "lut_gemm", replace=("return ((a.float() @ b.float().t()) * alpha).to(torch.bfloat16)",
-                                    "return ((a.float() @ b.float().t()).to(torch.bfloat16).float() * alpha).to(torch.bfloat16)  # fault: two roundings"))
+    _plant(
+        ws,
+        "lut_gemm",
+        replace=(
+            "return ((a.float() @ b.float().t()) * alpha).to(torch.bfloat16)",
+            "return ((a.float() @ b.float().t()).to(torch.bfloat16).float() * alpha).to(torch.bfloat16)  # fault: two roundings",
+        ),
+    )
     rung, err = _climb(ws, "lut_gemm")
     assert rung == 1 and "gemm_" in err
     p = h3gates(ws, "replay", str(next((ws / RES / "lut_gemm").glob("r1_adversarial.replay.*gemm*.pt"))))
@@ -571,7 +655,9 @@ def test_accepted_baseline_candidates_promote_and_verify(ws):
     v = h3gates(ws, "verify", f"{RES}/promotion/qkv_ring.json")
     assert v.returncode == 0, v.stderr
     ring = json.loads((ws / RES / "qkv_ring/r3_projection/block0.json").read_text())
-    assert "kernels/modulate_fusion/cpu.py" in ring["kernel_fingerprint"] and ring["baseline"]["accepted"] == ["modulate_fusion"]
+    assert "kernels/modulate_fusion/cpu.py" in ring["kernel_fingerprint"] and ring["baseline"]["accepted"] == [
+        "modulate_fusion"
+    ]
     assert len(ring["measurements"]["roles"]["qkv"]["chunks"]) > 1
     assert all(s["state"] == "pass" for s in _status(ws)["qkv_ring"].values())
     ws_cfg = ws / "config" / "no_accepted.yaml"

@@ -48,14 +48,30 @@ def env():
 
 
 def snakemake(ws: Path, *args, check=False) -> subprocess.CompletedProcess:
-    p = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", *args], cwd=ws, env=env(), capture_output=True, text=True, timeout=1500)
+    p = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "2", *args],
+        cwd=ws,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
     if check and p.returncode:
-        raise AssertionError(f"snakemake {' '.join(args)} failed ({p.returncode}):\n{p.stdout[-4000:]}\n{p.stderr[-4000:]}")
+        raise AssertionError(
+            f"snakemake {' '.join(args)} failed ({p.returncode}):\n{p.stdout[-4000:]}\n{p.stderr[-4000:]}"
+        )
     return p
 
 
 def h3gates(ws: Path, *args, **extra_env) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "h3gates", *args], cwd=ws, env={**env(), **extra_env}, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "h3gates", *args],
+        cwd=ws,
+        env={**env(), **extra_env},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def pending(ws: Path, *targets) -> set[str]:

@@ -6,7 +6,6 @@ run with refused with one line per problem, naming the key. No torch import (the
 from __future__ import annotations
 
 import copy
-import functools
 from pathlib import Path
 
 import jsonschema
@@ -45,7 +44,10 @@ def schema(root=None) -> dict:
             "properties": {
                 "enabled": {"type": "boolean", "default": True},
                 "implementation": {"enum": ["auto", *sorted(c.implementations)], "default": "auto"},
-                "source": {"type": "string", "description": "replace the candidate's kernel module (a variant under review)"},
+                "source": {
+                    "type": "string",
+                    "description": "replace the candidate's kernel module (a variant under review)",
+                },
                 "params": {"type": "object", "default": {}, "additionalProperties": False, "properties": c.params},
             },
         }
@@ -55,7 +57,9 @@ def schema(root=None) -> dict:
 
 
 def _errors(config, sch) -> list[str]:
-    errs = sorted(_with_defaults(jsonschema.Draft202012Validator)(sch).iter_errors(config), key=lambda e: list(e.absolute_path))
+    errs = sorted(
+        _with_defaults(jsonschema.Draft202012Validator)(sch).iter_errors(config), key=lambda e: list(e.absolute_path)
+    )
     return [f"config key {'.'.join(map(str, e.absolute_path)) or '(top level)'}: {e.message}{_known(e)}" for e in errs]
 
 
@@ -84,13 +88,17 @@ def _semantic_errors(config: dict, root=None) -> list[str]:
     name = config["profile"]
     prof = config["profiles"].get(name) or PROFILES.get(name)
     if prof is None:
-        errs.append(f"config key profile: {name!r} is not a profile (known: {', '.join(sorted(PROFILES) + sorted(config['profiles']))})")
+        errs.append(
+            f"config key profile: {name!r} is not a profile (known: {', '.join(sorted(PROFILES) + sorted(config['profiles']))})"
+        )
     else:
         depth = prof.get("blocks")
         for key, blocks in (("blocks", config["blocks"]), ("profiler.block", [config["profiler"]["block"]])):
             bad = [b for b in blocks if depth is not None and b >= depth]
             if bad:
-                errs.append(f"config key {key}: block {bad[0]} is outside profile {name} ({depth} blocks: 0..{depth - 1})")
+                errs.append(
+                    f"config key {key}: block {bad[0]} is outside profile {name} ({depth} blocks: 0..{depth - 1})"
+                )
     device = configured_device(config)
     for cand in sorted(set(enabled(config)) | set(config["baseline"]["accepted"])):
         why = _cannot_run(config, cand, device, root)
@@ -99,8 +107,15 @@ def _semantic_errors(config: dict, root=None) -> list[str]:
         # a candidate that cannot run here is left out of the climb (climbable); one the baseline needs, or
         # whose implementation the config names explicitly, or whose source is missing, refuses the config
         if why and (accepted or explicit or why.startswith("kernel source")):
-            key = f"candidates.{cand}.source" if why.startswith("kernel source") and cand_config(config, cand).get("source") else f"candidates.{cand}"
-            errs.append(f"config key {key}: {why}" + (" (an accepted candidate: every other candidate's baseline needs it)" if accepted else ""))
+            key = (
+                f"candidates.{cand}.source"
+                if why.startswith("kernel source") and cand_config(config, cand).get("source")
+                else f"candidates.{cand}"
+            )
+            errs.append(
+                f"config key {key}: {why}"
+                + (" (an accepted candidate: every other candidate's baseline needs it)" if accepted else "")
+            )
     return errs
 
 
@@ -144,7 +159,9 @@ def load_config(files, root=None) -> dict:
         try:
             merged = merge(merged, yaml.safe_load(Path(f).read_text()) or {})
         except FileNotFoundError:
-            raise ConfigError(f"config file {f} not found (run from the workflow's root folder, {ROOT}, or pass --configfile)") from None
+            raise ConfigError(
+                f"config file {f} not found (run from the workflow's root folder, {ROOT}, or pass --configfile)"
+            ) from None
     return validate_config(merged, root)
 
 
@@ -157,7 +174,9 @@ def merge(a: dict, b: dict) -> dict:
 
 def enabled(config) -> list[str]:
     """Candidates the workflow climbs: enabled in config and not already part of the baseline."""
-    return [n for n, c in config["candidates"].items() if c.get("enabled", True) and n not in config["baseline"]["accepted"]]
+    return [
+        n for n, c in config["candidates"].items() if c.get("enabled", True) and n not in config["baseline"]["accepted"]
+    ]
 
 
 def not_climbed(config: dict, climbed, left_out: dict) -> dict[str, str]:
@@ -169,11 +188,15 @@ def not_climbed(config: dict, climbed, left_out: dict) -> dict[str, str]:
         if name in left_out:
             out[name] = left_out[name]
         elif name in config["baseline"]["accepted"]:
-            out[name] = f"{name} is accepted into the baseline (baseline.accepted): it is what every other candidate is compared against, not climbed itself"
+            out[name] = (
+                f"{name} is accepted into the baseline (baseline.accepted): it is what every other candidate is compared against, not climbed itself"  # noqa: E501
+            )
         elif name in config["candidates"]:
             out[name] = f"{name} is disabled in config (candidates.{name}.enabled: false)"
         else:
-            out[name] = f"{name} is not named in config: add `candidates: {{{name}: {{}}}}` to config/config.yaml or an overlay to climb it"
+            out[name] = (
+                f"{name} is not named in config: add `candidates: {{{name}: {{}}}}` to config/config.yaml or an overlay to climb it"
+            )
     return out
 
 

@@ -26,10 +26,19 @@ from h3gates.core.jobs import configured_device
 from h3gates.core.outputs import RESULTS
 
 SHARED_KEYS = ("profile", "user_profiles", "device", "semantics", "rcp_table", "seed", "baseline")
-CAPTURE_KEYS = ("profile", "user_profiles", "device", "semantics", "rcp_table", "seed")  # the captures run the library path: no baseline
+CAPTURE_KEYS = (
+    "profile",
+    "user_profiles",
+    "device",
+    "semantics",
+    "rcp_table",
+    "seed",
+)  # the captures run the library path: no baseline
 CAPTURES = 0  # the "rung" of the captured block inputs (rungs 3, 4 and 8 read them)
 ARTIFACT_RUNGS = (5, 6, 7, 8)
-ENTRY = "h3gates/rungs/artifacts.py"  # the module computing the artifacts of rungs 0 and 5-7 (its import closure keys them)
+ENTRY = (
+    "h3gates/rungs/artifacts.py"  # the module computing the artifacts of rungs 0 and 5-7 (its import closure keys them)
+)
 ENTRY_R8 = "h3gates/rungs/r8_baseline.py"  # rung 8's Nsight Compute capture of the baseline block
 
 
@@ -79,7 +88,11 @@ def artifact_context(shared: dict, rung: int, params: dict) -> dict:
     accepted baseline too, the trajectory length (5: one step, 6: two) and rung 8's profiled block."""
     if rung == CAPTURES:
         return {**{k: shared[k] for k in CAPTURE_KEYS}, "rung": CAPTURES}
-    ctx = {**{k: shared[k] for k in SHARED_KEYS}, "rung": rung, "steps": {5: None, 6: 2, 7: params.get("steps"), 8: None}[rung]}
+    ctx = {
+        **{k: shared[k] for k in SHARED_KEYS},
+        "rung": rung,
+        "steps": {5: None, 6: 2, 7: params.get("steps"), 8: None}[rung],
+    }
     if rung == 8:
         ctx["profiler"] = {k: params[k] for k in ("block", "ncu_timeout")}
     return ctx
@@ -100,7 +113,9 @@ def artifact_files(actx: dict, root=None) -> list[str]:
     modules its computation imports (with the .cu files they compile on a GPU)."""
     out = []
     for acc in actx.get("baseline", {}).get("accepted", []):
-        out += [f for f in registry.sources(acc, actx["baseline"]["candidates"][acc], actx["device"], root) if f not in out]
+        out += [
+            f for f in registry.sources(acc, actx["baseline"]["candidates"][acc], actx["device"], root) if f not in out
+        ]
     entries = (ENTRY if actx["rung"] != 8 else ENTRY_R8, *[f for f in out if f.endswith(".py")])
     return out + with_loads([f for f in imported(entries, str(root or ROOT)) if f not in out], actx["device"], root)
 
@@ -138,7 +153,11 @@ def artifact_meta(actx: dict, root=None) -> dict:
     SHA-256 of each file it was computed from (the CLI passes it: the computing module needs no key code)."""
     from h3gates.core.fingerprints import file_sha256
 
-    return {"context": actx, "key": artifact_key(actx, root), "files": {f: file_sha256(ROOT / f) for f in artifact_files(actx, root)}}
+    return {
+        "context": actx,
+        "key": artifact_key(actx, root),
+        "files": {f: file_sha256(ROOT / f) for f in artifact_files(actx, root)},
+    }
 
 
 # ------------------------------------------------------------------ the rung context
@@ -166,8 +185,16 @@ class RungContext:
         params = rung_params(config, rung)
         reads = reads_baseline_artifact(rung, shared["device"])
         return cls(
-            **shared, candidate=candidate, candidate_config=cand_config(config, candidate), rung=rung, rung_params=params,
-            artifacts={c: a for c in (candidate, *acc) if (a := registry.artifacts(c, cand_config(config, c), config["profile"]))},
+            **shared,
+            candidate=candidate,
+            candidate_config=cand_config(config, candidate),
+            rung=rung,
+            rung_params=params,
+            artifacts={
+                c: a
+                for c in (candidate, *acc)
+                if (a := registry.artifacts(c, cand_config(config, c), config["profile"]))
+            },
             baseline_artifact=artifact_path(artifact_context(shared, rung, params)) if reads else None,
             captures=captures_for(config, rung, shared),
         )
@@ -182,7 +209,10 @@ class RungContext:
 
     def to_dict(self) -> dict:
         """The JSON the job receives (optional parts only where present)."""
-        d = {k: getattr(self, k) for k in (*SHARED_KEYS, "candidate", "candidate_config", "rung", "rung_params", "artifacts")}
+        d = {
+            k: getattr(self, k)
+            for k in (*SHARED_KEYS, "candidate", "candidate_config", "rung", "rung_params", "artifacts")
+        }
         if self.baseline_artifact is not None:
             d["baseline_artifact"] = self.baseline_artifact
         if self.captures:

@@ -18,7 +18,11 @@ from h3gates.core.outputs import rung_module
 
 ROOT = registry.ROOT
 PACKAGE = "h3gates"
-ALWAYS = ("h3gates/__init__.py", "h3gates/__main__.py", "h3gates/cli.py")  # the entry point of every `python -m h3gates` job
+ALWAYS = (
+    "h3gates/__init__.py",
+    "h3gates/__main__.py",
+    "h3gates/cli.py",
+)  # the entry point of every `python -m h3gates` job
 # CUDA sources a module of the package compiles at run time (an import statement does not show them):
 # a CUDA rung whose import closure holds the module fingerprints these files too (a CPU rung never
 # compiles them, so editing one reruns no CPU gate). The producers' sources are the candidates' own
@@ -137,7 +141,9 @@ def _resolve(mod: str, base: Path) -> str | None:
 @functools.lru_cache(maxsize=None)
 def _imports_of(path: Path, base: Path) -> list[str]:
     rel = path.resolve().relative_to(base.resolve()) if path.resolve().is_relative_to(base.resolve()) else None
-    pkg_parts = list(rel.parent.parts) if rel is not None and rel.parts[0] == PACKAGE else []  # a variant outside the tree is no package
+    pkg_parts = (
+        list(rel.parent.parts) if rel is not None and rel.parts[0] == PACKAGE else []
+    )  # a variant outside the tree is no package
     out = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):

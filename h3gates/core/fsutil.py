@@ -21,7 +21,9 @@ def atomic_write(path, data: bytes | str | None = None, *, writer=None, mode: in
         os.fchmod(fd, mode)
         if writer is None:
             with os.fdopen(fd, "wb") as f:
-                f.write(data.encode() if isinstance(data, str) else bytes(data) if isinstance(data, memoryview) else data)
+                f.write(
+                    data.encode() if isinstance(data, str) else bytes(data) if isinstance(data, memoryview) else data
+                )
         else:
             os.close(fd)
             writer(tmp)

@@ -20,7 +20,11 @@ import time
 def progress(msg: str) -> None:
     """One timestamped line on stderr (the rule's log): what a long gate is doing now."""
     now = time.time()
-    print(f"[h3gates {time.strftime('%H:%M:%S', time.localtime(now))}.{int(now % 1 * 1000):03d}] {msg}", file=sys.stderr, flush=True)
+    print(
+        f"[h3gates {time.strftime('%H:%M:%S', time.localtime(now))}.{int(now % 1 * 1000):03d}] {msg}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 @functools.lru_cache(maxsize=1)

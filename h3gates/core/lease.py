@@ -44,7 +44,9 @@ def devices() -> list[tuple[int, str]]:
     if not smi:
         return []
     try:
-        out = subprocess.run([smi, "--query-gpu=index,uuid", "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
+        out = subprocess.run(
+            [smi, "--query-gpu=index,uuid", "--format=csv,noheader"], capture_output=True, text=True, timeout=30
+        )
     except (OSError, subprocess.SubprocessError):
         return []
     found = []
@@ -76,7 +78,9 @@ def _open_lock(path: Path):
     try:
         return open(os.open(path, os.O_RDWR | os.O_CREAT, 0o666), "r+")
     except PermissionError as e:
-        raise LeaseError(f"cannot open the lease lock {path} ({e}): set H3GATES_LEASE_DIR to a folder every GPU job of this host can write") from None
+        raise LeaseError(
+            f"cannot open the lease lock {path} ({e}): set H3GATES_LEASE_DIR to a folder every GPU job of this host can write"
+        ) from None
     finally:
         os.umask(old)
 
@@ -109,8 +113,10 @@ def acquire(job: str, timeout: float | None = None, poll: float = 0.5, warn: boo
         import sys
 
         if warn:
-            print(f"h3gates lease: no GPU listed by nvidia-smi for {job}: running without a lease (nothing keeps another job off this GPU)",
-                  file=sys.stderr)
+            print(
+                f"h3gates lease: no GPU listed by nvidia-smi for {job}: running without a lease (nothing keeps another job off this GPU)",
+                file=sys.stderr,
+            )
         return None
     start = time.time()
     while True:
@@ -130,14 +136,20 @@ def acquire(job: str, timeout: float | None = None, poll: float = 0.5, warn: boo
             os.environ["CUDA_VISIBLE_DEVICES"] = uuid
             os.environ["H3GATES_LEASE_HELD"] = uuid  # children run inside this lease
             _log({"event": "start", "pid": os.getpid(), **asdict(lease)})
-            atexit.register(lambda: _log({"event": "end", "pid": os.getpid(), "job": job, "index": index, "uuid": uuid, "at": time.time()}))
+            end = {"event": "end", "pid": os.getpid(), "job": job, "index": index, "uuid": uuid}
+            atexit.register(lambda end=end: _log({**end, "at": time.time()}))
             return lease
         waited = time.time() - start
         if int(waited) // 60 != int(waited - poll) // 60:
             import sys
 
-            print(f"h3gates lease: {job} waits for a GPU ({waited:.0f} s): all of {[i for i, _ in devs]} are leased", file=sys.stderr)
+            print(
+                f"h3gates lease: {job} waits for a GPU ({waited:.0f} s): all of {[i for i, _ in devs]} are leased",
+                file=sys.stderr,
+            )
         if timeout is not None and waited > timeout:
-            raise LeaseError(f"no GPU free for {job} after {timeout:.0f} s: all of {[i for i, _ in devs]} are leased "
-                             f"(locks in {_lock_dir()}); run with --resources gpu=N, N at most the number of GPUs")
+            raise LeaseError(
+                f"no GPU free for {job} after {timeout:.0f} s: all of {[i for i, _ in devs]} are leased "
+                f"(locks in {_lock_dir()}); run with --resources gpu=N, N at most the number of GPUs"
+            )
         time.sleep(poll)

@@ -46,7 +46,12 @@ def report_path(profile: str, candidate: str, rung: int, block=None) -> str:
 
 
 def report_paths(profile: str, candidate: str, blocks) -> dict[int, list[str]]:
-    return {r: [report_path(profile, candidate, r, b) for b in blocks] if r in PER_BLOCK else [report_path(profile, candidate, r)] for r in RUNG_NAMES}
+    return {
+        r: [report_path(profile, candidate, r, b) for b in blocks]
+        if r in PER_BLOCK
+        else [report_path(profile, candidate, r)]
+        for r in RUNG_NAMES
+    }
 
 
 def token_path(profile: str, candidate: str, rung: int) -> str:

@@ -67,7 +67,10 @@ def crossing_probability(pairs: tuple[int, ...], alpha: float) -> float:
     done, crossed = 0, 0.0
     for n in pairs:
         for _ in range(n - done):
-            dist = [0.5 * ((dist[s] if s < len(dist) else 0.0) + (dist[s - 1] if s > 0 else 0.0)) for s in range(len(dist) + 1)]
+            dist = [
+                0.5 * ((dist[s] if s < len(dist) else 0.0) + (dist[s - 1] if s > 0 else 0.0))
+                for s in range(len(dist) + 1)
+            ]
         done = n
         k, _ = order_bound(n, alpha)
         if k is not None:
@@ -117,11 +120,13 @@ def method_text(looks: tuple[int, ...], confidence: float) -> str:
     alpha = 1 - confidence
     pairs = tuple(n // 2 for n in looks)
     a = nominal_level(pairs, alpha)
-    return (f"distribution-free group-sequential sign test on the median of AB/BA pair ratios (geometric mean of each AB and BA round), "
-            f"looks at {list(looks)} rounds; every look uses one-sided order-statistic bounds at the same nominal level {a:.5f}, the largest "
-            f"whose exact probability of passing at any look when the true median equals 1 - min_gain is {crossing_probability(pairs, a):.5f} "
-            f"<= {alpha:.3f} (binomial random-walk recursion; Bonferroni would use {alpha / len(looks):.5f}); the same bounds failing a "
-            f"candidate exactly at 1 - min_gain are as rare")
+    return (
+        f"distribution-free group-sequential sign test on the median of AB/BA pair ratios (geometric mean of each AB and BA round), "
+        f"looks at {list(looks)} rounds; every look uses one-sided order-statistic bounds at the same nominal level {a:.5f}, the largest "
+        f"whose exact probability of passing at any look when the true median equals 1 - min_gain is {crossing_probability(pairs, a):.5f} "
+        f"<= {alpha:.3f} (binomial random-walk recursion; Bonferroni would use {alpha / len(looks):.5f}); the same bounds failing a "
+        f"candidate exactly at 1 - min_gain are as rare"
+    )
 
 
 def _fmt(x) -> str:
@@ -151,11 +156,30 @@ def decide(ratios, *, confidence: float, min_gain: float, look: int, looks: tupl
     if upper is not None and upper < c:
         decision, reason = "pass", f"upper {bound} {upper:.4f} < 1 - min_gain {c:.4f} {where}"
     elif lower is not None and lower > c:
-        decision, reason = "fail", f"lower {bound} {lower:.4f} > 1 - min_gain {c:.4f} {where}: confidently not fast enough"
+        decision, reason = (
+            "fail",
+            f"lower {bound} {lower:.4f} > 1 - min_gain {c:.4f} {where}: confidently not fast enough",
+        )
     else:
-        decision, reason = "continue", f"{bound} interval [{_fmt(lower)}, {_fmt(upper)}] contains 1 - min_gain {c:.4f} {where}"
-    return {"rounds": len(ratios), "pairs": n, "look": look, "looks": list(looks), "level": level, "k_upper": k_up, "k_lower": k_lo,
-            "lower": lower, "upper": upper, "median": statistics.median(pr), "threshold": c, "decision": decision, "reason": reason}
+        decision, reason = (
+            "continue",
+            f"{bound} interval [{_fmt(lower)}, {_fmt(upper)}] contains 1 - min_gain {c:.4f} {where}",
+        )
+    return {
+        "rounds": len(ratios),
+        "pairs": n,
+        "look": look,
+        "looks": list(looks),
+        "level": level,
+        "k_upper": k_up,
+        "k_lower": k_lo,
+        "lower": lower,
+        "upper": upper,
+        "median": statistics.median(pr),
+        "threshold": c,
+        "decision": decision,
+        "reason": reason,
+    }
 
 
 def _pct(v, p):
@@ -185,6 +209,7 @@ def _round_timer(device: str, clock):
             torch.cuda.synchronize()
             return [start.elapsed_time(end) / 1e3 for start, end in ev]
     else:
+
         def timed(calls):
             out = []
             for f in calls:
@@ -192,6 +217,7 @@ def _round_timer(device: str, clock):
                 f()
                 out.append(clock() - t0)
             return out
+
     return timed
 
 
@@ -229,11 +255,15 @@ def run(fa, fb, params: dict, device: str, progress=None, *, clock=time.perf_cou
                 ta.append(times["A"])
                 tb.append(times["B"])
                 order.append(o)
-            d = decide([b / a for a, b in zip(ta, tb)], confidence=confidence, min_gain=min_gain, look=look, looks=looks)
+            d = decide(
+                [b / a for a, b in zip(ta, tb)], confidence=confidence, min_gain=min_gain, look=look, looks=looks
+            )
             done.append({k: d[k] for k in ("rounds", "lower", "upper", "median", "level", "decision")})
             if progress:
-                progress(f"perf gate round {n}/{looks[-1]}: median paired ratio {d['median']:.4f}, interval [{_fmt(d['lower'])}, {_fmt(d['upper'])}] "
-                         f"vs {d['threshold']:.4f}: {d['decision']}")
+                progress(
+                    f"perf gate round {n}/{looks[-1]}: median paired ratio {d['median']:.4f}, interval [{_fmt(d['lower'])}, {_fmt(d['upper'])}] "  # noqa: E501
+                    f"vs {d['threshold']:.4f}: {d['decision']}"
+                )
             if d["decision"] != "continue":
                 break
     finally:
@@ -249,13 +279,37 @@ def run(fa, fb, params: dict, device: str, progress=None, *, clock=time.perf_cou
     pairs = pair_ratios(ratios)
     med = statistics.median(pairs)
     return {
-        "rounds": len(order), "warmup": warmup, "order": order, "timer": "cuda-events" if device == "cuda" else "perf_counter",
-        "baseline_s": ta, "candidate_s": tb, "ratios": ratios, "pair_ratios": pairs,
-        "baseline_p50": _pct(ta, 0.5), "baseline_p95": _pct(ta, 0.95), "candidate_p50": _pct(tb, 0.5), "candidate_p95": _pct(tb, 0.95),
-        "ratio_p50": statistics.median(ratios), "ratio_p95": _pct(ratios, 0.95), "median_ratio": med, "gain": 1 - med,
+        "rounds": len(order),
+        "warmup": warmup,
+        "order": order,
+        "timer": "cuda-events" if device == "cuda" else "perf_counter",
+        "baseline_s": ta,
+        "candidate_s": tb,
+        "ratios": ratios,
+        "pair_ratios": pairs,
+        "baseline_p50": _pct(ta, 0.5),
+        "baseline_p95": _pct(ta, 0.95),
+        "candidate_p50": _pct(tb, 0.5),
+        "candidate_p95": _pct(tb, 0.95),
+        "ratio_p50": statistics.median(ratios),
+        "ratio_p95": _pct(ratios, 0.95),
+        "median_ratio": med,
+        "gain": 1 - med,
         "cv": {"baseline": _cv(ta), "candidate": _cv(tb), "ratio": _cv(ratios), "pair_ratio": _cv(pairs)},
-        "confidence": confidence, "min_gain": min_gain, "threshold": 1 - min_gain, "level": d["level"],
-        "schedule": {"min_rounds": looks[0], "batch": _even(int(p["batch"])), "max_rounds": looks[-1], "looks": list(looks)},
-        "looks": done, "interval": [d["lower"], d["upper"]], "decision": decision, "reason": reason, "method": method_text(looks, confidence),
+        "confidence": confidence,
+        "min_gain": min_gain,
+        "threshold": 1 - min_gain,
+        "level": d["level"],
+        "schedule": {
+            "min_rounds": looks[0],
+            "batch": _even(int(p["batch"])),
+            "max_rounds": looks[-1],
+            "looks": list(looks),
+        },
+        "looks": done,
+        "interval": [d["lower"], d["upper"]],
+        "decision": decision,
+        "reason": reason,
+        "method": method_text(looks, confidence),
         "timed_s": sum(ta) + sum(tb),
     }

@@ -18,8 +18,11 @@ def agree(docs: dict) -> tuple[dict, list[str]]:
     """{report path: doc} -> (the pins they share, reasons they do not)."""
     seen = {p: d.get("pins") or {} for p, d in docs.items()}
     first_path, first = next(iter(seen.items()), (None, {}))
-    reasons = [f"{p}: pins differ from {first_path}'s (the rungs ran with different algorithms, libraries or GPUs): {sorted(v)} vs {sorted(first)}"
-               for p, v in seen.items() if v != first]
+    reasons = [
+        f"{p}: pins differ from {first_path}'s (the rungs ran with different algorithms, libraries or GPUs): {sorted(v)} vs {sorted(first)}"
+        for p, v in seen.items()
+        if v != first
+    ]
     return first, reasons
 
 

@@ -17,14 +17,13 @@ import time
 from pathlib import Path
 
 from h3gates.core import pins as P
-from h3gates.core import registry
-from h3gates.core import report
+from h3gates.core import registry, report
 from h3gates.core.config import diff, enforce_perf, validate_config
 from h3gates.core.context import RungContext, candidate_config
 from h3gates.core.errors import ConfigError, Refusal, RegistryError, ReportError
+from h3gates.core.fingerprints import ROOT, file_sha256, provenance
 from h3gates.core.jobs import configured_device
 from h3gates.core.outputs import RESULTS, RUNG_NAMES, report_paths
-from h3gates.core.fingerprints import ROOT, file_sha256, provenance
 from h3gates.core.tokens import revoke
 
 RECORD_SCHEMA_VERSION = 2
@@ -41,7 +40,11 @@ def check_report(path, candidate: str, rung: int, expected: dict) -> tuple[str, 
     except ReportError as e:
         return "invalid", [str(e)], None
     if d["candidate"] != candidate or d["rung"] != rung:
-        return "invalid", [f"{p}: is a rung {d['rung']} report of {d['candidate']}, expected rung {rung} of {candidate}"], d
+        return (
+            "invalid",
+            [f"{p}: is a rung {d['rung']} report of {d['candidate']}, expected rung {rung} of {candidate}"],
+            d,
+        )
     if d["verdict"] != "pass":
         return "fail", [f"{p}: verdict fail: {d['reasons'][0]}"], d
     reasons = []
@@ -52,7 +55,9 @@ def check_report(path, candidate: str, rung: int, expected: dict) -> tuple[str, 
         elif f not in now:
             reasons.append(f"{p}: stale: kernel {f} was used when the gate ran but is not now")
         elif now[f] != then[f]:
-            reasons.append(f"{p}: stale: kernel {f} changed since the gate ran (sha256 {then[f][:12]} -> {now[f][:12]})")
+            reasons.append(
+                f"{p}: stale: kernel {f} changed since the gate ran (sha256 {then[f][:12]} -> {now[f][:12]})"
+            )
     if d["code_fingerprint"] != expected["code_fingerprint"]:
         reasons.append(f"{p}: stale: h3gates modules changed since the gate ran")
     if d["config_digest"] != expected["config_digest"]:
@@ -126,7 +131,12 @@ def _run_options(argv: list[str]) -> str:
         name = a.split("=", 1)[0]
         if name in ("--cores", "-c", "--jobs", "-j") or re.fullmatch(r"-[cj]\d+", a):
             kept.append(a)
-            if "=" not in a and not re.fullmatch(r"-[cj]\d+", a) and i + 1 < len(argv) and re.fullmatch(r"\d+|all", argv[i + 1]):
+            if (
+                "=" not in a
+                and not re.fullmatch(r"-[cj]\d+", a)
+                and i + 1 < len(argv)
+                and re.fullmatch(r"\d+|all", argv[i + 1])
+            ):
                 kept.append(argv[i + 1])
                 i += 1
         elif name in ("--resources", "--res"):
@@ -151,8 +161,11 @@ def _fix(candidate: str, configfiles, moved) -> str:
 
 def flag_text(candidate: str, record: str, deployable: bool) -> str:
     spec = registry.get(candidate)
-    return (f"# written by h3gates promote {candidate}; check with: python -m h3gates verify {record}\n"
-            + ("" if deployable else "# REHEARSAL (profile not deployable): do not deploy\n") + f"{spec.flag}={1 if deployable else 0}\n")
+    return (
+        f"# written by h3gates promote {candidate}; check with: python -m h3gates verify {record}\n"
+        + ("" if deployable else "# REHEARSAL (profile not deployable): do not deploy\n")
+        + f"{spec.flag}={1 if deployable else 0}\n"
+    )
 
 
 def _resolved(config: dict, candidate: str) -> dict:
@@ -180,31 +193,55 @@ def promote(config: dict, candidate: str, record: str, flag: str, configfiles: l
     enforced = enforce_perf(config)
     notes = []
     if not deployable:
-        notes.append(f"profile {config['profile']} is a rehearsal: not deployable (deployable profiles: {config['deployable_profiles']})")
+        notes.append(
+            f"profile {config['profile']} is a rehearsal: not deployable (deployable profiles: {config['deployable_profiles']})"
+        )
     if not enforced:
         notes.append("the block performance gate was recorded but not enforced for this profile")
     notes += sorted({n for d in docs.values() for n in d.get("notes", [])})
-    notes += [f"{p}: {d['timing']['performance_gate']['note']}" for p, d in docs.items() if (d.get("timing") or {}).get("performance_gate", {}).get("note")]
+    notes += [
+        f"{p}: {d['timing']['performance_gate']['note']}"
+        for p, d in docs.items()
+        if (d.get("timing") or {}).get("performance_gate", {}).get("note")
+    ]
     any_doc = next(iter(docs.values()))
     text = flag_text(candidate, record, deployable)
     rec = {
-        "schema_version": RECORD_SCHEMA_VERSION, "candidate": candidate, "flag": registry.get(candidate).flag, "profile": config["profile"],
-        "deployable": deployable, "device": any_doc["device"], "reference": any_doc["reference"],
-        "reports": {p: file_sha256(p) for p in docs}, "verdicts": {p: d["verdict"] for p, d in docs.items()},
+        "schema_version": RECORD_SCHEMA_VERSION,
+        "candidate": candidate,
+        "flag": registry.get(candidate).flag,
+        "profile": config["profile"],
+        "deployable": deployable,
+        "device": any_doc["device"],
+        "reference": any_doc["reference"],
+        "reports": {p: file_sha256(p) for p in docs},
+        "verdicts": {p: d["verdict"] for p, d in docs.items()},
         "kernel_fingerprint": {f: h for d in docs.values() for f, h in d["kernel_fingerprint"].items()},
         "config_digest": {str(r): RungContext.from_config(config, candidate, r).config_digest() for r in RUNG_NAMES},
         "config": {"files": list(configfiles or []), "resolved": _resolved(config, candidate)},
-        "flag_file": {"path": flag, "sha256": hashlib.sha256(text.encode()).hexdigest(), "line": text.strip().splitlines()[-1]},
+        "flag_file": {
+            "path": flag,
+            "sha256": hashlib.sha256(text.encode()).hexdigest(),
+            "line": text.strip().splitlines()[-1],
+        },
         "pins": pins,
         "performance_gate_enforced": enforced,
-        "verdict": "promoted" if deployable else "promoted (rehearsal, not deployable)", "notes": notes,
+        "verdict": "promoted" if deployable else "promoted (rehearsal, not deployable)",
+        "notes": notes,
         "promoted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     report.write(record, rec, schema="promotion")
     report.write_text(flag, text)
 
 
-def verify(record: str, revoke_flag: bool = False, flag: str | None = None, config: dict | None = None, configfiles=None, heal: bool = False) -> dict:
+def verify(
+    record: str,
+    revoke_flag: bool = False,
+    flag: str | None = None,
+    config: dict | None = None,
+    configfiles=None,
+    heal: bool = False,
+) -> dict:
     """Re-check a promotion record now: its flag file says exactly what the record wrote; every report
     present, schema-valid, passing, unedited, produced from the current kernel sources and h3gates
     modules and from the record's configuration (or `config`, whose differences are named); digest
@@ -242,7 +279,9 @@ def verify(record: str, revoke_flag: bool = False, flag: str | None = None, conf
     if not fp.exists():
         reasons.append(f"flag {flag} is missing (the record says it holds {rec['flag_file']['line']})")
     elif hashlib.sha256(fp.read_bytes()).hexdigest() != rec["flag_file"]["sha256"]:
-        reasons.append(f"flag {flag} is not the file the record wrote (it should end with {rec['flag_file']['line']}): edited or forged")
+        reasons.append(
+            f"flag {flag} is not the file the record wrote (it should end with {rec['flag_file']['line']}): edited or forged"
+        )
     if reasons:
         if revoke_flag:
             revoke(flag)
@@ -277,9 +316,24 @@ def format_status(rows) -> str:
     for row in rows:
         lines.append(f"{row['candidate']:18s} " + " ".join(f"{row['rungs'][r]['state']:{width}s}" for r in RUNG_NAMES))
         # a reason that already names its state ("<report>: missing", "<report>: stale: ...") is not prefixed with it again
-        reasons += [f"  {row['candidate']} r{r}: " + (v["reason"] if f": {v['state']}" in v["reason"] else f"{v['state']}: {v['reason']}")
-                    for r, v in row["rungs"].items() if v["reason"]]
+        reasons += [
+            f"  {row['candidate']} r{r}: "
+            + (v["reason"] if f": {v['state']}" in v["reason"] else f"{v['state']}: {v['reason']}")
+            for r, v in row["rungs"].items()
+            if v["reason"]
+        ]
     return "\n".join(lines + ([""] + reasons if reasons else []))
 
 
-__all__ = ["ROOT", "Refusal", "check_candidate", "check_report", "format_status", "promote", "quarantine", "revoke", "status", "verify"]
+__all__ = [
+    "ROOT",
+    "Refusal",
+    "check_candidate",
+    "check_report",
+    "format_status",
+    "promote",
+    "quarantine",
+    "revoke",
+    "status",
+    "verify",
+]

@@ -67,7 +67,9 @@ class Candidate:
         if not self.overrides or set(self.overrides) - set(OVERRIDES):
             raise RegistryError(f"{self.name}: overrides {self.overrides} must be a non-empty subset of {OVERRIDES}")
         if not self.implementations or set(self.implementations) - {"cpu", "cuda"}:
-            raise RegistryError(f"{self.name}: implementations must be keyed by device (cpu, cuda), got {sorted(self.implementations)}")
+            raise RegistryError(
+                f"{self.name}: implementations must be keyed by device (cpu, cuda), got {sorted(self.implementations)}"
+            )
 
     def param_defaults(self) -> dict:
         return {k: s["default"] for k, s in self.params.items() if "default" in s}
@@ -76,7 +78,9 @@ class Candidate:
         try:
             return self.implementations[which]
         except KeyError:
-            raise RegistryError(f"{self.name} has no {which} implementation (it has: {', '.join(sorted(self.implementations))})") from None
+            raise RegistryError(
+                f"{self.name} has no {which} implementation (it has: {', '.join(sorted(self.implementations))})"
+            ) from None
 
 
 def _load(path: Path, name: str):
@@ -146,7 +150,9 @@ def sources(name: str, cand_cfg: dict, device: str, root: str | None = None) -> 
     impl = cand.implementation(implementation_name(cand_cfg, device))
     module = cand_cfg.get("source") or f"{cand.folder}/{impl.module}"
     here = os.path.dirname(module)
-    files = [f"{cand.folder}/candidate.py", module] + [f if f.startswith(KERNELS + "/") else os.path.normpath(f"{here}/{f}") for f in impl.files]
+    files = [f"{cand.folder}/candidate.py", module] + [
+        f if f.startswith(KERNELS + "/") else os.path.normpath(f"{here}/{f}") for f in impl.files
+    ]
     seen = set(files)
     for f in list(files):
         if f.endswith((".cu", ".cuh")) and (base / f).exists():
@@ -162,7 +168,9 @@ def artifacts(name: str, cand_cfg: dict, profile: str, root: str | None = None) 
     params = {**cand.param_defaults(), **cand_cfg.get("params", {})}
     # a relative path is produced by the workflow under the candidate's results; an absolute one is a
     # user's file the candidate reads (fingerprinted the same way: an input and an upstream digest)
-    return {k: rel if os.path.isabs(rel) else f"results/{profile}/{name}/{rel}" for k, rel in cand.artifacts(params).items()}
+    return {
+        k: rel if os.path.isabs(rel) else f"results/{profile}/{name}/{rel}" for k, rel in cand.artifacts(params).items()
+    }
 
 
 def missing_imports(name: str, cand_cfg: dict, device: str, root: str | None = None) -> list[str]:
@@ -184,11 +192,19 @@ def load_module(path):
 
 def markdown_table(root: str | None = None) -> str:
     """The README's candidate table, generated from the declarations."""
-    rows = ["| candidate | flag | roles | overrides | seed | implementations | parameters (default) |", "|---|---|---|---|---|---|---|"]
+    rows = [
+        "| candidate | flag | roles | overrides | seed | implementations | parameters (default) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for c in discover(root).values():
-        impls = "; ".join(f"{d}: `{c.folder}/{i.module}`" + "".join(f" + `{f}`" for f in i.files) for d, i in sorted(c.implementations.items()))
+        impls = "; ".join(
+            f"{d}: `{c.folder}/{i.module}`" + "".join(f" + `{f}`" for f in i.files)
+            for d, i in sorted(c.implementations.items())
+        )
         params = ", ".join(f"`{k}` ({s.get('default', '-')})" for k, s in c.params.items()) or "-"
-        rows.append(f"| `{c.name}` | `{c.flag}` | {', '.join(c.roles)} | {', '.join(c.overrides)} | {c.seed} | {impls} | {params} |")
+        rows.append(
+            f"| `{c.name}` | `{c.flag}` | {', '.join(c.roles)} | {', '.join(c.overrides)} | {c.seed} | {impls} | {params} |"
+        )
     return "\n".join(rows)
 
 

@@ -46,7 +46,9 @@ class H3Config:
             raise ValueError(f"{self.name}: segments must be packed text, audio, video; got {names}")
         t, h, w = self.video_grid
         if t * h * w != self.segments[2].rows:
-            raise ValueError(f"{self.name}: video grid {self.video_grid} has {t * h * w} positions for {self.segments[2].rows} video rows")
+            raise ValueError(
+                f"{self.name}: video grid {self.video_grid} has {t * h * w} positions for {self.segments[2].rows} video rows"
+            )
 
     @property
     def attn(self) -> int:
@@ -71,7 +73,12 @@ class H3Config:
 
     def gemm_shapes(self) -> dict[str, tuple[int, int]]:
         """(N, K) of the four quantized projections."""
-        return {"qkv": (3 * self.attn, self.hidden), "out": (self.hidden, self.attn), "fc1": (2 * self.ffn, self.hidden), "fc2": (self.hidden, self.ffn)}
+        return {
+            "qkv": (3 * self.attn, self.hidden),
+            "out": (self.hidden, self.attn),
+            "fc1": (2 * self.ffn, self.hidden),
+            "fc2": (self.hidden, self.ffn),
+        }
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -82,18 +89,37 @@ class H3Config:
 
 
 PROFILES = {
-    "canonical": dict(blocks=50, hidden=5376, heads=56, head_dim=128, ffn=14336,
-                      segments=(("text", 100), ("audio", 414), ("video", 37296)), video_grid=(21, 37, 48)),
+    "canonical": dict(
+        blocks=50,
+        hidden=5376,
+        heads=56,
+        head_dim=128,
+        ffn=14336,
+        segments=(("text", 100), ("audio", 414), ("video", 37296)),
+        video_grid=(21, 37, 48),
+    ),
     # H3-shaped with every ratio kept; 250 rows in three segments (not a multiple of 16)
-    "tiny": dict(blocks=50, hidden=192, heads=2, head_dim=128, ffn=512,
-                 segments=(("text", 7), ("audio", 19), ("video", 224)), video_grid=(4, 7, 8),
-                 video_channels=16, audio_channels=8, text_channels=32),
+    "tiny": dict(
+        blocks=50,
+        hidden=192,
+        heads=2,
+        head_dim=128,
+        ffn=512,
+        segments=(("text", 7), ("audio", 19), ("video", 224)),
+        video_grid=(4, 7, 8),
+        video_channels=16,
+        audio_channels=8,
+        text_channels=32,
+    ),
 }
 
 
 def from_dict(name: str, d: dict) -> H3Config:
     d = dict(d)
-    d["segments"] = tuple(Segment(s[0], int(s[1])) if isinstance(s, (list, tuple)) else Segment(s["name"], int(s["rows"])) for s in d["segments"])
+    d["segments"] = tuple(
+        Segment(s[0], int(s[1])) if isinstance(s, (list, tuple)) else Segment(s["name"], int(s["rows"]))
+        for s in d["segments"]
+    )
     d["video_grid"] = tuple(d["video_grid"])
     return H3Config(name=name, **d)
 

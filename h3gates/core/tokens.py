@@ -18,11 +18,25 @@ def token(reports: list[str], out: str) -> None:
         except ReportError as e:
             raise Refusal([str(e)]) from None
         if d["verdict"] != "pass":
-            raise Refusal([f"rung {d['rung']} ({d['rung_name']}) FAILED for {d['candidate']}" + (f" block {d['block']}" if d["block"] is not None else "")
-                           + f": {d['reasons'][0]} -- see {p}"] + ([f"replay: python -m h3gates replay {Path(p).parent / d['replay'][0]}"] if d.get("replay") else []))
+            raise Refusal(
+                [
+                    f"rung {d['rung']} ({d['rung_name']}) FAILED for {d['candidate']}"
+                    + (f" block {d['block']}" if d["block"] is not None else "")
+                    + f": {d['reasons'][0]} -- see {p}"
+                ]
+                + ([f"replay: python -m h3gates replay {Path(p).parent / d['replay'][0]}"] if d.get("replay") else [])
+            )
         docs[p] = d
     first = next(iter(docs.values()))
-    report.write(out, {"candidate": first["candidate"], "rung": first["rung"], "reports": {p: report.file_sha256(p) for p in reports}}, schema="token")
+    report.write(
+        out,
+        {
+            "candidate": first["candidate"],
+            "rung": first["rung"],
+            "reports": {p: report.file_sha256(p) for p in reports},
+        },
+        schema="token",
+    )
 
 
 def revoke(*paths) -> None:

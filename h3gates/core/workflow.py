@@ -15,7 +15,19 @@ LOCK_HINT = (
     "run the same command again."
 )
 # snakemake options after which a leftover lock needs no hint (they do not lock, or remove the lock)
-QUIET = {"--unlock", "-n", "--dry-run", "--dryrun", "--nolock", "--summary", "-S", "--detailed-summary", "-D", "--list", "-l"}
+QUIET = {
+    "--unlock",
+    "-n",
+    "--dry-run",
+    "--dryrun",
+    "--nolock",
+    "--summary",
+    "-S",
+    "--detailed-summary",
+    "-D",
+    "--list",
+    "-l",
+}
 
 
 def report_only(argv: list[str]) -> bool:
@@ -92,7 +104,9 @@ def record_labels(path, verified: tuple[str, str] | None = None) -> dict:
         "rung": "promotion",
         "block": "-",
         "verdict": str(d.get("verdict", "?")),
-        "reason": one_line(f"flag {flag} (deployable: {str(d.get('deployable')).lower()})" + (f": {notes}" if notes else "")),
+        "reason": one_line(
+            f"flag {flag} (deployable: {str(d.get('deployable')).lower()})" + (f": {notes}" if notes else "")
+        ),
     }
 
 

@@ -41,20 +41,28 @@ def _positive(text: str) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog=PROG, description="FC2 cuBLASLt algorithm study (seed 003) on the emulated NVFP4 GEMM")
+    ap = argparse.ArgumentParser(
+        prog=PROG, description="FC2 cuBLASLt algorithm study (seed 003) on the emulated NVFP4 GEMM"
+    )
     sub = ap.add_subparsers(dest="mode", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--rows", type=_positive, default=37810, help="activation rows (logical M)")
     common.add_argument("--n", type=_positive, default=5376)
     common.add_argument("--k", type=_positive, default=14336)
-    common.add_argument("--descriptor-rows", choices=("logical", "padded"), default="logical",
-                        help="build the cuBLASLt descriptor with the logical rows or the rows padded to 16")
+    common.add_argument(
+        "--descriptor-rows",
+        choices=("logical", "padded"),
+        default="logical",
+        help="build the cuBLASLt descriptor with the logical rows or the rows padded to 16",
+    )
     common.add_argument("--seed", type=int, default=0)
     common.add_argument("--out", help="write the report here (schema-validated) instead of stdout")
     c = sub.add_parser("characterize", parents=[common], help="heuristics per budget, explicit split-K, AlgoCheck")
     c.add_argument("--budgets", type=_budgets, default=(0, 4, 8, 16, 32, 64), help="workspace budgets in MiB")
     c.add_argument("--heuristic-limit", type=_positive, default=32)
-    c.add_argument("--explicit-bases", type=int, default=2, help="distinct heuristic algorithms to try explicit split-K on")
+    c.add_argument(
+        "--explicit-bases", type=int, default=2, help="distinct heuristic algorithms to try explicit split-K on"
+    )
     c.add_argument("--explicit-budget", type=int, default=S.DEFAULT_WORKSPACE_MIB, help="MiB")
     c.add_argument("--no-planner", action="store_true", help="skip nvmath's Matmul.plan cross-check")
     w = sub.add_parser("sweep", parents=[common], help="time up to N candidates against heuristic #0")
@@ -85,7 +93,9 @@ def main(argv=None) -> int:
             algorithm = S.parse(a.algorithm)
             if algorithm["source"] == "auto":
                 if a.mode != "selected" or not a.sweep:
-                    return _fail("--algorithm auto needs --sweep REPORT (selected only): auto is the fastest byte-exact algorithm of a sweep")
+                    return _fail(
+                        "--algorithm auto needs --sweep REPORT (selected only): auto is the fastest byte-exact algorithm of a sweep"
+                    )
                 from h3gates.fc2.study import select_auto
 
                 algorithm = select_auto(json.loads(Path(a.sweep).read_text()))
@@ -94,7 +104,9 @@ def main(argv=None) -> int:
 
     from h3gates.core.lease import acquire
 
-    acquire(f"fc2 {a.mode}", warn=False)  # one free GPU of this host, before CUDA starts (without one: the line below says so)
+    acquire(
+        f"fc2 {a.mode}", warn=False
+    )  # one free GPU of this host, before CUDA starts (without one: the line below says so)
     import torch
 
     if not torch.cuda.is_available():
@@ -111,11 +123,24 @@ def main(argv=None) -> int:
     shape = {"rows": a.rows, "n": a.n, "k": a.k, "descriptor_rows": a.descriptor_rows, "command": command}
     try:
         if a.mode == "characterize":
-            doc = study.characterize(**shape, budgets=a.budgets, heuristic_limit=a.heuristic_limit, explicit_bases=a.explicit_bases,
-                                     explicit_budget_mib=a.explicit_budget, planner=not a.no_planner)
+            doc = study.characterize(
+                **shape,
+                budgets=a.budgets,
+                heuristic_limit=a.heuristic_limit,
+                explicit_bases=a.explicit_bases,
+                explicit_budget_mib=a.explicit_budget,
+                planner=not a.no_planner,
+            )
         elif a.mode == "sweep":
-            doc = study.sweep(**shape, workspace_mib=a.workspace_mib, max_candidates=a.max_candidates, max_explicit=a.max_explicit,
-                              rounds=a.rounds, iters=a.iters, seed=a.seed)
+            doc = study.sweep(
+                **shape,
+                workspace_mib=a.workspace_mib,
+                max_candidates=a.max_candidates,
+                max_explicit=a.max_explicit,
+                rounds=a.rounds,
+                iters=a.iters,
+                seed=a.seed,
+            )
         elif a.mode == "selected":
             doc = study.selected(algorithm, **shape, rounds=a.rounds, iters=a.iters, seed=a.seed)
         else:

@@ -29,22 +29,32 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from h3gates.core.errors import NvmathMissing, AlgoError
+from h3gates.core.errors import AlgoError, NvmathMissing
 from h3gates.fc2 import spec as S
 
 MIB = 1 << 20
 HEURISTIC_LIMIT = 32  # results requested per heuristic query (enumerate:<budget>:<index> indexes these)
 SPLITK_FACTORS = (2, 4, 8)  # the explicit split-K configurations characterize checks, besides 1
-LAYOUT = {"lt_a": "weight b [N,K] row-major = col-major K x N, ld K, TRANSA=T",
-          "lt_b": "activation a [M,K] row-major = col-major K x M, ld K, TRANSB=N",
-          "lt_d": "out [M,N] row-major = col-major N x M, ld N", "lt_mnk": "m=N, n=M, k=K",
-          "compute_type": "COMPUTE_32F", "scale_type": "CUDA_R_32F", "ab_cd_type": "CUDA_R_16BF",
-          "pointer_mode": "HOST (alpha FP32 scalar, beta 0)", "epilogue": "DEFAULT (no bias)"}
-STREAM_K_NOTE = ("cuBLASLt exposes no documented CUBLASLT_ALGO_CONFIG attribute that selects Stream-K; negative "
-                 "SPLITK_NUM values returned by the heuristic are kept raw as library sentinels and are not "
-                 "interpreted or labelled")
-EXCLUDED_REDUCTIONS = {"OUTPUT_TYPE": "reduces split-K partial sums in bf16: breaks FP32 accumulation with one "
-                       "bf16 rounding (allow_bf16_reduced_precision_reduction=False); never requested"}
+LAYOUT = {
+    "lt_a": "weight b [N,K] row-major = col-major K x N, ld K, TRANSA=T",
+    "lt_b": "activation a [M,K] row-major = col-major K x M, ld K, TRANSB=N",
+    "lt_d": "out [M,N] row-major = col-major N x M, ld N",
+    "lt_mnk": "m=N, n=M, k=K",
+    "compute_type": "COMPUTE_32F",
+    "scale_type": "CUDA_R_32F",
+    "ab_cd_type": "CUDA_R_16BF",
+    "pointer_mode": "HOST (alpha FP32 scalar, beta 0)",
+    "epilogue": "DEFAULT (no bias)",
+}
+STREAM_K_NOTE = (
+    "cuBLASLt exposes no documented CUBLASLT_ALGO_CONFIG attribute that selects Stream-K; negative "
+    "SPLITK_NUM values returned by the heuristic are kept raw as library sentinels and are not "
+    "interpreted or labelled"
+)
+EXCLUDED_REDUCTIONS = {
+    "OUTPUT_TYPE": "reduces split-K partial sums in bf16: breaks FP32 accumulation with one "
+    "bf16 rounding (allow_bf16_reduced_precision_reduction=False); never requested"
+}
 
 
 @cache
@@ -56,10 +66,18 @@ def lib() -> SimpleNamespace:
         from nvmath.bindings import cublas
     except ImportError as e:
         raise NvmathMissing(f"needs nvmath-python (pip install -e '.[cuda]'): {e}") from None
-    return SimpleNamespace(lt=lt, cublas=cublas, nvmath=nvmath, version=getattr(nvmath, "__version__", None),
-                           compute=cublas.ComputeType.COMPUTE_32F, scale=nvmath.CudaDataType.CUDA_R_32F,
-                           bf16=nvmath.CudaDataType.CUDA_R_16BF, cfg=lt.MatmulAlgoConfigAttribute,
-                           cap=lt.MatmulAlgoCapAttribute, red=lt.ReductionScheme)
+    return SimpleNamespace(
+        lt=lt,
+        cublas=cublas,
+        nvmath=nvmath,
+        version=getattr(nvmath, "__version__", None),
+        compute=cublas.ComputeType.COMPUTE_32F,
+        scale=nvmath.CudaDataType.CUDA_R_32F,
+        bf16=nvmath.CudaDataType.CUDA_R_16BF,
+        cfg=lt.MatmulAlgoConfigAttribute,
+        cap=lt.MatmulAlgoCapAttribute,
+        red=lt.ReductionScheme,
+    )
 
 
 @cache
@@ -94,11 +112,18 @@ def environment(device="cuda") -> dict:
     p = torch.cuda.get_device_properties(device)
     torch.cuda.current_blas_handle()  # loads torch's cuBLAS (and its cuBLASLt) so both copies show in the maps
     libs = loaded_cublaslt()
-    env = {"gpu": p.name, "sm_count": p.multi_processor_count, "capability": f"{p.major}.{p.minor}",
-           "cublaslt_version": int(lib().lt.get_version()), "cublaslt_libraries": libs,
-           "nvmath": lib().version, "torch": torch.__version__, "cuda": torch.version.cuda,
-           "python": platform.python_version(),
-           "allow_bf16_reduced_precision_reduction": torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction}
+    env = {
+        "gpu": p.name,
+        "sm_count": p.multi_processor_count,
+        "capability": f"{p.major}.{p.minor}",
+        "cublaslt_version": int(lib().lt.get_version()),
+        "cublaslt_libraries": libs,
+        "nvmath": lib().version,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        "allow_bf16_reduced_precision_reduction": torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
+    }
     if len(libs) > 1:
         env["warning"] = "more than one libcublasLt is mapped: torch's and nvmath's cuBLASLt may differ"
     return env
@@ -122,7 +147,10 @@ class Problem:
         self.m, self.n, self.k = m, n, k
         self.desc = lt.matmul_desc_create(L.compute, L.scale)
         dtype = lt.get_matmul_desc_attribute_dtype
-        for attr, op in ((lt.MatmulDescAttribute.TRANSA, L.cublas.Operation.T), (lt.MatmulDescAttribute.TRANSB, L.cublas.Operation.N)):
+        for attr, op in (
+            (lt.MatmulDescAttribute.TRANSA, L.cublas.Operation.T),
+            (lt.MatmulDescAttribute.TRANSB, L.cublas.Operation.N),
+        ):
             _set(lt.matmul_desc_set_attribute, self.desc, attr, dtype(attr), int(op))
         self.lt_a = lt.matrix_layout_create(L.bf16, k, n, k)
         self.lt_b = lt.matrix_layout_create(L.bf16, k, m, k)
@@ -139,16 +167,37 @@ class Problem:
         pref = lt.matmul_preference_create()
         try:
             P = lt.MatmulPreferenceAttribute
-            _set(lt.matmul_preference_set_attribute, pref, P.MAX_WORKSPACE_BYTES, lt.get_matmul_preference_attribute_dtype(P.MAX_WORKSPACE_BYTES), workspace_bytes)
-            _set(lt.matmul_preference_set_attribute, pref, P.REDUCTION_SCHEME_MASK, lt.get_matmul_preference_attribute_dtype(P.REDUCTION_SCHEME_MASK), fp32_reduction_mask())
+            _set(
+                lt.matmul_preference_set_attribute,
+                pref,
+                P.MAX_WORKSPACE_BYTES,
+                lt.get_matmul_preference_attribute_dtype(P.MAX_WORKSPACE_BYTES),
+                workspace_bytes,
+            )
+            _set(
+                lt.matmul_preference_set_attribute,
+                pref,
+                P.REDUCTION_SCHEME_MASK,
+                lt.get_matmul_preference_attribute_dtype(P.REDUCTION_SCHEME_MASK),
+                fp32_reduction_mask(),
+            )
             res = np.zeros(limit, dtype=lt.matmul_heuristic_result_dtype)
             count = np.zeros(1, dtype=np.int32)
-            lt.matmul_algo_get_heuristic(handle(), self.desc, *self.layouts, pref, limit, res.ctypes.data, count.ctypes.data)
+            lt.matmul_algo_get_heuristic(
+                handle(), self.desc, *self.layouts, pref, limit, res.ctypes.data, count.ctypes.data
+            )
         finally:
             lt.matmul_preference_destroy(pref)
-        return [Found(index=i, algo=np.ascontiguousarray(res["algo"][i:i + 1]), workspace_bytes=int(res["workspace_size"][i]),
-                      waves_count=_finite(res["waves_count"][i]), state=int(res["state"][i]))
-                for i in range(int(count[0]))]
+        return [
+            Found(
+                index=i,
+                algo=np.ascontiguousarray(res["algo"][i : i + 1]),
+                workspace_bytes=int(res["workspace_size"][i]),
+                waves_count=_finite(res["waves_count"][i]),
+                state=int(res["state"][i]),
+            )
+            for i in range(int(count[0]))
+        ]
 
     def check(self, algo: np.ndarray, workspace_bytes: int) -> dict:
         """cublasLtMatmulAlgoCheck, and whether the algorithm fits the caller's workspace."""
@@ -157,10 +206,21 @@ class Problem:
         try:
             lt.matmul_algo_check(handle(), self.desc, *self.layouts, algo.ctypes.data, res.ctypes.data)
         except lt.cuBLASLtError as e:
-            return {"status": "failed", "error": _lt_error(e), "workspace_bytes": None, "waves_count": None, "within_workspace": None}
+            return {
+                "status": "failed",
+                "error": _lt_error(e),
+                "workspace_bytes": None,
+                "waves_count": None,
+                "within_workspace": None,
+            }
         need = int(res["workspace_size"][0])
-        return {"status": "ok" if need <= workspace_bytes else "exceeds_workspace", "error": None, "workspace_bytes": need,
-                "waves_count": _finite(res["waves_count"][0]), "within_workspace": need <= workspace_bytes}
+        return {
+            "status": "ok" if need <= workspace_bytes else "exceeds_workspace",
+            "error": None,
+            "workspace_bytes": need,
+            "waves_count": _finite(res["waves_count"][0]),
+            "within_workspace": need <= workspace_bytes,
+        }
 
     def algo_init(self, algo_id: int) -> np.ndarray:
         L = lib()
@@ -193,14 +253,23 @@ def read_config(algo: np.ndarray) -> dict:
     L = lib()
     lt, cfg = L.lt, L.cfg
     out = {}
-    for field, attr in (("algo_id", cfg.ID), ("tile", cfg.TILE_ID), ("stages", cfg.STAGES_ID), ("splitk", cfg.SPLITK_NUM),
-                        ("reduction_scheme", cfg.REDUCTION_SCHEME), ("cta_swizzling", cfg.CTA_SWIZZLING),
-                        ("custom_option", cfg.CUSTOM_OPTION), ("cluster_shape", cfg.CLUSTER_SHAPE_ID),
-                        ("inner_shape", cfg.INNER_SHAPE_ID)):
+    for field, attr in (
+        ("algo_id", cfg.ID),
+        ("tile", cfg.TILE_ID),
+        ("stages", cfg.STAGES_ID),
+        ("splitk", cfg.SPLITK_NUM),
+        ("reduction_scheme", cfg.REDUCTION_SCHEME),
+        ("cta_swizzling", cfg.CTA_SWIZZLING),
+        ("custom_option", cfg.CUSTOM_OPTION),
+        ("cluster_shape", cfg.CLUSTER_SHAPE_ID),
+        ("inner_shape", cfg.INNER_SHAPE_ID),
+    ):
         buf = np.zeros(1, dtype=lt.get_matmul_algo_config_attribute_dtype(attr))
         written = np.zeros(1, dtype=np.uint64)
         try:
-            lt.matmul_algo_config_get_attribute(algo.ctypes.data, attr, buf.ctypes.data, buf.itemsize, written.ctypes.data)
+            lt.matmul_algo_config_get_attribute(
+                algo.ctypes.data, attr, buf.ctypes.data, buf.itemsize, written.ctypes.data
+            )
             out[field] = int(buf[0])
         except lt.cuBLASLtError:
             out[field] = None
@@ -209,8 +278,13 @@ def read_config(algo: np.ndarray) -> dict:
 
 def _enums() -> dict:
     lt = lib().lt
-    return {"tile": lt.MatmulTile, "stages": lt.MatmulStages, "cluster_shape": lt.ClusterShape,
-            "inner_shape": lt.MatmulInnerShape, "reduction_scheme": lt.ReductionScheme}
+    return {
+        "tile": lt.MatmulTile,
+        "stages": lt.MatmulStages,
+        "cluster_shape": lt.ClusterShape,
+        "inner_shape": lt.MatmulInnerShape,
+        "reduction_scheme": lt.ReductionScheme,
+    }
 
 
 def config_names(config: dict) -> dict:
@@ -239,20 +313,29 @@ def capabilities(algo: np.ndarray) -> dict:
     L = lib()
     lt, cap = L.lt, L.cap
     out = {}
-    for field, attr in (("splitk_support", cap.SPLITK_SUPPORT), ("reduction_scheme_mask", cap.REDUCTION_SCHEME_MASK),
-                        ("cta_swizzling_support", cap.CTA_SWIZZLING_SUPPORT), ("custom_option_max", cap.CUSTOM_OPTION_MAX),
-                        ("tile_ids", cap.TILE_IDS), ("stages_ids", cap.STAGES_IDS)):
+    for field, attr in (
+        ("splitk_support", cap.SPLITK_SUPPORT),
+        ("reduction_scheme_mask", cap.REDUCTION_SCHEME_MASK),
+        ("cta_swizzling_support", cap.CTA_SWIZZLING_SUPPORT),
+        ("custom_option_max", cap.CUSTOM_OPTION_MAX),
+        ("tile_ids", cap.TILE_IDS),
+        ("stages_ids", cap.STAGES_IDS),
+    ):
         dtype = lt.get_matmul_algo_cap_attribute_dtype(attr)
         written = np.zeros(1, dtype=np.uint64)
         try:
             if field.endswith("_ids"):  # variable length: ask the size first
                 lt.matmul_algo_cap_get_attribute(algo.ctypes.data, attr, 0, 0, written.ctypes.data)
                 buf = np.zeros(max(1, int(written[0]) // np.dtype(dtype).itemsize), dtype=dtype)
-                lt.matmul_algo_cap_get_attribute(algo.ctypes.data, attr, buf.ctypes.data, buf.nbytes, written.ctypes.data)
+                lt.matmul_algo_cap_get_attribute(
+                    algo.ctypes.data, attr, buf.ctypes.data, buf.nbytes, written.ctypes.data
+                )
                 out[field] = [int(v) for v in buf[: int(written[0]) // np.dtype(dtype).itemsize]]
             else:
                 buf = np.zeros(1, dtype=dtype)
-                lt.matmul_algo_cap_get_attribute(algo.ctypes.data, attr, buf.ctypes.data, buf.itemsize, written.ctypes.data)
+                lt.matmul_algo_cap_get_attribute(
+                    algo.ctypes.data, attr, buf.ctypes.data, buf.itemsize, written.ctypes.data
+                )
                 out[field] = int(buf[0])
         except lt.cuBLASLtError as e:
             out[field] = None
@@ -264,29 +347,51 @@ def configure(algo: np.ndarray, spec: dict) -> None:
     """Write the spec's given configuration fields into the struct (documented attributes only)."""
     L = lib()
     lt, cfg = L.lt, L.cfg
-    for field, attr in (("tile", cfg.TILE_ID), ("stages", cfg.STAGES_ID), ("splitk", cfg.SPLITK_NUM),
-                        ("reduction_scheme", cfg.REDUCTION_SCHEME), ("cta_swizzling", cfg.CTA_SWIZZLING),
-                        ("custom_option", cfg.CUSTOM_OPTION), ("cluster_shape", cfg.CLUSTER_SHAPE_ID),
-                        ("inner_shape", cfg.INNER_SHAPE_ID)):
+    for field, attr in (
+        ("tile", cfg.TILE_ID),
+        ("stages", cfg.STAGES_ID),
+        ("splitk", cfg.SPLITK_NUM),
+        ("reduction_scheme", cfg.REDUCTION_SCHEME),
+        ("cta_swizzling", cfg.CTA_SWIZZLING),
+        ("custom_option", cfg.CUSTOM_OPTION),
+        ("cluster_shape", cfg.CLUSTER_SHAPE_ID),
+        ("inner_shape", cfg.INNER_SHAPE_ID),
+    ):
         if spec.get(field) is None:
             continue
         value = _enum_raw(field, spec[field]) if field in S.ENUM_PREFIX else spec[field]
         try:
-            _set(lt.matmul_algo_config_set_attribute, algo.ctypes.data, attr, lt.get_matmul_algo_config_attribute_dtype(attr), value)
+            _set(
+                lt.matmul_algo_config_set_attribute,
+                algo.ctypes.data,
+                attr,
+                lt.get_matmul_algo_config_attribute_dtype(attr),
+                value,
+            )
         except (lt.cuBLASLtError, OverflowError) as e:
             raise AlgoError(f"setting {attr.name}={value} on algo {spec['algo_id']}: {_lt_error(e)}") from None
 
 
 def spec_of(algo: np.ndarray, workspace_mib: int, source: str, heuristic_index: int | None = None) -> dict:
     """The normalized spec that rebuilds this struct (the raw attributes read back)."""
-    return S.normalize({**read_config(algo), "workspace_mib": workspace_mib, "source": source, "heuristic_index": heuristic_index}, source)
+    return S.normalize(
+        {**read_config(algo), "workspace_mib": workspace_mib, "source": source, "heuristic_index": heuristic_index},
+        source,
+    )
 
 
 def record(problem: Problem, algo: np.ndarray, workspace_bytes: int, spec: dict) -> dict:
     """Report entry of one algorithm: spec, enum names, capabilities, AlgoCheck, raw struct bytes."""
     cfg = read_config(algo)
-    return {"spec": spec, "config": cfg, "config_names": config_names(cfg), "splitk_sentinel": cfg["splitk"] is not None and cfg["splitk"] < 0,
-            "capabilities": capabilities(algo), "algo_check": problem.check(algo, workspace_bytes), "struct_hex": algo.tobytes().hex()}
+    return {
+        "spec": spec,
+        "config": cfg,
+        "config_names": config_names(cfg),
+        "splitk_sentinel": cfg["splitk"] is not None and cfg["splitk"] < 0,
+        "capabilities": capabilities(algo),
+        "algo_check": problem.check(algo, workspace_bytes),
+        "struct_hex": algo.tobytes().hex(),
+    }
 
 
 def resolve(problem: Problem, spec: dict) -> tuple[np.ndarray, dict, Found | None]:
@@ -301,17 +406,23 @@ def resolve(problem: Problem, spec: dict) -> tuple[np.ndarray, dict, Found | Non
         try:
             found = problem.heuristics(budget)
         except lt.cuBLASLtError as e:
-            raise AlgoError(f"no heuristic result for {problem.m}x{problem.n}x{problem.k} within {spec['workspace_mib']} MiB: {_lt_error(e)}") from None
+            raise AlgoError(
+                f"no heuristic result for {problem.m}x{problem.n}x{problem.k} within {spec['workspace_mib']} MiB: {_lt_error(e)}"
+            ) from None
         i = spec["heuristic_index"]
         if i >= len(found):
-            raise AlgoError(f"{S.describe(spec)}: the heuristic returned {len(found)} algorithms for {problem.m}x{problem.n}x{problem.k} within {spec['workspace_mib']} MiB")
+            raise AlgoError(
+                f"{S.describe(spec)}: the heuristic returned {len(found)} algorithms for {problem.m}x{problem.n}x{problem.k} within {spec['workspace_mib']} MiB"  # noqa: E501
+            )
         src = f"enumerate:{spec['workspace_mib']}:{i}"
         return found[i].algo, spec_of(found[i].algo, spec["workspace_mib"], src, i), found[i]
     lt = lib().lt
     try:
         algo = problem.algo_init(spec["algo_id"])
     except lt.cuBLASLtError as e:
-        raise AlgoError(f"AlgoInit of algo {spec['algo_id']} for bf16 x bf16 -> bf16, FP32 compute: {_lt_error(e)}") from None
+        raise AlgoError(
+            f"AlgoInit of algo {spec['algo_id']} for bf16 x bf16 -> bf16, FP32 compute: {_lt_error(e)}"
+        ) from None
     configure(algo, spec)
     return algo, spec, None
 
@@ -328,12 +439,22 @@ class AlgoGemm:
         if self.spec["source"] == "auto":
             raise S.SpecError("`auto` names no algorithm until a sweep picks one (h3gates.fc2.study.select_auto)")
         self.device = torch.device(device)
-        if self.device.type == "cuda" and self.device.index is None:  # "cuda" means the current device, as tensors name it
+        if (
+            self.device.type == "cuda" and self.device.index is None
+        ):  # "cuda" means the current device, as tensors name it
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.workspace_bytes = self.spec["workspace_mib"] * MIB
         if workspace is None:
-            workspace = torch.empty(self.workspace_bytes, dtype=torch.uint8, device=self.device) if self.workspace_bytes else None
-        elif workspace.dtype != torch.uint8 or workspace.numel() < self.workspace_bytes or workspace.device != self.device:
+            workspace = (
+                torch.empty(self.workspace_bytes, dtype=torch.uint8, device=self.device)
+                if self.workspace_bytes
+                else None
+            )
+        elif (
+            workspace.dtype != torch.uint8
+            or workspace.numel() < self.workspace_bytes
+            or workspace.device != self.device
+        ):
             raise ValueError(f"workspace must be a uint8 tensor of >= {self.workspace_bytes} bytes on {self.device}")
         self.workspace = workspace
         self._plans: dict[tuple[int, int, int], tuple[Problem, np.ndarray, dict]] = {}
@@ -345,8 +466,10 @@ class AlgoGemm:
             algo, spec, _ = resolve(problem, self.spec)
             check = problem.check(algo, self.workspace_bytes)
             if check["status"] != "ok":
-                raise AlgoError(f"AlgoCheck refuses {S.describe(spec)} for {m}x{n}x{k}: {check['status']}"
-                                + (f" ({check['error']})" if check["error"] else f" (needs {check['workspace_bytes']} bytes)"))
+                raise AlgoError(
+                    f"AlgoCheck refuses {S.describe(spec)} for {m}x{n}x{k}: {check['status']}"
+                    + (f" ({check['error']})" if check["error"] else f" (needs {check['workspace_bytes']} bytes)")
+                )
             self._plans[key] = (problem, algo, spec)
         return self._plans[key]
 
@@ -370,9 +493,24 @@ class AlgoGemm:
         al = np.array([alpha], dtype=np.float32)
         beta = np.zeros(1, dtype=np.float32)
         ws = self.workspace.data_ptr() if self.workspace is not None else 0
-        lib().lt.matmul(handle(), problem.desc, al.ctypes.data, b.data_ptr(), problem.lt_a, a.data_ptr(), problem.lt_b,
-                        beta.ctypes.data, out.data_ptr(), problem.lt_d, out.data_ptr(), problem.lt_d, algo.ctypes.data,
-                        ws, self.workspace_bytes, torch.cuda.current_stream(a.device).cuda_stream)
+        lib().lt.matmul(
+            handle(),
+            problem.desc,
+            al.ctypes.data,
+            b.data_ptr(),
+            problem.lt_a,
+            a.data_ptr(),
+            problem.lt_b,
+            beta.ctypes.data,
+            out.data_ptr(),
+            problem.lt_d,
+            out.data_ptr(),
+            problem.lt_d,
+            algo.ctypes.data,
+            ws,
+            self.workspace_bytes,
+            torch.cuda.current_stream(a.device).cuda_stream,
+        )
 
 
 def heuristic0(device="cuda", workspace_mib: int = S.DEFAULT_WORKSPACE_MIB) -> AlgoGemm:
@@ -383,11 +521,15 @@ def heuristic0(device="cuda", workspace_mib: int = S.DEFAULT_WORKSPACE_MIB) -> A
 def _check_operands(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, device: torch.device) -> None:
     for name, t in (("a", a), ("b", b), ("out", out)):
         if t.dtype != torch.bfloat16 or t.dim() != 2 or not t.is_contiguous() or t.device != device:
-            raise ValueError(f"{name} must be a contiguous 2-D bf16 tensor on {device}, got {t.dtype} {tuple(t.shape)} on {t.device}")
+            raise ValueError(
+                f"{name} must be a contiguous 2-D bf16 tensor on {device}, got {t.dtype} {tuple(t.shape)} on {t.device}"
+            )
         if t.data_ptr() % 256:  # the heuristics assume cuBLASLt's default 256-byte operand alignment
             raise ValueError(f"{name} is not 256-byte aligned (data_ptr % 256 = {t.data_ptr() % 256})")
     if a.shape[1] != b.shape[1] or tuple(out.shape) != (a.shape[0], b.shape[0]):
-        raise ValueError(f"shapes a {tuple(a.shape)}, b {tuple(b.shape)}, out {tuple(out.shape)}: want a [m,k], b [n,k], out [m,n]")
+        raise ValueError(
+            f"shapes a {tuple(a.shape)}, b {tuple(b.shape)}, out {tuple(out.shape)}: want a [m,k], b [n,k], out [m,n]"
+        )
 
 
 def explicit_configs(problem: Problem, base: np.ndarray, workspace_mib: int, source: str) -> list[dict]:
@@ -400,29 +542,46 @@ def explicit_configs(problem: Problem, base: np.ndarray, workspace_mib: int, sou
     budget = workspace_mib * MIB
     rows = []
     for splitk, scheme in [(1, red.NONE)] + [(f, s) for f in SPLITK_FACTORS for s in (red.INPLACE, red.COMPUTE_TYPE)]:
-        row = {"base": source, "splitk": splitk, "reduction_scheme": int(scheme), "reduction_scheme_name": scheme.name,
-               "status": None, "reason": None, "record": None}
+        row = {
+            "base": source,
+            "splitk": splitk,
+            "reduction_scheme": int(scheme),
+            "reduction_scheme_name": scheme.name,
+            "status": None,
+            "reason": None,
+            "record": None,
+        }
         if splitk > 1 and not caps.get("splitk_support"):
             row.update(status="unsupported_capability", reason=f"SPLITK_SUPPORT={caps.get('splitk_support')}")
         elif scheme != red.NONE and not (caps.get("reduction_scheme_mask") or 0) & int(scheme):
-            row.update(status="unsupported_capability", reason=f"REDUCTION_SCHEME_MASK={caps.get('reduction_scheme_mask')}")
+            row.update(
+                status="unsupported_capability", reason=f"REDUCTION_SCHEME_MASK={caps.get('reduction_scheme_mask')}"
+            )
         else:
             algo = base.copy()
             try:
-                configure(algo, {"algo_id": read_config(base)["algo_id"], "splitk": splitk, "reduction_scheme": int(scheme)})
+                configure(
+                    algo, {"algo_id": read_config(base)["algo_id"], "splitk": splitk, "reduction_scheme": int(scheme)}
+                )
             except AlgoError as e:
                 row.update(status="set_failed", reason=str(e))
             else:
                 spec = spec_of(algo, workspace_mib, f"{source}+splitk{splitk}/{scheme.name}")
                 row["record"] = record(problem, algo, budget, spec)
                 check = row["record"]["algo_check"]
-                row.update(status={"ok": "passed", "exceeds_workspace": "exceeds_workspace", "failed": "check_failed"}[check["status"]],
-                           reason=check["error"])
+                row.update(
+                    status={"ok": "passed", "exceeds_workspace": "exceeds_workspace", "failed": "check_failed"}[
+                        check["status"]
+                    ],
+                    reason=check["error"],
+                )
         rows.append(row)
     return rows
 
 
-def planner_view(a: torch.Tensor, b: torch.Tensor, alpha: float, workspace_bytes: int, limit: int, low_level: list[Found]) -> dict:
+def planner_view(
+    a: torch.Tensor, b: torch.Tensor, alpha: float, workspace_bytes: int, limit: int, low_level: list[Found]
+) -> dict:
     """nvmath's own planner (nvmath.linalg.advanced.Matmul.plan) on the same operands: its Algorithm
     objects' documented properties, and which low-level heuristic result each one is, byte for byte."""
     L = lib()
@@ -432,16 +591,32 @@ def planner_view(a: torch.Tensor, b: torch.Tensor, alpha: float, workspace_bytes
     # MatmulPlanPreferences takes one ReductionScheme member, so INPLACE|COMPUTE_TYPE cannot be asked
     # for: the planner considers every scheme and OUTPUT_TYPE results show up as such.
     try:
-        with Matmul(a, b.t(), alpha=alpha, options={"compute_type": L.compute, "scale_type": L.scale, "memory_limit": workspace_bytes}) as mm:
+        with Matmul(
+            a,
+            b.t(),
+            alpha=alpha,
+            options={"compute_type": L.compute, "scale_type": L.scale, "memory_limit": workspace_bytes},
+        ) as mm:
             algos = mm.plan(preferences={"limit": limit, "reduction_scheme_mask": L.red.MASK})
             rows = []
             for i, alg in enumerate(algos):
                 raw = alg.as_numpy()["algo"].tobytes()
-                rows.append({"index": i, "algorithm_id": int(alg.algorithm_id), "tile": _jsonable(alg.tile), "stages": _jsonable(alg.stages),
-                             "split_k": int(alg.split_k), "reduction_scheme": int(alg.reduction_scheme),
-                             "cta_swizzling": int(alg.cta_swizzling), "custom_option": int(alg.custom_option),
-                             "inner_shape": int(alg.inner_shape), "cluster_shape": _jsonable(alg.cluster_shape),
-                             "workspace_bytes": int(alg.as_numpy()["workspace_size"][0]), "low_level_index": structs.get(raw)})
+                rows.append(
+                    {
+                        "index": i,
+                        "algorithm_id": int(alg.algorithm_id),
+                        "tile": _jsonable(alg.tile),
+                        "stages": _jsonable(alg.stages),
+                        "split_k": int(alg.split_k),
+                        "reduction_scheme": int(alg.reduction_scheme),
+                        "cta_swizzling": int(alg.cta_swizzling),
+                        "custom_option": int(alg.custom_option),
+                        "inner_shape": int(alg.inner_shape),
+                        "cluster_shape": _jsonable(alg.cluster_shape),
+                        "workspace_bytes": int(alg.as_numpy()["workspace_size"][0]),
+                        "low_level_index": structs.get(raw),
+                    }
+                )
         return {"reduction_scheme_mask": int(L.red.MASK), "error": None, "algorithms": rows}
     except Exception as e:  # noqa: BLE001 -- the planner is a cross-check: any failure is recorded, not fatal
         return {"reduction_scheme_mask": int(L.red.MASK), "error": f"{type(e).__name__}: {e}", "algorithms": []}

@@ -32,6 +32,8 @@ def check(pin: dict) -> list[str]:
     env = environment_here()
     reasons = S.check_pin(pin, env)
     if reasons and env.get("unavailable"):
-        reasons.append(f"{env['unavailable']}: the algorithm's bytes were measured on {pin.get('gpu')!r} ({pin.get('sm_count')} SMs) "
-                       f"with cuBLASLt {pin.get('cublaslt_version')}, and hold only there")
+        reasons.append(
+            f"{env['unavailable']}: the algorithm's bytes were measured on {pin.get('gpu')!r} ({pin.get('sm_count')} SMs) "
+            f"with cuBLASLt {pin.get('cublaslt_version')}, and hold only there"
+        )
     return reasons

@@ -23,20 +23,41 @@ from pathlib import Path
 from h3gates.core.errors import SpecError
 
 DEFAULT_WORKSPACE_MIB = 32  # Comfy Kitchen's cuBLASLt workspace for its NVFP4 GEMM
-CONFIG_FIELDS = ("algo_id", "tile", "stages", "splitk", "reduction_scheme", "cta_swizzling", "custom_option",
-                 "cluster_shape", "inner_shape")
+CONFIG_FIELDS = (
+    "algo_id",
+    "tile",
+    "stages",
+    "splitk",
+    "reduction_scheme",
+    "cta_swizzling",
+    "custom_option",
+    "cluster_shape",
+    "inner_shape",
+)
 FIELDS = CONFIG_FIELDS + ("workspace_mib", "source", "heuristic_index")
 SYMBOLIC = ("enumerate", "heuristic0", "auto")
 
 # Enum-valued fields and the prefix of their nvmath.bindings.cublasLt member names
 # (MatmulTile.TILE_128x256, MatmulStages.STAGES_64x3, ClusterShape.SHAPE_2x1x1; the inner shape and
 # reduction scheme members carry no prefix: MMA16816, COMPUTE_TYPE).
-ENUM_PREFIX = {"tile": "TILE_", "stages": "STAGES_", "cluster_shape": "SHAPE_", "inner_shape": "", "reduction_scheme": ""}
+ENUM_PREFIX = {
+    "tile": "TILE_",
+    "stages": "STAGES_",
+    "cluster_shape": "SHAPE_",
+    "inner_shape": "",
+    "reduction_scheme": "",
+}
 
 # Accepted spellings: the seed's report keys and the attribute names without CUBLASLT_ALGO_CONFIG_.
 ALIASES = {
-    "algorithm_id": "algo_id", "id": "algo_id", "tile_id": "tile", "stages_id": "stages", "split_k": "splitk",
-    "splitk_num": "splitk", "swizzle": "cta_swizzling", "cluster_shape_id": "cluster_shape",
+    "algorithm_id": "algo_id",
+    "id": "algo_id",
+    "tile_id": "tile",
+    "stages_id": "stages",
+    "split_k": "splitk",
+    "splitk_num": "splitk",
+    "swizzle": "cta_swizzling",
+    "cluster_shape_id": "cluster_shape",
     "inner_shape_id": "inner_shape",
 }
 
@@ -69,7 +90,9 @@ def parse(value) -> dict:
         return normalize(obj, "inline")
     path = Path(text)
     if not path.is_file():
-        raise SpecError(f"{text!r} is not auto, heuristic0, enumerate:<budget_mib>:<index>, a JSON object, or an existing JSON file")
+        raise SpecError(
+            f"{text!r} is not auto, heuristic0, enumerate:<budget_mib>:<index>, a JSON object, or an existing JSON file"
+        )
     try:
         obj = json.loads(path.read_text())
     except json.JSONDecodeError as e:
@@ -98,7 +121,9 @@ def normalize(obj, default_source: str) -> dict:
         seen[field] = key
         spec[field] = v
     if spec["algo_id"] is None:
-        raise SpecError("a JSON spec must give algo_id (the CUBLASLT_ALGO_CONFIG_ID); use enumerate:<budget_mib>:<index> to take one from the heuristic")
+        raise SpecError(
+            "a JSON spec must give algo_id (the CUBLASLT_ALGO_CONFIG_ID); use enumerate:<budget_mib>:<index> to take one from the heuristic"
+        )
     _check_int(spec, "algo_id", minimum=0)
     _check_int(spec, "splitk")  # raw: negative heuristic sentinels stay as they are
     for f in ("cta_swizzling", "custom_option", "heuristic_index"):
@@ -111,7 +136,9 @@ def normalize(obj, default_source: str) -> dict:
     if spec["source"] is None:
         spec["source"] = default_source
     elif not isinstance(spec["source"], str) or spec["source"] in SYMBOLIC:
-        raise SpecError(f"source {spec['source']!r}: a JSON spec's source is free text naming where it came from, not {'/'.join(SYMBOLIC)}")
+        raise SpecError(
+            f"source {spec['source']!r}: a JSON spec's source is free text naming where it came from, not {'/'.join(SYMBOLIC)}"
+        )
     return spec
 
 
@@ -136,7 +163,9 @@ def _enum_value(field: str, v, prefix: str):
                 raise SpecError(f"{field} {v!r}: names of this field start with {prefix}")
             v = prefix + v  # "128x256" -> "TILE_128x256"
         return v
-    raise SpecError(f"{field} must be a non-negative integer (the raw attribute value) or an enum member name, got {v!r}")
+    raise SpecError(
+        f"{field} must be a non-negative integer (the raw attribute value) or an enum member name, got {v!r}"
+    )
 
 
 def is_concrete(spec: dict) -> bool:
@@ -146,7 +175,11 @@ def is_concrete(spec: dict) -> bool:
 def describe(spec: dict) -> str:
     """One line for tables and messages."""
     if not is_concrete(spec):
-        return spec["source"] if spec["source"] != "enumerate" else f"enumerate:{spec['workspace_mib']}:{spec['heuristic_index']}"
+        return (
+            spec["source"]
+            if spec["source"] != "enumerate"
+            else f"enumerate:{spec['workspace_mib']}:{spec['heuristic_index']}"
+        )
     parts = [f"algo {spec['algo_id']}"] + [f"{f}={spec[f]}" for f in CONFIG_FIELDS[1:] if spec[f] is not None]
     return " ".join(parts) + f" ws={spec['workspace_mib']}MiB"
 
@@ -156,7 +189,9 @@ def pin(spec: dict, env: dict) -> dict:
     GPU name and SM count its byte-exactness was measured with."""
     missing = [f for f in CONFIG_FIELDS if spec.get(f) is None]
     if missing:
-        raise SpecError(f"only a fully specified algorithm can be pinned (missing: {', '.join(missing)}); take it from a sweep or selected report")
+        raise SpecError(
+            f"only a fully specified algorithm can be pinned (missing: {', '.join(missing)}); take it from a sweep or selected report"
+        )
     absent = [k for k in PIN_KEYS if env.get(k) is None]
     if absent:
         raise SpecError(f"cannot pin without {', '.join(PIN_LABELS[k] for k in absent)} of the measuring machine")

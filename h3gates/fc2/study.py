@@ -30,14 +30,14 @@ from pathlib import Path
 import jsonschema
 import torch
 
+from h3gates.fc2 import cublaslt as C
+from h3gates.fc2 import spec as S
+from h3gates.model.reference import Reference
 from h3gates.nvfp4 import block_values, global_scale
 from h3gates.nvfp4 import formats as F
 from h3gates.nvfp4.compare import sha256
 from h3gates.nvfp4.gemm import alpha as gemm_alpha
 from h3gates.nvfp4.gemm import mm_alpha
-from h3gates.model.reference import Reference
-from h3gates.fc2 import cublaslt as C
-from h3gates.fc2 import spec as S
 
 SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "fc2.schema.json"
 SCHEMA_VERSION = 1
@@ -63,8 +63,14 @@ class Operands:
 
     def info(self) -> dict:
         bits = int(self.alpha_t.float().cpu().view(torch.int32))
-        return {"seed": self.seed, "activation": "randn bf16", "weight": "randn bf16", "quantizer": Reference(self.x.device).describe(),
-                "alpha": self.alpha, "alpha_bits": f"0x{bits & 0xFFFFFFFF:08x}"}
+        return {
+            "seed": self.seed,
+            "activation": "randn bf16",
+            "weight": "randn bf16",
+            "quantizer": Reference(self.x.device).describe(),
+            "alpha": self.alpha,
+            "alpha_bits": f"0x{bits & 0xFFFFFFFF:08x}",
+        }
 
 
 def shapes(rows: int, n: int, k: int, descriptor_rows: str = "logical") -> dict:
@@ -72,8 +78,16 @@ def shapes(rows: int, n: int, k: int, descriptor_rows: str = "logical") -> dict:
     cuBLASLt descriptor is built with; outputs are always compared on the logical rows."""
     padded = F.roundup(rows, 16)
     m = rows if descriptor_rows == "logical" else padded
-    return {"m_logical": rows, "m_padded": padded, "m_descriptor": m, "descriptor_rows": descriptor_rows, "n": n, "k": k,
-            "lt": {"m": n, "n": m, "k": k}, "flop": 2 * m * n * k}
+    return {
+        "m_logical": rows,
+        "m_padded": padded,
+        "m_descriptor": m,
+        "descriptor_rows": descriptor_rows,
+        "n": n,
+        "k": k,
+        "lt": {"m": n, "n": m, "k": k},
+        "flop": 2 * m * n * k,
+    }
 
 
 def operands(rows: int, n: int, k: int, *, seed: int = 0, descriptor_rows: str = "logical", device="cuda") -> Operands:
@@ -88,8 +102,16 @@ def operands(rows: int, n: int, k: int, *, seed: int = 0, descriptor_rows: str =
     qw, sw = ref.quantize(w, gw)
     m = rows if descriptor_rows == "logical" else qx.shape[0]
     al = gemm_alpha(gx, gw)
-    return Operands(x=x, a=block_values(qx, sx, m), b=block_values(qw, sw, n), alpha_t=al, alpha=al.item(), rows=rows,
-                    descriptor_rows=descriptor_rows, seed=seed)
+    return Operands(
+        x=x,
+        a=block_values(qx, sx, m),
+        b=block_values(qw, sw, n),
+        alpha_t=al,
+        alpha=al.item(),
+        rows=rows,
+        descriptor_rows=descriptor_rows,
+        seed=seed,
+    )
 
 
 def header(kind: str, command: str, shape: dict, device="cuda") -> dict:
@@ -97,9 +119,19 @@ def header(kind: str, command: str, shape: dict, device="cuda") -> dict:
     (bf16) reduction in torch's baseline, no TF32 anywhere."""
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
     torch.backends.cuda.matmul.allow_tf32 = False
-    return {"schema_version": SCHEMA_VERSION, "kind": kind, "command": command, "environment": C.environment(device),
-            "operation": {**C.LAYOUT, "reduction_scheme_mask": C.fp32_reduction_mask(), "excluded_reduction_schemes": C.EXCLUDED_REDUCTIONS},
-            "shapes": shape, "stream_k_note": C.STREAM_K_NOTE}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": kind,
+        "command": command,
+        "environment": C.environment(device),
+        "operation": {
+            **C.LAYOUT,
+            "reduction_scheme_mask": C.fp32_reduction_mask(),
+            "excluded_reduction_schemes": C.EXCLUDED_REDUCTIONS,
+        },
+        "shapes": shape,
+        "stream_k_note": C.STREAM_K_NOTE,
+    }
 
 
 def percentile(xs: list[float], q: float) -> float:
@@ -129,12 +161,20 @@ def alternating(baseline, candidate, *, rounds: int, iters: int, flop: int | Non
             end.record()
             end.synchronize()
             ms[which] = start.elapsed_time(end) / iters
-        rows.append({"round": r, "order": order, "baseline_ms": ms["A"], "candidate_ms": ms["B"], "ratio": ms["B"] / ms["A"]})
+        rows.append(
+            {"round": r, "order": order, "baseline_ms": ms["A"], "candidate_ms": ms["B"], "ratio": ms["B"] / ms["A"]}
+        )
     base, cand, ratio = ([row[key] for row in rows] for key in ("baseline_ms", "candidate_ms", "ratio"))
-    out = {"rounds": rows, "iters_per_sample": iters,
-           "baseline_p50_ms": percentile(base, 50), "baseline_p95_ms": percentile(base, 95),
-           "candidate_p50_ms": percentile(cand, 50), "candidate_p95_ms": percentile(cand, 95),
-           "ratio_p50": percentile(ratio, 50), "ratio_p95": percentile(ratio, 95)}
+    out = {
+        "rounds": rows,
+        "iters_per_sample": iters,
+        "baseline_p50_ms": percentile(base, 50),
+        "baseline_p95_ms": percentile(base, 95),
+        "candidate_p50_ms": percentile(cand, 50),
+        "candidate_p95_ms": percentile(cand, 95),
+        "ratio_p50": percentile(ratio, 50),
+        "ratio_p95": percentile(ratio, 95),
+    }
     out["gain_p50"] = 1 - out["ratio_p50"]
     if flop is not None:
         out["baseline_tflops_p50"] = flop / (out["baseline_p50_ms"] * 1e-3) / 1e12
@@ -190,8 +230,12 @@ def _baselines(ops: Operands, workspace_mib: int) -> tuple[_Runner, dict, dict]:
     base()
     h0 = base.result()
     shape = ops.shapes
-    info = {"heuristic0": base.gemm.describe(shape["m_descriptor"], shape["n"], shape["k"]), "heuristic0_sha256": sha256(h0),
-            "torch_addmm_sha256": sha256(torch_out), **{f"torch_addmm_{k}": v for k, v in compare(torch_out, h0).items()}}
+    info = {
+        "heuristic0": base.gemm.describe(shape["m_descriptor"], shape["n"], shape["k"]),
+        "heuristic0_sha256": sha256(h0),
+        "torch_addmm_sha256": sha256(torch_out),
+        **{f"torch_addmm_{k}": v for k, v in compare(torch_out, h0).items()},
+    }
     info["heuristic0_equal_to_torch_addmm"] = info["torch_addmm_bytes_differing"] == 0
     return base, {"heuristic0": h0, "torch_addmm": torch_out}, info
 
@@ -209,6 +253,7 @@ def _producer_plus_fc2(ops: Operands, base: _Runner, cand: _Runner, rounds: int,
     def with_gemm(runner):
         def f():
             runner.gemm.run(produce(), ops.b, ops.alpha, runner.out)
+
         return f
 
     t = alternating(with_gemm(base), with_gemm(cand), rounds=rounds, iters=iters)
@@ -230,9 +275,20 @@ def _explicit_bases(found: list[C.Found], count: int) -> list[C.Found]:
     return bases
 
 
-def characterize(rows=CANONICAL["rows"], n=CANONICAL["n"], k=CANONICAL["k"], *, budgets=BUDGETS_MIB, heuristic_limit=C.HEURISTIC_LIMIT,
-                 explicit_budget_mib=S.DEFAULT_WORKSPACE_MIB, explicit_bases=2, descriptor_rows="logical", planner=True,
-                 command="", device="cuda") -> dict:
+def characterize(
+    rows=CANONICAL["rows"],
+    n=CANONICAL["n"],
+    k=CANONICAL["k"],
+    *,
+    budgets=BUDGETS_MIB,
+    heuristic_limit=C.HEURISTIC_LIMIT,
+    explicit_budget_mib=S.DEFAULT_WORKSPACE_MIB,
+    explicit_bases=2,
+    descriptor_rows="logical",
+    planner=True,
+    command="",
+    device="cuda",
+) -> dict:
     """Heuristics per budget, explicit split-K configurations, AlgoCheck of each; no GEMM runs."""
     shape = shapes(rows, n, k, descriptor_rows)
     problem = C.Problem(shape["m_descriptor"], n, k)
@@ -255,37 +311,85 @@ def characterize(rows=CANONICAL["rows"], n=CANONICAL["n"], k=CANONICAL["k"], *, 
             found_at[mib] = []
         for f in found_at[mib]:
             spec = C.spec_of(f.algo, mib, f"enumerate:{mib}:{f.index}", f.index)
-            entry["results"].append({"index": f.index, "heuristic_workspace_bytes": f.workspace_bytes, "waves_count": f.waves_count,
-                                     "state": f.state, **C.record(problem, f.algo, mib * C.MIB, spec)})
+            entry["results"].append(
+                {
+                    "index": f.index,
+                    "heuristic_workspace_bytes": f.workspace_bytes,
+                    "waves_count": f.waves_count,
+                    "state": f.state,
+                    **C.record(problem, f.algo, mib * C.MIB, spec),
+                }
+            )
         doc["heuristics"].append(entry)
-    doc["explicit"] = {"workspace_mib": explicit_budget_mib, "splitk_factors": [1, *C.SPLITK_FACTORS], "configurations": []}
-    found = found_at[explicit_budget_mib] if explicit_budget_mib in found_at else problem.heuristics(explicit_budget_mib * C.MIB, heuristic_limit)
+    doc["explicit"] = {
+        "workspace_mib": explicit_budget_mib,
+        "splitk_factors": [1, *C.SPLITK_FACTORS],
+        "configurations": [],
+    }
+    found = (
+        found_at[explicit_budget_mib]
+        if explicit_budget_mib in found_at
+        else problem.heuristics(explicit_budget_mib * C.MIB, heuristic_limit)
+    )
     for f in _explicit_bases(found, explicit_bases):
-        doc["explicit"]["configurations"] += C.explicit_configs(problem, f.algo, explicit_budget_mib, f"enumerate:{explicit_budget_mib}:{f.index}")
+        doc["explicit"]["configurations"] += C.explicit_configs(
+            problem, f.algo, explicit_budget_mib, f"enumerate:{explicit_budget_mib}:{f.index}"
+        )
     if planner:
         a = torch.empty(shape["m_descriptor"], k, dtype=torch.bfloat16, device=device)
         b = torch.empty(n, k, dtype=torch.bfloat16, device=device)
-        doc["planner"] = [{"workspace_mib": mib, **C.planner_view(a, b, 1.0, mib * C.MIB, heuristic_limit, found_at[mib])} for mib in budgets]
+        doc["planner"] = [
+            {"workspace_mib": mib, **C.planner_view(a, b, 1.0, mib * C.MIB, heuristic_limit, found_at[mib])}
+            for mib in budgets
+        ]
     return doc
 
 
-def sweep(rows=CANONICAL["rows"], n=CANONICAL["n"], k=CANONICAL["k"], *, workspace_mib=S.DEFAULT_WORKSPACE_MIB, max_candidates=8,
-          max_explicit=4, rounds=6, iters=2, seed=0, descriptor_rows="logical", ops: Operands | None = None, command="", device="cuda") -> dict:
+def sweep(
+    rows=CANONICAL["rows"],
+    n=CANONICAL["n"],
+    k=CANONICAL["k"],
+    *,
+    workspace_mib=S.DEFAULT_WORKSPACE_MIB,
+    max_candidates=8,
+    max_explicit=4,
+    rounds=6,
+    iters=2,
+    seed=0,
+    descriptor_rows="logical",
+    ops: Operands | None = None,
+    command="",
+    device="cuda",
+) -> dict:
     """Time up to `max_candidates` heuristic results plus up to `max_explicit` explicit split-K
     configurations that pass AlgoCheck, each paired against heuristic #0."""
     ops = ops or operands(rows, n, k, seed=seed, descriptor_rows=descriptor_rows, device=device)
     shape = ops.shapes
     doc = header("sweep", command, shape, device)
-    doc.update(operands=ops.info(), workspace_mib=workspace_mib, max_candidates=max_candidates, max_explicit=max_explicit,
-               rounds=rounds, iters_per_sample=iters, exactness_reference=EXACTNESS_REFERENCE)
+    doc.update(
+        operands=ops.info(),
+        workspace_mib=workspace_mib,
+        max_candidates=max_candidates,
+        max_explicit=max_explicit,
+        rounds=rounds,
+        iters_per_sample=iters,
+        exactness_reference=EXACTNESS_REFERENCE,
+    )
     problem = C.Problem(shape["m_descriptor"], n, k)
     found = problem.heuristics(workspace_mib * C.MIB)
-    specs = [C.spec_of(f.algo, workspace_mib, f"enumerate:{workspace_mib}:{f.index}", f.index) for f in found[:max_candidates]]
+    specs = [
+        C.spec_of(f.algo, workspace_mib, f"enumerate:{workspace_mib}:{f.index}", f.index)
+        for f in found[:max_candidates]
+    ]
     keys = {_dedup_key(s) for s in specs}
     explicit = []
     for f in _explicit_bases(found, 2):
         for row in C.explicit_configs(problem, f.algo, workspace_mib, f"enumerate:{workspace_mib}:{f.index}"):
-            if row["status"] == "passed" and _dedup_key(row["record"]["spec"]) not in keys and len(explicit) < max_explicit:
+            if (
+                row["status"] == "passed"
+                and _dedup_key(row["record"]["spec"]) not in keys
+                and len(explicit) < max_explicit
+            ):
                 keys.add(_dedup_key(row["record"]["spec"]))
                 explicit.append(row["record"]["spec"])
     base, refs, doc["baseline"] = _baselines(ops, workspace_mib)
@@ -300,21 +404,36 @@ def sweep(rows=CANONICAL["rows"], n=CANONICAL["n"], k=CANONICAL["k"], *, workspa
             rec["rebuild"] = _rebuild_check(spec, found[spec["heuristic_index"]], rec, ops)
         doc["candidates"].append(rec)
     best = _fastest_exact(doc["candidates"])
-    doc["fastest_exact"] = None if best is None else {"spec": best["spec"], "candidate_p50_ms": best["timing"]["candidate_p50_ms"],
-                                                      "ratio_p50": best["timing"]["ratio_p50"]}
+    doc["fastest_exact"] = (
+        None
+        if best is None
+        else {
+            "spec": best["spec"],
+            "candidate_p50_ms": best["timing"]["candidate_p50_ms"],
+            "ratio_p50": best["timing"]["ratio_p50"],
+        }
+    )
     doc["producer_plus_fc2"] = None
     if best is not None:
-        doc["producer_plus_fc2"] = _producer_plus_fc2(ops, base, _Runner(C.AlgoGemm(best["spec"], device=device), ops), rounds, 1)
+        doc["producer_plus_fc2"] = _producer_plus_fc2(
+            ops, base, _Runner(C.AlgoGemm(best["spec"], device=device), ops), rounds, 1
+        )
     return doc
 
 
 def _rebuild_check(spec: dict, found: C.Found, rec: dict, ops: Operands) -> dict:
     """Does AlgoInit + the read-back attributes give the heuristic's struct, and its bytes?"""
-    heur = _Runner(C.AlgoGemm(S.parse(f"enumerate:{spec['workspace_mib']}:{spec['heuristic_index']}"), device=ops.a.device), ops)
+    heur = _Runner(
+        C.AlgoGemm(S.parse(f"enumerate:{spec['workspace_mib']}:{spec['heuristic_index']}"), device=ops.a.device), ops
+    )
     heur()
     digest = sha256(heur.result())
-    return {"struct_equal": rec["struct_hex"] == found.algo.tobytes().hex(), "heuristic_struct_hex": found.algo.tobytes().hex(),
-            "heuristic_struct_sha256": digest, "bytes_equal": digest == rec["sha256"]}
+    return {
+        "struct_equal": rec["struct_hex"] == found.algo.tobytes().hex(),
+        "heuristic_struct_hex": found.algo.tobytes().hex(),
+        "heuristic_struct_sha256": digest,
+        "bytes_equal": digest == rec["sha256"],
+    }
 
 
 def _fastest_exact(cands: list[dict]) -> dict | None:
@@ -330,25 +449,61 @@ def select_auto(sweep_report: dict) -> dict:
     return S.normalize(best["spec"], "auto")
 
 
-def selected(algorithm: dict, rows=CANONICAL["rows"], n=CANONICAL["n"], k=CANONICAL["k"], *, rounds=6, iters=2, seed=0,
-             descriptor_rows="logical", ops: Operands | None = None, command="", device="cuda") -> dict:
+def selected(
+    algorithm: dict,
+    rows=CANONICAL["rows"],
+    n=CANONICAL["n"],
+    k=CANONICAL["k"],
+    *,
+    rounds=6,
+    iters=2,
+    seed=0,
+    descriptor_rows="logical",
+    ops: Operands | None = None,
+    command="",
+    device="cuda",
+) -> dict:
     """One algorithm measured like a sweep candidate, plus producer-plus-FC2 time and its pin."""
     ops = ops or operands(rows, n, k, seed=seed, descriptor_rows=descriptor_rows, device=device)
     doc = header("selected", command, ops.shapes, device)
-    doc.update(operands=ops.info(), requested=algorithm, rounds=rounds, iters_per_sample=iters, exactness_reference=EXACTNESS_REFERENCE)
+    doc.update(
+        operands=ops.info(),
+        requested=algorithm,
+        rounds=rounds,
+        iters_per_sample=iters,
+        exactness_reference=EXACTNESS_REFERENCE,
+    )
     base, refs, doc["baseline"] = _baselines(ops, algorithm["workspace_mib"])
     rec = _measure(algorithm, ops, base, refs, rounds, iters)
     doc["candidate"] = rec
     # pin every attribute as read back, also those a partial JSON spec left to AlgoInit
-    readback = S.normalize({**rec["config"], "workspace_mib": algorithm["workspace_mib"], "source": rec["spec"]["source"],
-                            "heuristic_index": rec["spec"]["heuristic_index"]}, "selected")
+    readback = S.normalize(
+        {
+            **rec["config"],
+            "workspace_mib": algorithm["workspace_mib"],
+            "source": rec["spec"]["source"],
+            "heuristic_index": rec["spec"]["heuristic_index"],
+        },
+        "selected",
+    )
     doc["pin"] = S.pin(readback, doc["environment"]) if rec["exact"] else None
-    doc["producer_plus_fc2"] = _producer_plus_fc2(ops, base, _Runner(C.AlgoGemm(algorithm, device=device), ops), rounds, 1)
+    doc["producer_plus_fc2"] = _producer_plus_fc2(
+        ops, base, _Runner(C.AlgoGemm(algorithm, device=device), ops), rounds, 1
+    )
     return doc
 
 
-def profile(algorithm: dict, rows=CANONICAL["rows"], n=CANONICAL["n"], k=CANONICAL["k"], *, seed=0, descriptor_rows="logical",
-            command="", device="cuda") -> dict:
+def profile(
+    algorithm: dict,
+    rows=CANONICAL["rows"],
+    n=CANONICAL["n"],
+    k=CANONICAL["k"],
+    *,
+    seed=0,
+    descriptor_rows="logical",
+    command="",
+    device="cuda",
+) -> dict:
     """Exactly one GEMM between cudaProfilerStart and cudaProfilerStop (run under
     `ncu --profile-from-start off`, see ncu_argv); one untimed call first loads the kernel."""
     ops = operands(rows, n, k, seed=seed, descriptor_rows=descriptor_rows, device=device)
@@ -372,7 +527,17 @@ def ncu_argv(profile_args: list[str], export: str, metrics: list[str] | None = N
     h3gates.rungs.nsight.capture(profile_target(args), metrics, workdir, timeout) is the same capture through
     the project's Nsight wrapper."""
     sel = ["--metrics", ",".join(metrics)] if metrics else ["--set", "full"]
-    return ["ncu", "--target-processes", "all", "--profile-from-start", "off", *sel, "--export", export, *profile_target(profile_args)]
+    return [
+        "ncu",
+        "--target-processes",
+        "all",
+        "--profile-from-start",
+        "off",
+        *sel,
+        "--export",
+        export,
+        *profile_target(profile_args),
+    ]
 
 
 def profile_target(profile_args: list[str]) -> list[str]:

@@ -23,7 +23,9 @@ def params_of(name: str, cand_cfg: dict) -> dict:
     return {**registry.get(name).param_defaults(), **cand_cfg.get("params", {})}
 
 
-def build_one(name: str, cand_cfg: dict, device: str, reference, base: dict, level: str = "schedule", profile=None, artifacts=None) -> dict:
+def build_one(
+    name: str, cand_cfg: dict, device: str, reference, base: dict, level: str = "schedule", profile=None, artifacts=None
+) -> dict:
     """{role: Role} of one candidate as configured, on top of `base`. level="kernel" asks for the
     kernel alone where the module has `build_kernel` (e.g. the ring's chunk quantizer over the whole
     activation), which rungs 1-2 gate before the schedule is exercised at rung 3. `profile` (an
@@ -48,5 +50,9 @@ def baseline_roles(baseline: dict, device: str, reference, profile=None, ctx=Non
     arts = (getattr(ctx, "artifacts", None) if not isinstance(ctx, dict) else ctx.get("artifacts")) or {}
     roles = reference_roles(reference)
     for acc in baseline["accepted"]:
-        roles.update(build_one(acc, baseline["candidates"][acc], device, reference, roles, profile=profile, artifacts=arts.get(acc)))
+        roles.update(
+            build_one(
+                acc, baseline["candidates"][acc], device, reference, roles, profile=profile, artifacts=arts.get(acc)
+            )
+        )
     return roles

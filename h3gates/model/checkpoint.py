@@ -19,14 +19,20 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from h3gates.core.errors import CheckpointError
-from h3gates.nvfp4 import formats as F
 from h3gates.core.shapes import H3Config
 from h3gates.model.h3 import Block, H3Model, build
 from h3gates.model.roles import Weight
+from h3gates.nvfp4 import formats as F
 
 PREFIX = "model.diffusion_model."
 LAYERS = {"qkv": "attn.qkv_proj", "out": "attn.out_proj", "fc1": "ff.fc1", "fc2": "ff.fc2"}
-PLAIN = {"norm1": "norm1.weight", "norm2": "norm2.weight", "q_norm": "attn.norm_q.weight", "k_norm": "attn.norm_k.weight", "adaln": "scale_shift_table"}
+PLAIN = {
+    "norm1": "norm1.weight",
+    "norm2": "norm2.weight",
+    "q_norm": "attn.norm_q.weight",
+    "k_norm": "attn.norm_k.weight",
+    "adaln": "scale_shift_table",
+}
 
 
 def _layer(i: int, role: str) -> str:
@@ -34,7 +40,13 @@ def _layer(i: int, role: str) -> str:
 
 
 def _plain_shapes(c: H3Config) -> dict:
-    return {"norm1": (c.hidden,), "norm2": (c.hidden,), "q_norm": (c.head_dim,), "k_norm": (c.head_dim,), "adaln": (c.timesteps, 3, 6, c.hidden)}
+    return {
+        "norm1": (c.hidden,),
+        "norm2": (c.hidden,),
+        "q_norm": (c.head_dim,),
+        "k_norm": (c.head_dim,),
+        "adaln": (c.timesteps, 3, 6, c.hidden),
+    }
 
 
 def save_checkpoint(model: H3Model, path, *, prefix: str = PREFIX, marker: str = "comfy_quant") -> None:
@@ -47,12 +59,18 @@ def save_checkpoint(model: H3Model, path, *, prefix: str = PREFIX, marker: str =
             tensors[p + ".weight_scale"] = w.scales.cpu().contiguous().view(torch.float8_e4m3fn)
             tensors[p + ".weight_scale_2"] = w.global_scale.cpu().reshape(()).float()
             if marker == "comfy_quant":
-                tensors[p + ".comfy_quant"] = torch.tensor(list(json.dumps({"format": "nvfp4"}).encode()), dtype=torch.uint8)
+                tensors[p + ".comfy_quant"] = torch.tensor(
+                    list(json.dumps({"format": "nvfp4"}).encode()), dtype=torch.uint8
+                )
             else:
                 quant_layers[p] = {"format": "nvfp4"}
         for name, key in PLAIN.items():
             tensors[f"{prefix}blocks.{i}.{key}"] = getattr(b, name).cpu().contiguous()
-    meta = {"_quantization_metadata": json.dumps({"format_version": "1.0", "layers": quant_layers})} if marker == "header" else None
+    meta = (
+        {"_quantization_metadata": json.dumps({"format_version": "1.0", "layers": quant_layers})}
+        if marker == "header"
+        else None
+    )
     save_file(tensors, str(path), metadata=meta)
 
 
@@ -96,15 +114,25 @@ def load_checkpoint(path, config: H3Config, *, seed: int = 0, device="cpu", refe
                     if suffix == ".weight_scale_2" and t.numel() == 1:
                         t = t.reshape(())
                     if t.dtype not in dtypes:
-                        problems.append(f"{p}: {suffix[1:]} dtype {str(t.dtype).replace('torch.', '')}, expected {' or '.join(str(d).replace('torch.', '') for d in dtypes)}")
+                        problems.append(
+                            f"{p}: {suffix[1:]} dtype {str(t.dtype).replace('torch.', '')}, expected {' or '.join(str(d).replace('torch.', '') for d in dtypes)}"  # noqa: E501
+                        )
                     elif tuple(t.shape) != shape:
-                        problems.append(f"{p}: {suffix[1:]} shape {list(t.shape)}, expected {list(shape)} for {role} (N={n}, K={k})")
+                        problems.append(
+                            f"{p}: {suffix[1:]} shape {list(t.shape)}, expected {list(shape)} for {role} (N={n}, K={k})"
+                        )
                     else:
                         got[suffix] = t
                 if not _marked(f, p, header_layers, keys):
                     problems.append(f"{p}: not marked as nvfp4 (no comfy_quant tensor or _quantization_metadata entry)")
                 if len(got) == 3:
-                    weights[role] = Weight(got[".weight"].to(device), got[".weight_scale"].view(torch.uint8).to(device), got[".weight_scale_2"].to(device), n, k)
+                    weights[role] = Weight(
+                        got[".weight"].to(device),
+                        got[".weight_scale"].view(torch.uint8).to(device),
+                        got[".weight_scale_2"].to(device),
+                        n,
+                        k,
+                    )
             for name, shape in _plain_shapes(config).items():
                 key = f"{prefix}blocks.{i}.{PLAIN[name]}"
                 if key not in keys:
@@ -112,7 +140,9 @@ def load_checkpoint(path, config: H3Config, *, seed: int = 0, device="cpu", refe
                     continue
                 t = f.get_tensor(key)
                 if tuple(t.shape) != shape or t.dtype != torch.bfloat16:
-                    problems.append(f"{key}: {str(t.dtype).replace('torch.', '')} {list(t.shape)}, expected bfloat16 {list(shape)}")
+                    problems.append(
+                        f"{key}: {str(t.dtype).replace('torch.', '')} {list(t.shape)}, expected bfloat16 {list(shape)}"
+                    )
                 else:
                     plain[name] = t.to(device)
             if len(weights) == 4 and len(plain) == len(PLAIN):

@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 import torch
 
 from h3gates import nvfp4
+from h3gates.core.shapes import H3Config
+from h3gates.model.reference import Reference
+from h3gates.model.roles import Modulated, Plain, SwiGLU, Weight, reference_roles
 from h3gates.nvfp4.cuda import standin as standin_cuda
 from h3gates.nvfp4.gemm import pin_matmul_precision
-from h3gates.model.reference import Reference
-from h3gates.core.shapes import H3Config
-from h3gates.model.roles import Modulated, Plain, SwiGLU, Weight, reference_roles
 
 ROLES = ("qkv", "out", "fc1", "fc2")
 ADALN = ("shift_msa", "scale_msa", "gate_msa", "shift_mlp", "scale_mlp", "gate_mlp")
@@ -56,7 +56,13 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 class H3Model:
     def __init__(self, config: H3Config, blocks: list[Block], io: dict, device, reference: Reference):
-        self.config, self.blocks, self.io, self.device, self.reference = config, blocks, io, torch.device(device), reference
+        self.config, self.blocks, self.io, self.device, self.reference = (
+            config,
+            blocks,
+            io,
+            torch.device(device),
+            reference,
+        )
         if self.device.type == "cuda":
             # every bf16 matmul of the model (input, head) runs with the setting the emulated NVFP4 GEMM
             # sets before each GEMM: otherwise the first step's input matmuls would run with torch's
@@ -110,7 +116,11 @@ class H3Model:
         chain (tests/test_standin_cuda.py)."""
         c = self.config
         cos, sin = self._rope
-        if x.is_cuda and standin_cuda.active(x.device.index) and standin_cuda.qk_norm_rope_fits(x, c.head_dim, c.rope_dims, weight, cos, sin):
+        if (
+            x.is_cuda
+            and standin_cuda.active(x.device.index)
+            and standin_cuda.qk_norm_rope_fits(x, c.head_dim, c.rope_dims, weight, cos, sin)
+        ):
             return standin_cuda.qk_norm_rope(x, c.head_dim, weight, c.eps, cos, sin, c.rope_dims)
         return self.rope(rms_norm(x.reshape(x.shape[0], c.heads, c.head_dim), weight, c.eps))
 
@@ -120,12 +130,17 @@ class H3Model:
         q, k, v = qkv.split(c.attn, dim=1)
         q, k, v = self.norm_rope(q, b.q_norm), self.norm_rope(k, b.k_norm), v.reshape(S, c.heads, c.head_dim)
         o = torch.nn.functional.scaled_dot_product_attention(
-            q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0), scale=1 / math.sqrt(c.head_dim)
+            q.transpose(0, 1).unsqueeze(0),
+            k.transpose(0, 1).unsqueeze(0),
+            v.transpose(0, 1).unsqueeze(0),
+            scale=1 / math.sqrt(c.head_dim),
         )
         return o.squeeze(0).transpose(0, 1).reshape(S, c.attn).contiguous()
 
     # ------------------------------------------------------------------ the block
-    def block_forward(self, i: int, x: torch.Tensor, step: int = 0, roles: dict | None = None, capture: Capture | None = None) -> torch.Tensor:
+    def block_forward(
+        self, i: int, x: torch.Tensor, step: int = 0, roles: dict | None = None, capture: Capture | None = None
+    ) -> torch.Tensor:
         """One block with `roles` ({role: Role}, the library path for any role left out)."""
         c, b = self.config, self.blocks[i]
         r = {**self.baseline, **(roles or {})}
@@ -172,7 +187,11 @@ class H3Model:
     def initial_hidden(self, step: int = 0, video=None, audio=None) -> torch.Tensor:
         video = self.io["video_latent"] if video is None else video
         audio = self.io["audio_latent"] if audio is None else audio
-        parts = [self.io["text"] @ self.io["w_text"].t(), audio @ self.io["w_audio"].t(), video @ self.io["w_video"].t()]
+        parts = [
+            self.io["text"] @ self.io["w_text"].t(),
+            audio @ self.io["w_audio"].t(),
+            video @ self.io["w_video"].t(),
+        ]
         x = torch.cat(parts, 0)
         return x + self.io["t_embed"][step % self.config.timesteps]
 
@@ -263,8 +282,15 @@ class LazyBlocks(Sequence):
         self._made.pop(i, None)
 
 
-def build(config: H3Config, *, seed: int, device="cpu", reference: Reference | None = None, blocks: list[Block] | None = None,
-          lazy: bool = False) -> H3Model:
+def build(
+    config: H3Config,
+    *,
+    seed: int,
+    device="cpu",
+    reference: Reference | None = None,
+    blocks: list[Block] | None = None,
+    lazy: bool = False,
+) -> H3Model:
     """A deterministic stand-in model: same config, seed and device give the same bytes. `lazy`: each
     block is generated on first use (same bytes; for a process that runs a few blocks, and whose timed
     region never is a block's first use)."""

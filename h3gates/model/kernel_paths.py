@@ -93,24 +93,58 @@ def cuda_block_paths(kernel: str) -> tuple[KernelPath, ...]:
         return 16 if F.comfy_tail(r1 - r0, inp.cols) else 0
 
     return (
-        KernelPath("vector_block", f"{kernel}: `vec` (row length a multiple of 8, 16-byte aligned) and the block inside the row: two 16-byte loads", vec_full),
-        KernelPath("scalar_unaligned_row", f"{kernel}: not `vec` (row length not a multiple of 8, or an unaligned base): element loads for every block", scalar_unaligned),
-        KernelPath("scalar_partial_block", f"{kernel}: `vec` but (c + 1) * 16 > cols: the last block of a row is partial, element loads, zeros past cols", scalar_partial),
-        KernelPath("zero_padding_row", f"{kernel}: rows <= r < roundup(rows, 16): a block of zeros encoded (QDATA and scale of the padding rows)", pad_rows),
-        KernelPath("zero_scale_tile_row", f"{kernel}: roundup(rows, 16) <= r < roundup(rows, 128): scale byte written 0", pad_tile_rows),
-        KernelPath("zero_scale_column", f"{kernel}: nb <= c < roundup(nb, 4): scale byte of a padding column written 0", pad_cols),
-        KernelPath("comfy_tail_block", f"{kernel}: (rows_pad / 16) * nb odd: the 16 blocks after the last real one get a zero block's scale "
-                   "(0x7E where rcp(g) is inf or NaN), as comfy's quantizer writes them (nvfp4.cuh comfy_tail)", comfy_tail),
+        KernelPath(
+            "vector_block",
+            f"{kernel}: `vec` (row length a multiple of 8, 16-byte aligned) and the block inside the row: two 16-byte loads",
+            vec_full,
+        ),
+        KernelPath(
+            "scalar_unaligned_row",
+            f"{kernel}: not `vec` (row length not a multiple of 8, or an unaligned base): element loads for every block",
+            scalar_unaligned,
+        ),
+        KernelPath(
+            "scalar_partial_block",
+            f"{kernel}: `vec` but (c + 1) * 16 > cols: the last block of a row is partial, element loads, zeros past cols",
+            scalar_partial,
+        ),
+        KernelPath(
+            "zero_padding_row",
+            f"{kernel}: rows <= r < roundup(rows, 16): a block of zeros encoded (QDATA and scale of the padding rows)",
+            pad_rows,
+        ),
+        KernelPath(
+            "zero_scale_tile_row",
+            f"{kernel}: roundup(rows, 16) <= r < roundup(rows, 128): scale byte written 0",
+            pad_tile_rows,
+        ),
+        KernelPath(
+            "zero_scale_column",
+            f"{kernel}: nb <= c < roundup(nb, 4): scale byte of a padding column written 0",
+            pad_cols,
+        ),
+        KernelPath(
+            "comfy_tail_block",
+            f"{kernel}: (rows_pad / 16) * nb odd: the 16 blocks after the last real one get a zero block's scale "
+            "(0x7E where rcp(g) is inf or NaN), as comfy's quantizer writes them (nvfp4.cuh comfy_tail)",
+            comfy_tail,
+        ),
     )
 
 
 def scale_paths(kernel: str) -> tuple[KernelPath, ...]:
     """Pass 1 runs only when the input carries no static scale."""
     return (
-        KernelPath("computed_global_scale", f"{kernel}: static_scale is None: pass 1 (abs-max) and finalize_scale, then pass 2",
-                   lambda inp, r0, r1: int(inp.static_scale is None and r0 == 0)),
-        KernelPath("static_global_scale", f"{kernel}: a static (checkpoint) scale: pass 1 skipped",
-                   lambda inp, r0, r1: int(inp.static_scale is not None and r0 == 0)),
+        KernelPath(
+            "computed_global_scale",
+            f"{kernel}: static_scale is None: pass 1 (abs-max) and finalize_scale, then pass 2",
+            lambda inp, r0, r1: int(inp.static_scale is None and r0 == 0),
+        ),
+        KernelPath(
+            "static_global_scale",
+            f"{kernel}: a static (checkpoint) scale: pass 1 skipped",
+            lambda inp, r0, r1: int(inp.static_scale is not None and r0 == 0),
+        ),
     )
 
 
@@ -123,12 +157,21 @@ def segment_paths(kernel: str, group: int = MROWS) -> tuple[KernelPath, ...]:
     """A modulate kernel's segment switch: each thread reloads s1/shift when the row's segment
     changes (segment_of(r, b1, b2)); a start inside a thread's `group`-row group switches mid-group."""
     return (
-        KernelPath("single_segment", f"{kernel}: b1 = b2 = rows: every row in segment 0, parameters loaded once",
-                   lambda inp, r0, r1: int(not _starts(inp, r0, r1))),
-        KernelPath("segment_start_on_row_group", f"{kernel}: a segment starts at a row r with r % {group} == 0 (the switch at a group's first row)",
-                   lambda inp, r0, r1: sum(1 for b in _starts(inp, r0, r1) if b % group == 0)),
-        KernelPath("segment_start_inside_row_group", f"{kernel}: a segment starts at a row r with r % {group} != 0 (the switch inside a group)",
-                   lambda inp, r0, r1: sum(1 for b in _starts(inp, r0, r1) if b % group)),
+        KernelPath(
+            "single_segment",
+            f"{kernel}: b1 = b2 = rows: every row in segment 0, parameters loaded once",
+            lambda inp, r0, r1: int(not _starts(inp, r0, r1)),
+        ),
+        KernelPath(
+            "segment_start_on_row_group",
+            f"{kernel}: a segment starts at a row r with r % {group} == 0 (the switch at a group's first row)",
+            lambda inp, r0, r1: sum(1 for b in _starts(inp, r0, r1) if b % group == 0),
+        ),
+        KernelPath(
+            "segment_start_inside_row_group",
+            f"{kernel}: a segment starts at a row r with r % {group} != 0 (the switch inside a group)",
+            lambda inp, r0, r1: sum(1 for b in _starts(inp, r0, r1) if b % group),
+        ),
     )
 
 
@@ -136,24 +179,44 @@ def segment_paths(kernel: str, group: int = MROWS) -> tuple[KernelPath, ...]:
 def chunk_paths(kernel: str, chunk: int, segments: bool = False) -> tuple[KernelPath, ...]:
     """A CPU producer's row-chunk loop (both passes walk rows r0..r1 in `chunk`-row chunks)."""
     paths = (
-        KernelPath("single_chunk", f"{kernel}: r1 - r0 <= {chunk}: one chunk per pass", lambda inp, r0, r1: int(r1 - r0 <= chunk)),
-        KernelPath("several_chunks", f"{kernel}: r1 - r0 > {chunk}: the abs-max carried across chunks, QDATA/SFA written at dest_row = a - r0",
-                   lambda inp, r0, r1: int(r1 - r0 > chunk), min_rows=chunk + 1),
-        KernelPath("partial_last_chunk", f"{kernel}: (r1 - r0) % {chunk} != 0: the last chunk is shorter",
-                   lambda inp, r0, r1: int((r1 - r0) % chunk != 0)),
+        KernelPath(
+            "single_chunk",
+            f"{kernel}: r1 - r0 <= {chunk}: one chunk per pass",
+            lambda inp, r0, r1: int(r1 - r0 <= chunk),
+        ),
+        KernelPath(
+            "several_chunks",
+            f"{kernel}: r1 - r0 > {chunk}: the abs-max carried across chunks, QDATA/SFA written at dest_row = a - r0",
+            lambda inp, r0, r1: int(r1 - r0 > chunk),
+            min_rows=chunk + 1,
+        ),
+        KernelPath(
+            "partial_last_chunk",
+            f"{kernel}: (r1 - r0) % {chunk} != 0: the last chunk is shorter",
+            lambda inp, r0, r1: int((r1 - r0) % chunk != 0),
+        ),
     )
     if segments:
         paths += (
-            KernelPath("segment_start_inside_chunk", f"{kernel}: a segment starts inside a {chunk}-row chunk (materialize_rows splits the chunk's modulation)",
-                       lambda inp, r0, r1: sum(1 for b in _starts(inp, r0, r1) if b % chunk)),
-            KernelPath("segment_start_on_chunk", f"{kernel}: a segment starts at a chunk's first row after the first",
-                       lambda inp, r0, r1: sum(1 for b in _starts(inp, r0, r1) if b % chunk == 0), min_rows=chunk + 1),
+            KernelPath(
+                "segment_start_inside_chunk",
+                f"{kernel}: a segment starts inside a {chunk}-row chunk (materialize_rows splits the chunk's modulation)",
+                lambda inp, r0, r1: sum(1 for b in _starts(inp, r0, r1) if b % chunk),
+            ),
+            KernelPath(
+                "segment_start_on_chunk",
+                f"{kernel}: a segment starts at a chunk's first row after the first",
+                lambda inp, r0, r1: sum(1 for b in _starts(inp, r0, r1) if b % chunk == 0),
+                min_rows=chunk + 1,
+            ),
         )
     return paths
 
 
 # ------------------------------------------------------------------ a schedule over a chunk producer
-def chunked(path: KernelPath, chunks: Callable, chunk_input: Callable, max_rows: int, prefix: str = "chunk") -> KernelPath:
+def chunked(
+    path: KernelPath, chunks: Callable, chunk_input: Callable, max_rows: int, prefix: str = "chunk"
+) -> KernelPath:
     """A chunk producer's path as seen through a schedule: its hits summed over the schedule's chunks
     (chunks(inp) -> [(r0, r1)], chunk_input(inp) -> the input the chunk producer receives). A path
     that needs a longer range than the schedule's `max_rows` per chunk is unreachable under it."""
@@ -163,5 +226,7 @@ def chunked(path: KernelPath, chunks: Callable, chunk_input: Callable, max_rows:
         return sum(path.hits(sub, a, b) for a, b in chunks(inp) if r0 <= a and b <= r1)
 
     reachable = path.reachable and path.min_rows <= max_rows
-    when = f"{path.when} (per {prefix})" + ("" if reachable else f" -- unreachable: a {prefix} has at most {max_rows} rows")
+    when = f"{path.when} (per {prefix})" + (
+        "" if reachable else f" -- unreachable: a {prefix} has at most {max_rows} rows"
+    )
     return KernelPath(f"{prefix}.{path.name}", when, hits, path.min_rows, reachable)

@@ -39,5 +39,9 @@ class Reference:
         return nvfp4.quantize(x, g, semantics="cuda", table=self.table)
 
     def describe(self) -> dict:
-        return {"semantics": self.semantics, "oracle": self.oracle, "comfy_kitchen": oracle.comfy_version(),
-                "rcp_table": nvfp4.rcp.table_info(self.table) if self.semantics == "cuda" else None}
+        return {
+            "semantics": self.semantics,
+            "oracle": self.oracle,
+            "comfy_kitchen": oracle.comfy_version(),
+            "rcp_table": nvfp4.rcp.table_info(self.table) if self.semantics == "cuda" else None,
+        }

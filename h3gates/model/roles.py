@@ -22,12 +22,28 @@ from typing import Iterator, Protocol
 import torch
 
 from h3gates import nvfp4
+from h3gates.model.reference import Reference
 from h3gates.nvfp4.gemm import alpha, mm_alpha
 from h3gates.nvfp4.layout import Packed
-from h3gates.model.reference import Reference
 
-__all__ = ["Modulated", "SwiGLU", "Plain", "Packed", "Weight", "Role", "Producer", "ReferenceProducer", "ReferenceGemm",
-           "RowProducer", "device_of", "materialize", "materialize_rows", "modulate", "swiglu", "reference_roles"]
+__all__ = [
+    "Modulated",
+    "SwiGLU",
+    "Plain",
+    "Packed",
+    "Weight",
+    "Role",
+    "Producer",
+    "ReferenceProducer",
+    "ReferenceGemm",
+    "RowProducer",
+    "device_of",
+    "materialize",
+    "materialize_rows",
+    "modulate",
+    "swiglu",
+    "reference_roles",
+]
 
 
 @dataclass
@@ -186,7 +202,9 @@ class ReferenceGemm:
 
     def __call__(self, p: Packed, w: Weight) -> torch.Tensor:
         check_k(p, w)
-        return mm_alpha(nvfp4.block_values(p.qdata, p.scales, p.rows), w.block_values(), alpha(p.global_scale, w.global_scale))
+        return mm_alpha(
+            nvfp4.block_values(p.qdata, p.scales, p.rows), w.block_values(), alpha(p.global_scale, w.global_scale)
+        )
 
 
 def check_k(p: Packed, w: Weight) -> None:

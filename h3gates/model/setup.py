@@ -44,8 +44,17 @@ class Sides:
         if self._model is None:
             from h3gates.model import build
 
-            progress(f"building the {self.profile.name} model on {self.device}" + (" (blocks on first use)" if self.lazy else ""))
-            self._model = build(self.profile, seed=_get(self.ctx, "seed"), device=self.device, reference=self.reference_q, lazy=self.lazy)
+            progress(
+                f"building the {self.profile.name} model on {self.device}"
+                + (" (blocks on first use)" if self.lazy else "")
+            )
+            self._model = build(
+                self.profile,
+                seed=_get(self.ctx, "seed"),
+                device=self.device,
+                reference=self.reference_q,
+                lazy=self.lazy,
+            )
         return self._model
 
     def drop_model(self) -> None:

@@ -22,7 +22,22 @@ from h3gates.nvfp4.quantize import (
 )
 
 __all__ = [
-    "SEMANTICS", "NVFP4InputError", "block_values", "catalogue", "check_input", "compare_outputs",
-    "compare_packed", "dequantize", "dump_replay", "emulated_gemm", "formats", "global_scale",
-    "quantize", "quantize_blocks", "quantize_into", "rcp", "rcp_sensitive", "sha256",
+    "SEMANTICS",
+    "NVFP4InputError",
+    "block_values",
+    "catalogue",
+    "check_input",
+    "compare_outputs",
+    "compare_packed",
+    "dequantize",
+    "dump_replay",
+    "emulated_gemm",
+    "formats",
+    "global_scale",
+    "quantize",
+    "quantize_blocks",
+    "quantize_into",
+    "rcp",
+    "rcp_sensitive",
+    "sha256",
 ]

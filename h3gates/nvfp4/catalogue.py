@@ -42,7 +42,7 @@ def _rows_of_blocks(blocks: list[list[float]], dtype=torch.bfloat16, width: int 
     for i, b in enumerate(blocks):
         out[i, :16] = torch.tensor((list(b) * 16)[:16])
         out[i, 16] = ONE
-    out[len(blocks):, 16] = ONE
+    out[len(blocks) :, 16] = ONE
     return out.to(dtype)
 
 
@@ -127,7 +127,9 @@ def _e4m3_ties():
 
 
 def _e4m3_subnormal_scales():
-    return _rows_of_blocks([[6 * 2.0**-8, 3 * 2.0**-8], [6 * 2.0**-10, -1e-3], [6 * 3 * 2.0**-9, 2.0**-9], [6 * 2.0**-9 * 1.5, -2.0**-8]])
+    return _rows_of_blocks(
+        [[6 * 2.0**-8, 3 * 2.0**-8], [6 * 2.0**-10, -1e-3], [6 * 3 * 2.0**-9, 2.0**-9], [6 * 2.0**-9 * 1.5, -(2.0**-8)]]
+    )
 
 
 def _quarter_grid(seed, shape):
@@ -139,6 +141,7 @@ def _wide(seed, shape, dtype=torch.bfloat16, lo=-30, hi=30):
         x = torch.randn(shape, generator=_gen(seed))
         e = torch.randint(lo, hi + 1, (shape[0], 1), generator=_gen(seed + 1)).float()
         return (x * torch.exp2(e)).to(dtype)
+
     return build
 
 
@@ -155,14 +158,32 @@ CASES: tuple[Case, ...] = (
     Case("midpoints_exact", ("e2m1_midpoint",), lambda: _rows_of_blocks([_midpoint_block(1.0)])),
     Case("midpoints_ulp_below", ("e2m1_midpoint",), lambda: _rows_of_blocks([_midpoint_block(1.0, -1)])),
     Case("midpoints_ulp_above", ("e2m1_midpoint",), lambda: _rows_of_blocks([_midpoint_block(1.0, 1)])),
-    Case("midpoints_scale_1.125", ("e2m1_midpoint", "rcp"), lambda: _rows_of_blocks([_midpoint_block(1.125), _midpoint_block(1.125, -1), _midpoint_block(1.125, 1)])),
-    Case("midpoints_scale_1.75", ("e2m1_midpoint", "rcp"), lambda: _rows_of_blocks([_midpoint_block(1.75), _midpoint_block(1.75, -1), _midpoint_block(1.75, 1)])),
-    Case("midpoints_scale_3", ("e2m1_midpoint", "rcp"), lambda: _rows_of_blocks([_midpoint_block(3.0), _midpoint_block(3.0, -1), _midpoint_block(3.0, 1)])),
+    Case(
+        "midpoints_scale_1.125",
+        ("e2m1_midpoint", "rcp"),
+        lambda: _rows_of_blocks([_midpoint_block(1.125), _midpoint_block(1.125, -1), _midpoint_block(1.125, 1)]),
+    ),
+    Case(
+        "midpoints_scale_1.75",
+        ("e2m1_midpoint", "rcp"),
+        lambda: _rows_of_blocks([_midpoint_block(1.75), _midpoint_block(1.75, -1), _midpoint_block(1.75, 1)]),
+    ),
+    Case(
+        "midpoints_scale_3",
+        ("e2m1_midpoint", "rcp"),
+        lambda: _rows_of_blocks([_midpoint_block(3.0), _midpoint_block(3.0, -1), _midpoint_block(3.0, 1)]),
+    ),
     # 15/8-mantissa scales: x * rcp(s) and x / s round a midpoint differently (found by search over
     # every E4M3 scale), so an exact-division producer fails here under CUDA semantics
-    Case("midpoints_scale_1.875", ("e2m1_midpoint", "rcp", "rcp_divergent"), lambda: _rows_of_blocks([_midpoint_block(1.875), _midpoint_block(0.9375), _midpoint_block(0.46875)])),
+    Case(
+        "midpoints_scale_1.875",
+        ("e2m1_midpoint", "rcp", "rcp_divergent"),
+        lambda: _rows_of_blocks([_midpoint_block(1.875), _midpoint_block(0.9375), _midpoint_block(0.46875)]),
+    ),
     Case("e4m3_ties", ("e4m3_tie",), _e4m3_ties),
-    Case("decode_above_448", ("e4m3_saturation", "static_scale"), _random(31, (32, 64)), global_scale=_static(2.0**-12)),
+    Case(
+        "decode_above_448", ("e4m3_saturation", "static_scale"), _random(31, (32, 64)), global_scale=_static(2.0**-12)
+    ),
     Case("e4m3_subnormal_scales", ("e4m3_subnormal", "scale_zero"), _e4m3_subnormal_scales),
     Case("tiny_beside_huge", ("scale_zero",), _tiny_beside_huge),
     Case("bf16_subnormals", ("subnormal",), _subnormal_block),
@@ -172,12 +193,16 @@ CASES: tuple[Case, ...] = (
     Case("inf_values", ("inf",), _inf_block, global_scale=_nanamax_scale),
     Case("inf_global_scale", ("inf", "global_inf"), _inf_block),
     Case("all_zero", ("zero", "global_zero"), lambda: torch.zeros(32, 64, dtype=torch.bfloat16)),
-    Case("all_negative_zero", ("zero", "sign", "global_zero"), lambda: torch.full((16, 32), -0.0, dtype=torch.bfloat16)),
+    Case(
+        "all_negative_zero", ("zero", "sign", "global_zero"), lambda: torch.full((16, 32), -0.0, dtype=torch.bfloat16)
+    ),
     Case("outlier_60000", ("outlier",), _outlier),
     Case("around_six", ("saturation",), _around_six),
     Case("odd_shape_padded", ("padding",), _random(41, (37, 40))),
     Case("odd_rows_unpadded", ("padding",), _random(42, (37, 48)), pad_16x=False, refused_by=frozenset({"cuda"})),
-    Case("odd_cols_unpadded", ("padding",), _random(43, (32, 40)), pad_16x=False, refused_by=frozenset({"eager", "cuda"})),
+    Case(
+        "odd_cols_unpadded", ("padding",), _random(43, (32, 40)), pad_16x=False, refused_by=frozenset({"eager", "cuda"})
+    ),
     Case("fp16_random", ("fp16",), _random(51, (48, 96), torch.float16)),
     Case("fp16_small_global", ("fp16", "global_underflow"), _fp16_small),
     Case("fp16_tiny_global", ("fp16", "global_underflow"), _fp16_tiny),

@@ -63,16 +63,27 @@ def _sha256_streamed(flat: torch.Tensor) -> str:
 def compare_packed(cand: dict, ref: dict, rows: int, cols: int) -> dict:
     """cand/ref: {"qdata", "scales", "global_scale"} for an activation of logical [rows, cols]."""
     out = {"rows": rows, "cols": cols}
-    gc, gr = torch.as_tensor(cand["global_scale"]).float().reshape(()), torch.as_tensor(ref["global_scale"]).float().reshape(())
+    gc, gr = (
+        torch.as_tensor(cand["global_scale"]).float().reshape(()),
+        torch.as_tensor(ref["global_scale"]).float().reshape(()),
+    )
     gbits_c, gbits_r = int(gc.view(torch.int32)), int(gr.view(torch.int32))
-    out["global_scale"] = {"candidate_bits": f"0x{gbits_c & 0xFFFFFFFF:08x}", "reference_bits": f"0x{gbits_r & 0xFFFFFFFF:08x}", "equal": gbits_c == gbits_r}
+    out["global_scale"] = {
+        "candidate_bits": f"0x{gbits_c & 0xFFFFFFFF:08x}",
+        "reference_bits": f"0x{gbits_r & 0xFFFFFFFF:08x}",
+        "equal": gbits_c == gbits_r,
+    }
     total_compared = 4
     total_diff = 0 if gbits_c == gbits_r else 4
     for part in ("qdata", "scales"):
         c, r = cand[part].view(torch.uint8), ref[part].view(torch.uint8)
         entry = {"candidate_sha256": sha256(c), "reference_sha256": sha256(r)}
         if c.shape != r.shape:
-            entry.update(shape_mismatch=[list(c.shape), list(r.shape)], bytes_compared=0, bytes_differing=max(c.numel(), r.numel()))
+            entry.update(
+                shape_mismatch=[list(c.shape), list(r.shape)],
+                bytes_compared=0,
+                bytes_differing=max(c.numel(), r.numel()),
+            )
         else:
             diff = c != r.to(c.device)  # on the tensors' device: canonical activations are 100s of MB
             entry.update(bytes_compared=c.numel(), bytes_differing=int(diff.sum()))
@@ -93,9 +104,13 @@ def _first_packed(part, diff, c, r, cols):
         cb, rb = int(c[row, byte]), int(r[row, byte])
         codes_c, codes_r = [cb >> 4, cb & 0xF], [rb >> 4, rb & 0xF]
         return {
-            "row": row, "column": 2 * byte, "block": (2 * byte) // F.BLOCK,
-            "candidate_byte": cb, "reference_byte": rb,
-            "candidate_codes": codes_c, "reference_codes": codes_r,
+            "row": row,
+            "column": 2 * byte,
+            "block": (2 * byte) // F.BLOCK,
+            "candidate_byte": cb,
+            "reference_byte": rb,
+            "candidate_codes": codes_c,
+            "reference_codes": codes_r,
             "candidate_values": [F.E2M1_VALUES[x] for x in codes_c],
             "reference_values": [F.E2M1_VALUES[x] for x in codes_r],
         }
@@ -104,10 +119,21 @@ def _first_packed(part, diff, c, r, cols):
     rows = c.shape[0]
     offs = F.swizzle_offsets(rows, nb).reshape(-1)
     hit = torch.nonzero(offs == flat)
-    loc = {"row": int(hit[0]) // nb, "block": int(hit[0]) % nb} if len(hit) else {"row": None, "block": None, "note": "outside the real blocks (padding)"}
+    loc = (
+        {"row": int(hit[0]) // nb, "block": int(hit[0]) % nb}
+        if len(hit)
+        else {"row": None, "block": None, "note": "outside the real blocks (padding)"}
+    )
     cb, rb = int(c.reshape(-1)[flat]), int(r.reshape(-1)[flat])
     dec = lambda b: number(torch.tensor([b], dtype=torch.uint8).view(torch.float8_e4m3fn).float())
-    return {**loc, "offset": flat, "candidate_byte": cb, "reference_byte": rb, "candidate_value": dec(cb), "reference_value": dec(rb)}
+    return {
+        **loc,
+        "offset": flat,
+        "candidate_byte": cb,
+        "reference_byte": rb,
+        "candidate_value": dec(cb),
+        "reference_value": dec(rb),
+    }
 
 
 def compare_outputs(cand: torch.Tensor, ref: torch.Tensor, digests: bool = True) -> dict:
@@ -118,8 +144,12 @@ def compare_outputs(cand: torch.Tensor, ref: torch.Tensor, digests: bool = True)
     if cand.shape != ref.shape or cand.dtype != ref.dtype:
         if digests:
             out.update(candidate_sha256=sha256(cand), reference_sha256=sha256(ref))
-        out.update(equal=False, bytes_compared=0, bytes_differing=max(cand.numel(), ref.numel()) * ref.element_size(),
-                   mismatch=f"shape/dtype {tuple(cand.shape)} {cand.dtype} vs {tuple(ref.shape)} {ref.dtype}")
+        out.update(
+            equal=False,
+            bytes_compared=0,
+            bytes_differing=max(cand.numel(), ref.numel()) * ref.element_size(),
+            mismatch=f"shape/dtype {tuple(cand.shape)} {cand.dtype} vs {tuple(ref.shape)} {ref.dtype}",
+        )
         return out
     c, r = cand.detach().contiguous(), ref.detach().contiguous().to(cand.device)  # compared where they live
     bc, br = c.reshape(-1).view(torch.uint8), r.reshape(-1).view(torch.uint8)
@@ -135,13 +165,21 @@ def compare_outputs(cand: torch.Tensor, ref: torch.Tensor, digests: bool = True)
     if out["equal"]:
         out["max_abs_diff"] = out["mean_abs_diff"] = 0.0
         return out
-    d = (c.reshape(-1).double() - r.reshape(-1).double()).abs() if c.numel() < 1 << 26 else (c.reshape(-1).float() - r.reshape(-1).float()).abs()
+    d = (
+        (c.reshape(-1).double() - r.reshape(-1).double()).abs()
+        if c.numel() < 1 << 26
+        else (c.reshape(-1).float() - r.reshape(-1).float()).abs()
+    )
     finite = torch.isfinite(d)
     out["max_abs_diff"] = float(d[finite].max()) if finite.any() else None
     out["mean_abs_diff"] = float(d[finite].mean()) if finite.any() else None
     i = int(torch.nonzero(diff_el)[0])
     pos = list(torch.unravel_index(torch.tensor(i), c.shape)) if c.dim() else []
-    out["first_mismatch"] = {"index": [int(p) for p in pos], "candidate": number(c.reshape(-1)[i]), "reference": number(r.reshape(-1)[i])}
+    out["first_mismatch"] = {
+        "index": [int(p) for p in pos],
+        "candidate": number(c.reshape(-1)[i]),
+        "reference": number(r.reshape(-1)[i]),
+    }
     return out
 
 

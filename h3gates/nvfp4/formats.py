@@ -55,13 +55,7 @@ def e2m1_encode(v: torch.Tensor) -> torch.Tensor:
     v = v.float()
     a = v.abs()
     code = (
-        (a > 0.25).to(torch.uint8)
-        + (a >= 0.75)
-        + (a > 1.25)
-        + (a >= 1.75)
-        + (a > 2.5)
-        + (a >= 3.5)
-        + (a > 5.0)
+        (a > 0.25).to(torch.uint8) + (a >= 0.75) + (a > 1.25) + (a >= 1.75) + (a > 2.5) + (a >= 3.5) + (a > 5.0)
     ).to(torch.uint8)
     sign = torch.signbit(v).to(torch.uint8) << 3
     code = code | sign

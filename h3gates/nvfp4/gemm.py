@@ -25,7 +25,9 @@ def _check_operand(name: str, q: torch.Tensor, s: torch.Tensor, k: int) -> None:
         raise NVFP4InputError(f"{name}_qdata K mismatch: {q.shape[1] * 2} packed columns x2 vs K={k}")
     want = (F.roundup(q.shape[0], 128), F.roundup(k // F.BLOCK, 4))
     if s.dim() != 2 or tuple(s.shape) != want or s.element_size() != 1:
-        raise NVFP4InputError(f"{name}_scales must be a swizzled byte layout {want} for {name}_qdata {tuple(q.shape)}, got {s.dtype} {tuple(s.shape)}")
+        raise NVFP4InputError(
+            f"{name}_scales must be a swizzled byte layout {want} for {name}_qdata {tuple(q.shape)}, got {s.dtype} {tuple(s.shape)}"
+        )
 
 
 def alpha(a_global: torch.Tensor, b_global: torch.Tensor) -> torch.Tensor:
@@ -66,16 +68,25 @@ def mm_alpha(a: torch.Tensor, b: torch.Tensor, al: torch.Tensor) -> torch.Tensor
 
 def backend_info(device) -> dict:
     dev = torch.device(device)
-    info = {"gemm_backend": "cublas-bf16-addmm-alpha" if dev.type == "cuda" else "cpu-fp32-matmul-alpha", "torch": torch.__version__}
+    info = {
+        "gemm_backend": "cublas-bf16-addmm-alpha" if dev.type == "cuda" else "cpu-fp32-matmul-alpha",
+        "torch": torch.__version__,
+    }
     if dev.type == "cuda":
         info["cuda"] = torch.version.cuda
         info["cublas_lt"] = _cublaslt_version()
         # the setting the emulated GEMM runs with (mm_alpha sets it before each GEMM), not torch's global
         # state at the time of asking: a process that has not yet run a GEMM still has torch's default (True)
         info["allow_bf16_reduced_precision_reduction"] = REDUCED_PRECISION_REDUCTION
-        info["torch_allow_bf16_reduced_precision_reduction_now"] = torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
+        info["torch_allow_bf16_reduced_precision_reduction_now"] = (
+            torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
+        )
         # which dequantization fed the GEMM: both write the same bytes, the kernel in one pass
-        info["block_values"] = "cuda-kernel kernels/common/standin.cu" if importlib.import_module("h3gates.nvfp4.cuda.standin").active(dev.index) else "torch"
+        info["block_values"] = (
+            "cuda-kernel kernels/common/standin.cu"
+            if importlib.import_module("h3gates.nvfp4.cuda.standin").active(dev.index)
+            else "torch"
+        )
     return info
 
 

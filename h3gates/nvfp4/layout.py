@@ -47,7 +47,12 @@ class Packed:
 
     def row_slice(self, r0: int, r1: int) -> "Packed":
         """Rows r0..r1 (r1 - r0 a multiple of 16 or reaching the padded end) as a standalone layout."""
-        return Packed(self.global_scale, self.qdata[r0:r1], F.swizzle(self.scale_rows(r0, r1).contiguous()), min(r1, self.rows) - r0)
+        return Packed(
+            self.global_scale,
+            self.qdata[r0:r1],
+            F.swizzle(self.scale_rows(r0, r1).contiguous()),
+            min(r1, self.rows) - r0,
+        )
 
     def tile(self, r0: int, r1: int, k0: int, k1: int) -> "Packed":
         """The [r0:r1, k0:k1] tile (k a multiple of 16) as a standalone layout (rung 2's tiles)."""
@@ -64,7 +69,9 @@ class Packed:
         for r0, p in chunks:
             n = p.qdata.shape[0]
             out.qdata[r0 : r0 + n] = p.qdata
-            out.scales.view(-1)[F.swizzle_offsets(n, p.blocks, p.qdata.device, r0).reshape(-1)] = p.scale_rows(0, n).reshape(-1)
+            out.scales.view(-1)[F.swizzle_offsets(n, p.blocks, p.qdata.device, r0).reshape(-1)] = p.scale_rows(
+                0, n
+            ).reshape(-1)
         return out
 
     def as_dict(self) -> dict:

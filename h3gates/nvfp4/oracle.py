@@ -54,8 +54,12 @@ def comfy_dequantize(qdata, scales, global_scale, dtype=torch.bfloat16, backend:
 
     backend = backend or backend_for(qdata.device)
     with ck.use_backend(backend):
-        return ck.dequantize_nvfp4(qdata, torch.as_tensor(global_scale, dtype=torch.float32, device=qdata.device),
-                                   scales.view(torch.float8_e4m3fn), dtype)
+        return ck.dequantize_nvfp4(
+            qdata,
+            torch.as_tensor(global_scale, dtype=torch.float32, device=qdata.device),
+            scales.view(torch.float8_e4m3fn),
+            dtype,
+        )
 
 
 def comfy_global_scale(x: torch.Tensor) -> torch.Tensor:

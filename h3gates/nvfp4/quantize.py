@@ -110,7 +110,9 @@ def _blocks_cuda(x: torch.Tensor, g: torch.Tensor, table: str, sensitivity: bool
     return Blocks(codes, sbytes, sensitive)
 
 
-def quantize_blocks(x: torch.Tensor, g: torch.Tensor, *, semantics: str, table: str = "sm90", sensitivity=False) -> Blocks:
+def quantize_blocks(
+    x: torch.Tensor, g: torch.Tensor, *, semantics: str, table: str = "sm90", sensitivity=False
+) -> Blocks:
     """Codes and scale bytes of an already padded [R, C] tensor (C a multiple of 16)."""
     g = torch.as_tensor(g, dtype=torch.float32, device=x.device).reshape(())
     if semantics == "eager":
@@ -149,7 +151,9 @@ def quantize_into(
     if qdata.dtype != torch.uint8 or qdata.dim() != 2 or qdata.shape[1] != cols // 2:
         raise NVFP4InputError(f"qdata buffer must be uint8 [*, {cols // 2}], got {qdata.dtype} {tuple(qdata.shape)}")
     if dest_row < 0 or dest_row + rows > qdata.shape[0]:
-        raise NVFP4InputError(f"rows {dest_row}..{dest_row + rows} do not fit the qdata buffer of {qdata.shape[0]} rows")
+        raise NVFP4InputError(
+            f"rows {dest_row}..{dest_row + rows} do not fit the qdata buffer of {qdata.shape[0]} rows"
+        )
     sview = scales.view(torch.uint8)
     if sview.dim() != 2 or sview.shape[1] != F.roundup(nb, 4) or sview.shape[0] < F.roundup(dest_row + rows, 128):
         raise NVFP4InputError(
@@ -269,7 +273,9 @@ def dequantize(qdata, scales, global_scale, shape, dtype=torch.bfloat16) -> torc
     nb = pcol // F.BLOCK
     sv = scales.view(torch.uint8)
     if tuple(sv.shape) != (F.roundup(prow, 128), F.roundup(nb, 4)):
-        raise NVFP4InputError(f"scales must be [{F.roundup(prow, 128)}, {F.roundup(nb, 4)}] for qdata {tuple(qdata.shape)}, got {tuple(sv.shape)}")
+        raise NVFP4InputError(
+            f"scales must be [{F.roundup(prow, 128)}, {F.roundup(nb, 4)}] for qdata {tuple(qdata.shape)}, got {tuple(sv.shape)}"
+        )
     vals = F.e2m1_decode(F.unpack_hi_first(qdata), dtype).reshape(prow, nb, F.BLOCK)
     s = F.e4m3_decode(F.unswizzle(sv, prow, nb)).to(dtype)
     g = torch.as_tensor(global_scale, device=qdata.device).to(dtype)

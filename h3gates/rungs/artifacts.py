@@ -54,7 +54,9 @@ def save(path, obj) -> None:
 def compute(actx: dict, out: str, meta: dict) -> dict:
     """Run the baseline side of rung 5, 6 or 7 and write the artifact."""
     if actx["rung"] not in (5, 6, 7):
-        raise ValueError(f"compute makes the artifacts of rungs 5-7, not rung {actx['rung']} (the CLI dispatches the others)")
+        raise ValueError(
+            f"compute makes the artifacts of rungs 5-7, not rung {actx['rung']} (the CLI dispatches the others)"
+        )
     sides = Sides.of(actx, lazy=False)
     model, prof, roles = sides.model, sides.profile, sides.baseline
     _sync(sides.device)
@@ -68,10 +70,20 @@ def compute(actx: dict, out: str, meta: dict) -> dict:
         outputs = {"video": video, "audio": audio}
     _sync(sides.device)
     wall = time.perf_counter() - t0
-    described = {k: {"shape": list(v.shape), "dtype": str(v.dtype).replace("torch.", ""), "sha256": nvfp4.sha256(v)} for k, v in outputs.items()}
-    meta = {**meta, "wall_s": wall, "environment": environment(sides.device), "outputs": described,
-            "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    kept = {k: v.cpu() for k, v in outputs.items() if actx["rung"] != 5 or v.numel() * v.element_size() <= KEEP_LIMIT}  # latents always
+    described = {
+        k: {"shape": list(v.shape), "dtype": str(v.dtype).replace("torch.", ""), "sha256": nvfp4.sha256(v)}
+        for k, v in outputs.items()
+    }
+    meta = {
+        **meta,
+        "wall_s": wall,
+        "environment": environment(sides.device),
+        "outputs": described,
+        "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    kept = {
+        k: v.cpu() for k, v in outputs.items() if actx["rung"] != 5 or v.numel() * v.element_size() <= KEEP_LIMIT
+    }  # latents always
     save(out, {"meta": meta, "tensors": kept})
     progress(f"baseline r{actx['rung']}: {out} ({wall:.1f} s)")
     return meta
@@ -81,7 +93,9 @@ def compute_captures(cctx: dict, blocks: list[int], outs: list[str], meta: dict)
     """One traversal of the reference model on the first step's input, writing the input of each block
     in `blocks` to the matching path of `outs` (each atomically)."""
     if len(blocks) != len(outs) or sorted(blocks) != sorted(set(blocks)):
-        raise ValueError(f"captures: each output needs its own block (--blocks B1 B2 ... --out F1 F2 ...), got blocks {blocks} for {len(outs)} output(s)")
+        raise ValueError(
+            f"captures: each output needs its own block (--blocks B1 B2 ... --out F1 F2 ...), got blocks {blocks} for {len(outs)} output(s)"
+        )
     sides = Sides.of(cctx)
     model, prof = sides.model, sides.profile
     if not all(0 <= b < prof.blocks for b in blocks):
@@ -96,7 +110,14 @@ def compute_captures(cctx: dict, blocks: list[int], outs: list[str], meta: dict)
         if i in want:
             # no time or date inside: remade from the same context and code, the file has the same bytes (and
             # the same SHA-256 in the reports that read it); the job's log has the times
-            m = {**meta, "block": i, "environment": env, "shape": list(x.shape), "dtype": str(x.dtype).replace("torch.", ""), "sha256": nvfp4.sha256(x)}
+            m = {
+                **meta,
+                "block": i,
+                "environment": env,
+                "shape": list(x.shape),
+                "dtype": str(x.dtype).replace("torch.", ""),
+                "sha256": nvfp4.sha256(x),
+            }
             save(want[i], {"meta": m, "x": x.cpu()})
             metas[i] = m
             nbytes = x.numel() * x.element_size()
@@ -124,17 +145,27 @@ def load_capture(path: str, want: dict, block: int, device: str) -> torch.Tensor
     except FileNotFoundError:
         raise
     except Exception as e:  # noqa: BLE001 (cut short, not a torch file, another layout)
-        raise ArtifactError(f"{p} is not a readable block capture ({type(e).__name__}: {e}); remove it (rm {p}) and rerun") from e
-    if meta.get("context") != want or meta.get("block") != int(block) or not _named_by_key(p, meta, f".block{int(block)}"):
+        raise ArtifactError(
+            f"{p} is not a readable block capture ({type(e).__name__}: {e}); remove it (rm {p}) and rerun"
+        ) from e
+    if (
+        meta.get("context") != want
+        or meta.get("block") != int(block)
+        or not _named_by_key(p, meta, f".block{int(block)}")
+    ):
         then = meta.get("context") or {}
         diff = [f"{k}: {then.get(k)!r} there, {want[k]!r} here" for k in want if then.get(k) != want[k]]
         if meta.get("block") != int(block):
             diff.append(f"block: {meta.get('block')} there, {block} here")
-        raise ArtifactError(f"{p} was made from another context or block than this rung's ({'; '.join(diff) or 'its key is not its name'}); "
-                            f"remove it (rm {p}) and rerun")
+        raise ArtifactError(
+            f"{p} was made from another context or block than this rung's ({'; '.join(diff) or 'its key is not its name'}); "
+            f"remove it (rm {p}) and rerun"
+        )
     same_environment(p, meta.get("environment"), environment(want["device"]))
     if list(x.shape) != meta["shape"] or nvfp4.sha256(x) != meta["sha256"]:
-        raise ArtifactError(f"{p}: the input's bytes are not the ones its record names (edited or cut short); remove it (rm {p}) and rerun")
+        raise ArtifactError(
+            f"{p}: the input's bytes are not the ones its record names (edited or cut short); remove it (rm {p}) and rerun"
+        )
     return x.to(device)
 
 
@@ -153,15 +184,23 @@ def same_environment(p: Path, then: dict | None, here: dict) -> None:
     """Refuse an artifact made on another GPU model or with other torch / CUDA / comfy-kitchen (/ ncu)."""
     if then != here:
         changed = sorted(k for k in set(here) | set(then or {}) if (then or {}).get(k) != here.get(k))
-        raise ArtifactError(f"{p} was computed with another {', '.join(changed)} ({ {k: (then or {}).get(k) for k in changed} } vs here "
-                            f"{ {k: here.get(k) for k in changed} }): its bytes need not hold here; remove it (rm {p}) and rerun")
+        raise ArtifactError(
+            f"{p} was computed with another {', '.join(changed)} ({ {k: (then or {}).get(k) for k in changed} } vs here "
+            f"{ {k: here.get(k) for k in changed} }): its bytes need not hold here; remove it (rm {p}) and rerun"
+        )
 
 
 def environment(device: str) -> dict:
     """What a baseline's bytes depend on besides its context and files: the GPU and the libraries."""
     from h3gates.nvfp4 import oracle
 
-    env = {"torch": str(torch.__version__), "comfy_kitchen": oracle.comfy_version(), "gpu": None, "sm_count": None, "cuda": None}
+    env = {
+        "torch": str(torch.__version__),
+        "comfy_kitchen": oracle.comfy_version(),
+        "gpu": None,
+        "sm_count": None,
+        "cuda": None,
+    }
     if device == "cuda" and torch.cuda.is_available():
         p = torch.cuda.get_device_properties(torch.cuda.current_device())
         env.update(gpu=str(p.name), sm_count=int(p.multi_processor_count), cuda=str(torch.version.cuda))

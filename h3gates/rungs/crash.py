@@ -26,15 +26,32 @@ def guarded(fn, ctx, out, block, upstream):
         files = {(ROOT / f).resolve() for f in kernel_files(ctx) if f.endswith(".py")}
         frames = _candidate_frames(e.__traceback__, files)
         if not frames:
-            print(f"h3gates rung {ctx.rung}: the LADDER failed (not the candidate: no frame of the traceback is in its kernel files); "
-                  "this is a bug in h3gates, please report it", file=sys.stderr)
+            print(
+                f"h3gates rung {ctx.rung}: the LADDER failed (not the candidate: no frame of the traceback is in its kernel files); "
+                "this is a bug in h3gates, please report it",
+                file=sys.stderr,
+            )
             raise
         from h3gates.rungs.gate import CURRENT
 
         gate = CURRENT[0]
         where = frames[-1]
         msg = f"{type(e).__name__}: {e}"
-        gate.fail(f"candidate crashed: {msg} (at {Path(where.filename).name}:{where.lineno} in {where.name}" + (f"; {gate.at}" if gate.at else "") + ")")
-        crash = {"type": type(e).__name__, "message": str(e), "file": str(Path(where.filename).resolve().relative_to(ROOT)) if Path(where.filename).resolve().is_relative_to(ROOT) else where.filename,
-                 "line": where.lineno, "function": where.name, "block": block, "at": gate.at, "traceback": traceback.format_exception(e)[-30:]}
+        gate.fail(
+            f"candidate crashed: {msg} (at {Path(where.filename).name}:{where.lineno} in {where.name}"
+            + (f"; {gate.at}" if gate.at else "")
+            + ")"
+        )
+        crash = {
+            "type": type(e).__name__,
+            "message": str(e),
+            "file": str(Path(where.filename).resolve().relative_to(ROOT))
+            if Path(where.filename).resolve().is_relative_to(ROOT)
+            else where.filename,
+            "line": where.lineno,
+            "function": where.name,
+            "block": block,
+            "at": gate.at,
+            "traceback": traceback.format_exception(e)[-30:],
+        }
         return gate.write(out, {"crash": crash, "bytes_compared": 0, "bytes_differing": 0})

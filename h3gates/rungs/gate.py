@@ -50,12 +50,25 @@ class Gate:
         # rungs 1-2 gate a candidate's kernel; its schedule (e.g. the ring's chunks) from rung 3 on
         self.candidate = self._build("kernel" if rung <= 2 else "schedule")
         # what a candidate's bytes hold only with (e.g. fc2_algo's cuBLASLt algorithm, library and GPU)
-        self.pins = {role: part.pin() for role, r in sorted(self.candidate.items()) for part in (r.producer, r.gemm) if callable(getattr(part, "pin", None))}
+        self.pins = {
+            role: part.pin()
+            for role, r in sorted(self.candidate.items())
+            for part in (r.producer, r.gemm)
+            if callable(getattr(part, "pin", None))
+        }
 
     def _build(self, level: str) -> dict:
         c = self.ctx
-        return candidates.build_one(self.name, c.candidate_config, self.device, self.reference_q, self.baseline, level, self.config,
-                                    c.artifacts.get(self.name))
+        return candidates.build_one(
+            self.name,
+            c.candidate_config,
+            self.device,
+            self.reference_q,
+            self.baseline,
+            level,
+            self.config,
+            c.artifacts.get(self.name),
+        )
 
     def scheduled(self) -> dict:
         """The candidate's roles as the model runs them (its schedule, e.g. the ring's chunks), also at
@@ -110,12 +123,22 @@ class Gate:
         if len(self.replay) >= REPLAY_LIMIT:
             self.replay_dropped += 1
             return
-        self.replay.append(nvfp4.dump_replay(out.parent / f"{out.stem}.replay.{tag}.pt", kind=kind, context=self.ctx.to_dict(), rung=self.rung,
-                                             block=self.block, **case))
+        self.replay.append(
+            nvfp4.dump_replay(
+                out.parent / f"{out.stem}.replay.{tag}.pt",
+                kind=kind,
+                context=self.ctx.to_dict(),
+                rung=self.rung,
+                block=self.block,
+                **case,
+            )
+        )
 
     def write(self, out, measurements: dict, timing: dict | None = None) -> str:
         if self.replay_dropped:
-            self.note(f"{len(self.replay) + self.replay_dropped} failing cases, {len(self.replay)} dumped for replay (the first; the rest are in the report)")
+            self.note(
+                f"{len(self.replay) + self.replay_dropped} failing cases, {len(self.replay)} dumped for replay (the first; the rest are in the report)"  # noqa: E501
+            )
         doc = {
             "schema_version": report.SCHEMA_VERSION,
             "rung": self.rung,
@@ -143,8 +166,11 @@ class Gate:
         for old in Path(out).parent.glob(f"{Path(out).stem}.replay.*.pt"):  # dumps of an earlier run of this gate
             if old.name not in self.replay:
                 old.unlink()
-        progress(f"rung {self.rung} {self.name}{'' if self.block is None else f' block {self.block}'}: {doc['verdict'].upper()}" + (f" ({self.reasons[0]})" if self.reasons else "")
-                 + "".join(f"; NOTE: {n}" for n in self.notes))
+        progress(
+            f"rung {self.rung} {self.name}{'' if self.block is None else f' block {self.block}'}: {doc['verdict'].upper()}"
+            + (f" ({self.reasons[0]})" if self.reasons else "")
+            + "".join(f"; NOTE: {n}" for n in self.notes)
+        )
         return doc["verdict"]
 
 
@@ -155,18 +181,32 @@ def environment(device) -> dict:
     from h3gates.nvfp4.gemm import backend_info
 
     dev = torch.device(device)
-    env = {"python": platform.python_version(), "torch": torch.__version__, "comfy_kitchen": oracle.comfy_version(),
-           "host": platform.machine(), "device_type": dev.type}
+    env = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "comfy_kitchen": oracle.comfy_version(),
+        "host": platform.machine(),
+        "device_type": dev.type,
+    }
     if dev.type == "cuda":
         p = torch.cuda.get_device_properties(dev)
         from h3gates.core.lease import current
 
         lease = current()
-        env["gpu_lease"] = None if lease is None else {"index": lease.index, "uuid": lease.uuid, "waited_s": round(lease.waited_s, 3)}
+        env["gpu_lease"] = (
+            None if lease is None else {"index": lease.index, "uuid": lease.uuid, "waited_s": round(lease.waited_s, 3)}
+        )
         env["gpu_uuid"] = str(getattr(p, "uuid", "")) or None
-        env.update(gpu=p.name, sm_count=p.multi_processor_count, capability=f"{p.major}.{p.minor}", cuda=torch.version.cuda,
-                   cublas=str(torch.backends.cuda.preferred_blas_library()) if hasattr(torch.backends.cuda, "preferred_blas_library") else None,
-                   driver=_driver())
+        env.update(
+            gpu=p.name,
+            sm_count=p.multi_processor_count,
+            capability=f"{p.major}.{p.minor}",
+            cuda=torch.version.cuda,
+            cublas=str(torch.backends.cuda.preferred_blas_library())
+            if hasattr(torch.backends.cuda, "preferred_blas_library")
+            else None,
+            driver=_driver(),
+        )
     else:
         env.update(gpu=None, cpu_threads=torch.get_num_threads())
     env["gemm"] = backend_info(device)
@@ -177,6 +217,14 @@ def _driver():
     import subprocess
 
     try:
-        return subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=10).stdout.strip() or None
+        return (
+            subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout.strip()
+            or None
+        )
     except (OSError, subprocess.SubprocessError):
         return None

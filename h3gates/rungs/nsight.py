@@ -93,7 +93,11 @@ def find_ncu() -> str | None:
     if on_path:
         return on_path
     candidates = ["/usr/local/cuda/bin/ncu"]
-    for pattern in ("/usr/local/cuda*/bin/ncu", "/usr/local/cuda*/nsight-compute*/ncu", "/opt/nvidia/nsight-compute/*/ncu"):
+    for pattern in (
+        "/usr/local/cuda*/bin/ncu",
+        "/usr/local/cuda*/nsight-compute*/ncu",
+        "/opt/nvidia/nsight-compute/*/ncu",
+    ):
         candidates += sorted(glob.glob(pattern), key=_version_key, reverse=True)
     return next((c for c in candidates if _executable(c)), None)
 
@@ -147,14 +151,23 @@ def exit_with_parent(poll_s: float = 1.0) -> None:
     threading.Thread(target=watch, daemon=True, name="h3gates-exit-with-parent").start()
 
 
-def _run(argv: list[str], timeout: float, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=None) -> tuple[int, str, str]:
+def _run(
+    argv: list[str], timeout: float, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=None
+) -> tuple[int, str, str]:
     """Run argv in its own session so a timeout kills ncu *and* the target it launched. The session
     also dies with this process: a SIGTERM/SIGINT/SIGHUP here (snakemake stopping the job, a
     `timeout` around the workflow) kills the whole group before this process ends, and the child
     carries PR_SET_PDEATHSIG for a SIGKILL (a leftover ncu once held 93 GiB of the GPU and crashed
     the next rung: evidence/h200/canonical_climb2_2026-12-01/)."""
-    proc = subprocess.Popen(argv, stdout=stdout, stderr=stderr, text=True, start_new_session=True, env=env,
-                            preexec_fn=_die_with_parent(_prctl(), os.getpid()))
+    proc = subprocess.Popen(
+        argv,
+        stdout=stdout,
+        stderr=stderr,
+        text=True,
+        start_new_session=True,
+        env=env,
+        preexec_fn=_die_with_parent(_prctl(), os.getpid()),
+    )
 
     def kill_group(signum, frame):
         try:
@@ -221,7 +234,9 @@ def query_metrics(ncu: str, full_names_for=(), timeout: float = QUERY_TIMEOUT_S)
         offered |= _metric_names(_checked([ncu, "--query-metrics", *extra], timeout))
     bases = sorted({m.split(".")[0] for m in full_names_for if "." in m} & offered)
     if bases:
-        offered |= _metric_names(_checked([ncu, "--query-metrics", "--query-metrics-mode", "suffix", "--metrics", ",".join(bases)], timeout))
+        offered |= _metric_names(
+            _checked([ncu, "--query-metrics", "--query-metrics-mode", "suffix", "--metrics", ",".join(bases)], timeout)
+        )
     return offered
 
 
@@ -237,25 +252,55 @@ def plan(requested, offered: set[str]) -> tuple[dict[str, str], dict[str, str]]:
         if metric in offered:
             collect[metric] = "exact"
         elif base not in offered:
-            unavailable[metric] = f"not offered by the installed ncu: {base} is not listed by --query-metrics (profiling and launch collections)"
+            unavailable[metric] = (
+                f"not offered by the installed ncu: {base} is not listed by --query-metrics (profiling and launch collections)"
+            )
         elif any(o.startswith(base + ".") for o in offered):
-            unavailable[metric] = f"not offered by the installed ncu: it lists {base} but not the suffix {metric[len(base):]} (--query-metrics-mode suffix)"
+            unavailable[metric] = (
+                f"not offered by the installed ncu: it lists {base} but not the suffix {metric[len(base) :]} (--query-metrics-mode suffix)"
+            )
         else:
             collect[metric] = "base"
     return collect, unavailable
 
 
 # --------------------------------------------------------------------------- profile
-def command(ncu: str, metrics, target_argv, *, export, log_file, clock_control: str = "none",
-            cache_control: str = "all", replay_mode: str = "kernel") -> list[str]:
+def command(
+    ncu: str,
+    metrics,
+    target_argv,
+    *,
+    export,
+    log_file,
+    clock_control: str = "none",
+    cache_control: str = "all",
+    replay_mode: str = "kernel",
+) -> list[str]:
     """The profiling command. Profiling is off at start: the target opens and closes the range itself
     (cudaProfilerStart/Stop via profiled_range()), so warm-up and model building are not profiled.
     ncu's own output goes to log_file and the results to the export report, away from the target's
     stdout; --force-overwrite because a rerun writes to the same report path."""
-    return [ncu, "--profile-from-start", "off", "--target-processes", "all",
-            "--replay-mode", replay_mode, "--cache-control", cache_control, "--clock-control", clock_control,
-            "--metrics", ",".join(metrics), "--export", str(export), "--force-overwrite", "--log-file", str(log_file),
-            *map(str, target_argv)]
+    return [
+        ncu,
+        "--profile-from-start",
+        "off",
+        "--target-processes",
+        "all",
+        "--replay-mode",
+        replay_mode,
+        "--cache-control",
+        cache_control,
+        "--clock-control",
+        clock_control,
+        "--metrics",
+        ",".join(metrics),
+        "--export",
+        str(export),
+        "--force-overwrite",
+        "--log-file",
+        str(log_file),
+        *map(str, target_argv),
+    ]
 
 
 def import_command(ncu: str, report) -> list[str]:
@@ -264,7 +309,16 @@ def import_command(ncu: str, report) -> list[str]:
 
 
 # --------------------------------------------------------------------------- parse
-_TIME_TO_NS = {"ns": 1, "nsecond": 1, "us": 10**3, "usecond": 10**3, "ms": 10**6, "msecond": 10**6, "s": 10**9, "second": 10**9}
+_TIME_TO_NS = {
+    "ns": 1,
+    "nsecond": 1,
+    "us": 10**3,
+    "usecond": 10**3,
+    "ms": 10**6,
+    "msecond": 10**6,
+    "s": 10**9,
+    "second": 10**9,
+}
 _BYTE_PREFIX = {"K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}  # ncu scales bytes by powers of 1000
 
 
@@ -330,7 +384,7 @@ def parse_csv(text: str) -> list[dict]:
         raise NcuError(f"ncu CSV header lacks {missing}: {lines[start][:300]}")
     col = {name: i for i, name in enumerate(header)}
     launches: dict[tuple[str, str], dict] = {}
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         if not line.startswith('"'):
             continue
         row = next(csv.reader([line]))
@@ -341,8 +395,12 @@ def parse_csv(text: str) -> list[dict]:
         if k is None:
             name = row[col["Kernel Name"]]
             k = launches[key] = {
-                "id": int(row[col["ID"]]), "process_id": int(row[col["Process ID"]]), "name": short_name(name), "full_name": name,
-                "grid": _dim3(row[col["Grid Size"]]), "block": _dim3(row[col["Block Size"]]),
+                "id": int(row[col["ID"]]),
+                "process_id": int(row[col["Process ID"]]),
+                "name": short_name(name),
+                "full_name": name,
+                "grid": _dim3(row[col["Grid Size"]]),
+                "block": _dim3(row[col["Block Size"]]),
                 "stream": _number(row[col["Stream"]]) if "Stream" in col else None,
                 "device": _number(row[col["Device"]]) if "Device" in col else None,
                 "metrics": {},
@@ -397,21 +455,38 @@ def diff(base_kernels: list[dict], cand_kernels: list[dict]) -> dict:
     common = {}
     for name in sorted(b.keys() & c.keys()):
         bt, ct = b[name]["duration_ns"], c[name]["duration_ns"]
-        common[name] = {"baseline_count": b[name]["count"], "candidate_count": c[name]["count"],
-                        "baseline_duration_ns": bt, "candidate_duration_ns": ct,
-                        "delta_ns": None if bt is None or ct is None else ct - bt}
+        common[name] = {
+            "baseline_count": b[name]["count"],
+            "candidate_count": c[name]["count"],
+            "baseline_duration_ns": bt,
+            "candidate_duration_ns": ct,
+            "delta_ns": None if bt is None or ct is None else ct - bt,
+        }
     tb, tc = summarize(base_kernels), summarize(cand_kernels)
-    return {"gone": {n: b[n] for n in sorted(b.keys() - c.keys())},
-            "new": {n: c[n] for n in sorted(c.keys() - b.keys())},
-            "common": common,
-            "baseline": tb, "candidate": tc,
-            "duration_ratio": _ratio(tc["duration_ns"], tb["duration_ns"]),
-            "dram_bytes_ratio": _ratio(tc["dram_bytes"], tb["dram_bytes"])}
+    return {
+        "gone": {n: b[n] for n in sorted(b.keys() - c.keys())},
+        "new": {n: c[n] for n in sorted(c.keys() - b.keys())},
+        "common": common,
+        "baseline": tb,
+        "candidate": tc,
+        "duration_ratio": _ratio(tc["duration_ns"], tb["duration_ns"]),
+        "dram_bytes_ratio": _ratio(tc["dram_bytes"], tb["dram_bytes"]),
+    }
 
 
 # --------------------------------------------------------------------------- capture
-def capture(target_argv, requested_metrics=DEFAULT_METRICS, workdir=".", timeout: float = 1800, *, name: str = "capture",
-            clock_control: str = "none", cache_control: str = "all", replay_mode: str = "kernel", env=None) -> dict:
+def capture(
+    target_argv,
+    requested_metrics=DEFAULT_METRICS,
+    workdir=".",
+    timeout: float = 1800,
+    *,
+    name: str = "capture",
+    clock_control: str = "none",
+    cache_control: str = "all",
+    replay_mode: str = "kernel",
+    env=None,
+) -> dict:
     """Query, plan, profile target_argv under ncu, import and parse. Never raises for a missing, failing
     or timed-out ncu (available False, reason, stderr_tail); programming errors propagate.
 
@@ -423,11 +498,26 @@ def capture(target_argv, requested_metrics=DEFAULT_METRICS, workdir=".", timeout
     counts do not depend on clocks, durations do, and both sides of a diff run under the same setting."""
     requested = list(dict.fromkeys(requested_metrics))
     workdir = Path(workdir)
-    res: dict = {"available": False, "reason": None, "ncu": None, "ncu_version": None,
-                 "settings": {"profile_from_start": "off", "replay_mode": replay_mode, "cache_control": cache_control,
-                              "clock_control": clock_control},
-                 "command": None, "requested": requested, "metrics": {}, "unavailable": {},
-                 "kernels": [], "totals": None, "report_file": None, "stderr_tail": None}
+    res: dict = {
+        "available": False,
+        "reason": None,
+        "ncu": None,
+        "ncu_version": None,
+        "settings": {
+            "profile_from_start": "off",
+            "replay_mode": replay_mode,
+            "cache_control": cache_control,
+            "clock_control": clock_control,
+        },
+        "command": None,
+        "requested": requested,
+        "metrics": {},
+        "unavailable": {},
+        "kernels": [],
+        "totals": None,
+        "report_file": None,
+        "stderr_tail": None,
+    }
     ncu = find_ncu()
     if ncu is None:
         res["reason"] = _not_found_reason()
@@ -451,8 +541,16 @@ def capture(target_argv, requested_metrics=DEFAULT_METRICS, workdir=".", timeout
     reports = [workdir / (name + suffix) for suffix in REPORT_SUFFIXES]
     for stale in (*reports, log):
         stale.unlink(missing_ok=True)  # a failed run must not leave the last run's report to be read
-    res["command"] = command(ncu, collect, target_argv, export=stem, log_file=log, clock_control=clock_control,
-                             cache_control=cache_control, replay_mode=replay_mode)
+    res["command"] = command(
+        ncu,
+        collect,
+        target_argv,
+        export=stem,
+        log_file=log,
+        clock_control=clock_control,
+        cache_control=cache_control,
+        replay_mode=replay_mode,
+    )
     try:
         with open(workdir / f"{name}.stdout", "w") as out, open(workdir / f"{name}.stderr", "w") as err:
             rc = _run(res["command"], timeout, stdout=out, stderr=err, env=env)[0]

@@ -90,41 +90,63 @@ def cases(role: str, device, chunk_rows: int | None = None) -> list[tuple[str, o
         rows += [chunk_rows - 1, chunk_rows, chunk_rows + 17, 2 * chunk_rows]
     bf16, fp16 = torch.bfloat16, torch.float16
 
-    def add(cid, make):
-        out.append((cid, make()))
+    def add(cid, inp):
+        out.append((cid, inp))
 
     if role in ("qkv", "fc1"):
         for r in rows:
             for c in COLS:
-                add(f"mod_{r}x{c}", lambda: _modulated(_randn((r, c), 7 * r + c, bf16).to(device), (), r + c))
+                add(f"mod_{r}x{c}", _modulated(_randn((r, c), 7 * r + c, bf16).to(device), (), r + c))
         for starts in SEGMENT_STARTS:
             tag = "_".join(map(str, starts))
-            add(f"mod_segments_{tag}", lambda: _modulated(_randn((300, 64), 11, bf16).to(device), starts, len(tag)))
+            add(f"mod_segments_{tag}", _modulated(_randn((300, 64), 11, bf16).to(device), starts, len(tag)))
         if chunk_rows:
             for starts in ((chunk_rows - 1, chunk_rows + 1), (chunk_rows, chunk_rows + 16)):
-                add(f"mod_chunk_segments_{starts[0]}", lambda: _modulated(_randn((2 * chunk_rows + 17, 64), 13, bf16).to(device), starts, 5))
-        add("mod_extreme_values", lambda: _modulated(_cycle(INPUT_VALUES, (48, 64), bf16).to(device), (17, 32), 0, "extreme"))
-        add("mod_nan_input", lambda: _modulated(_cycle(NAN, (48, 72), bf16).to(device), (16,), 0))  # NaN g with a comfy tail (3 * 5 blocks odd)
-        add("mod_extreme_values_fp16", lambda: _modulated(_cycle(INPUT_VALUES[:6] + (65504.0, -6e-8), (48, 72), fp16).to(device), (16,), 1, "extreme"))
-        add("mod_unaligned_base", lambda: _modulated(_unaligned(_randn((33, 64), 17, bf16).to(device)), (5,), 2))
-        add("mod_fp16", lambda: _modulated(_randn((17, 72), 19, fp16).to(device), (3,), 3))
-        add("mod_static_scale", lambda: (lambda m: Modulated(m.h, m.shift, m.scale, m.bounds, _static(m)))(_modulated(_randn((40, 64), 23, bf16).to(device), (16,), 4)))
+                add(
+                    f"mod_chunk_segments_{starts[0]}",
+                    _modulated(_randn((2 * chunk_rows + 17, 64), 13, bf16).to(device), starts, 5),
+                )
+        add(
+            "mod_extreme_values",
+            _modulated(_cycle(INPUT_VALUES, (48, 64), bf16).to(device), (17, 32), 0, "extreme"),
+        )
+        add(
+            "mod_nan_input", _modulated(_cycle(NAN, (48, 72), bf16).to(device), (16,), 0)
+        )  # NaN g with a comfy tail (3 * 5 blocks odd)
+        add(
+            "mod_extreme_values_fp16",
+            _modulated(_cycle(INPUT_VALUES[:6] + (65504.0, -6e-8), (48, 72), fp16).to(device), (16,), 1, "extreme"),
+        )
+        add("mod_unaligned_base", _modulated(_unaligned(_randn((33, 64), 17, bf16).to(device)), (5,), 2))
+        add("mod_fp16", _modulated(_randn((17, 72), 19, fp16).to(device), (3,), 3))
+        add(
+            "mod_static_scale",
+            (lambda m: Modulated(m.h, m.shift, m.scale, m.bounds, _static(m)))(
+                _modulated(_randn((40, 64), 23, bf16).to(device), (16,), 4)
+            ),
+        )
     elif role == "fc2":
         for r in rows:
             for c in COLS:
-                add(f"swiglu_{r}x{c}", lambda: _swiglu(r, c, 7 * r + c, bf16, device=device))
-        add("swiglu_extreme_values", lambda: _swiglu(48, 64, 0, bf16, "extreme", device=device))
-        add("swiglu_nan_gate", lambda: SwiGLU(torch.cat([_cycle(NAN, (48, 72), bf16), _randn((48, 72), 5, bf16)], dim=1).contiguous().to(device)))
-        add("swiglu_extreme_values_fp16", lambda: _swiglu(48, 72, 1, fp16, "extreme", device=device))
-        add("swiglu_unaligned_base", lambda: SwiGLU(_unaligned(_swiglu(33, 64, 2, bf16, device=device).u)))
-        add("swiglu_fp16", lambda: _swiglu(17, 72, 3, fp16, device=device))
-        add("swiglu_static_scale", lambda: (lambda s: SwiGLU(s.u, _static(s)))(_swiglu(40, 64, 4, bf16, device=device)))
+                add(f"swiglu_{r}x{c}", _swiglu(r, c, 7 * r + c, bf16, device=device))
+        add("swiglu_extreme_values", _swiglu(48, 64, 0, bf16, "extreme", device=device))
+        add(
+            "swiglu_nan_gate",
+            SwiGLU(torch.cat([_cycle(NAN, (48, 72), bf16), _randn((48, 72), 5, bf16)], dim=1).contiguous().to(device)),
+        )
+        add("swiglu_extreme_values_fp16", _swiglu(48, 72, 1, fp16, "extreme", device=device))
+        add("swiglu_unaligned_base", SwiGLU(_unaligned(_swiglu(33, 64, 2, bf16, device=device).u)))
+        add("swiglu_fp16", _swiglu(17, 72, 3, fp16, device=device))
+        add("swiglu_static_scale", (lambda s: SwiGLU(s.u, _static(s)))(_swiglu(40, 64, 4, bf16, device=device)))
     else:
         for r in rows:
             for c in COLS:
-                add(f"plain_{r}x{c}", lambda: Plain(_randn((r, c), 7 * r + c, bf16).to(device)))
-        add("plain_extreme_values", lambda: Plain(_cycle(INPUT_VALUES, (48, 64), bf16).to(device)))
-        add("plain_unaligned_base", lambda: Plain(_unaligned(_randn((33, 64), 2, bf16).to(device))))
-        add("plain_fp16", lambda: Plain(_randn((17, 72), 3, fp16).to(device)))
-        add("plain_static_scale", lambda: (lambda p: Plain(p.x, _static(p)))(Plain(_randn((40, 64), 4, bf16).to(device))))
+                add(f"plain_{r}x{c}", Plain(_randn((r, c), 7 * r + c, bf16).to(device)))
+        add("plain_extreme_values", Plain(_cycle(INPUT_VALUES, (48, 64), bf16).to(device)))
+        add("plain_unaligned_base", Plain(_unaligned(_randn((33, 64), 2, bf16).to(device))))
+        add("plain_fp16", Plain(_randn((17, 72), 3, fp16).to(device)))
+        add(
+            "plain_static_scale",
+            (lambda p: Plain(p.x, _static(p)))(Plain(_randn((40, 64), 4, bf16).to(device))),
+        )
     return out

@@ -17,7 +17,9 @@ def ratio_plot(timings, out_png) -> None:
     for ax, (title, t) in zip(axes[0], timings):
         for o, marker in (("AB", "o"), ("BA", "s")):
             idx = [i for i, x in enumerate(t["order"]) if x == o]
-            ax.scatter([i + 1 for i in idx], [t["ratios"][i] for i in idx], marker=marker, s=14, alpha=0.7, label=f"{o} round")
+            ax.scatter(
+                [i + 1 for i in idx], [t["ratios"][i] for i in idx], marker=marker, s=14, alpha=0.7, label=f"{o} round"
+            )
         ax.plot([2 * i + 1.5 for i in range(len(t["pair_ratios"]))], t["pair_ratios"], "k.", ms=4, label="AB/BA pair")
         at = [lk["rounds"] for lk in t["looks"]]
         for key, style in (("upper", "v-"), ("lower", "^-")):
@@ -25,8 +27,11 @@ def ratio_plot(timings, out_png) -> None:
             if pts:
                 ax.plot(*zip(*pts), style, color="tab:red", ms=5, lw=1.2, label=f"{key} bound at look")
         ax.axhline(t["threshold"], color="tab:green", ls="--", lw=1, label="1 - min_gain")
-        ax.set_title(f"{title}\n{t['decision']} after {t['rounds']} rounds, median {t['median_ratio']:.4f}, "
-                     f"CV A/B {t['cv']['baseline'] * 100:.1f}/{t['cv']['candidate'] * 100:.1f}%", fontsize=8)
+        ax.set_title(
+            f"{title}\n{t['decision']} after {t['rounds']} rounds, median {t['median_ratio']:.4f}, "
+            f"CV A/B {t['cv']['baseline'] * 100:.1f}/{t['cv']['candidate'] * 100:.1f}%",
+            fontsize=8,
+        )
         ax.set_xlabel("round")
         ax.set_ylabel("candidate / baseline")
         ax.legend(fontsize=6)

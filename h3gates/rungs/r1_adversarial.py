@@ -9,39 +9,59 @@ stand-in's kernel), against the plain decode, so a wrong reference on this machi
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import torch
 
-import importlib
-
+from h3gates.core.jobs import progress
 from h3gates.model import kernel_paths as coverage
 from h3gates.nvfp4 import catalogue as C
 from h3gates.nvfp4 import formats as F
 from h3gates.nvfp4 import gemm as G
 from h3gates.nvfp4.compare import compare_outputs
 from h3gates.rungs import path_cases as P
-from h3gates.rungs.side_by_side import compare_gemms, compare_producers
-from h3gates.core.jobs import progress
 from h3gates.rungs.gate import Gate
 from h3gates.rungs.inputs import packed_activation, role_input, weight
+from h3gates.rungs.side_by_side import compare_gemms, compare_producers
 
 
 def _inputs(random_shapes):
     inputs = [(c.id, c.tags, c.tensor(), c.global_scale, c.pad_16x) for c in C.CASES]
     for i, (kind, shape) in enumerate((k, s) for k in C.GENERATORS for s in random_shapes):
-        inputs.append((f"random_{kind}_{shape[0]}x{shape[1]}", ("random", kind), C.random_tensor(kind, tuple(shape), seed=1000 + i), None, True))
+        inputs.append(
+            (
+                f"random_{kind}_{shape[0]}x{shape[1]}",
+                ("random", kind),
+                C.random_tensor(kind, tuple(shape), seed=1000 + i),
+                None,
+                True,
+            )
+        )
     # producers always pad to 16 (the layout class's rule); unpadded refusals are the quantizer's (tests)
     return [i for i in inputs if i[4]]
 
 
 def _entry(cid, tags, role, variant, x, cmp) -> dict:
-    entry = {"case": cid, "tags": list(tags), "role": role, "variant": variant, "dtype": str(x.dtype).replace("torch.", ""),
-             "shape": list(x.shape), "equal": cmp["equal"], "bytes_compared": cmp["bytes_compared"], "bytes_differing": cmp["bytes_differing"]}
+    entry = {
+        "case": cid,
+        "tags": list(tags),
+        "role": role,
+        "variant": variant,
+        "dtype": str(x.dtype).replace("torch.", ""),
+        "shape": list(x.shape),
+        "equal": cmp["equal"],
+        "bytes_compared": cmp["bytes_compared"],
+        "bytes_differing": cmp["bytes_differing"],
+    }
     if "refused" in cmp:
         entry["refused"] = cmp["refused"]
     if not cmp["equal"]:
-        entry["first_mismatch"] = cmp.get("qdata", {}).get("first_mismatch") or cmp.get("scales", {}).get("first_mismatch") or cmp.get("first_mismatch")
+        entry["first_mismatch"] = (
+            cmp.get("qdata", {}).get("first_mismatch")
+            or cmp.get("scales", {}).get("first_mismatch")
+            or cmp.get("first_mismatch")
+        )
     return entry
 
 
@@ -54,10 +74,22 @@ def producer_cases(gate, out, inputs) -> list[dict]:
             for variant in ("identity", "random"):
                 inp = role_input(role, x, variant, seed=len(cases), static=static)
                 gate.at = f"case {cid} role {role} variant {variant}"
-                cmp, _, _ = compare_producers(gate.candidate[role].producer, gate.reference[role].producer, inp, *x.shape)
+                cmp, _, _ = compare_producers(
+                    gate.candidate[role].producer, gate.reference[role].producer, inp, *x.shape
+                )
                 cases.append(_entry(cid, tags, role, variant, x, cmp))
                 if not cmp["equal"]:
-                    gate.dump(Path(out), f"{cid}.{role}.{variant}", "producer", case=cid, input=x, static_scale=static, role=role, variant=variant, seed=len(cases) - 1)
+                    gate.dump(
+                        Path(out),
+                        f"{cid}.{role}.{variant}",
+                        "producer",
+                        case=cid,
+                        input=x,
+                        static_scale=static,
+                        role=role,
+                        variant=variant,
+                        seed=len(cases) - 1,
+                    )
     return cases
 
 
@@ -82,10 +114,30 @@ def path_cases(gate, out) -> tuple[list[dict], dict]:
                 hits[k][0] += v
                 hits[k][1] += bool(v)
             if not cmp["equal"]:
-                gate.dump(Path(out), f"{cid}.{role}", "producer", case=cid, role_input={"type": type(inp).__name__, **inp.__dict__}, role=role, level="schedule")
-        declared += [{"role": role, "path": p.name, "when": p.when, "reachable": p.reachable, "hits": hits[p.name][0], "cases": hits[p.name][1]} for p in paths]
+                gate.dump(
+                    Path(out),
+                    f"{cid}.{role}",
+                    "producer",
+                    case=cid,
+                    role_input={"type": type(inp).__name__, **inp.__dict__},
+                    role=role,
+                    level="schedule",
+                )
+        declared += [
+            {
+                "role": role,
+                "path": p.name,
+                "when": p.when,
+                "reachable": p.reachable,
+                "hits": hits[p.name][0],
+                "cases": hits[p.name][1],
+            }
+            for p in paths
+        ]
         if not paths:
-            gate.note(f"{type(prod).__name__} ({role}) declares no kernel paths: rung 1 cannot show its branches are exercised")
+            gate.note(
+                f"{type(prod).__name__} ({role}) declares no kernel paths: rung 1 cannot show its branches are exercised"
+            )
     unhit = [d for d in declared if not d["cases"] and d["reachable"]]
     for d in unhit:
         gate.fail(f"declared kernel path {d['role']}:{d['path']} ({d['when']}) was hit by none of rung 1's path cases")
@@ -120,7 +172,16 @@ def gemm_cases(gate, out, inputs) -> tuple[list[dict], dict]:
             hits[path.name][0] += v
             hits[path.name][1] += bool(v)
         if not cmp["equal"] and x.numel() <= DUMP_LIMIT:
-            gate.dump(Path(out), f"{cid}.{role}.{variant}", "gemm", case=cid, input=x, static_scale=static, role=role, weight=[n, k, kind, seed])
+            gate.dump(
+                Path(out),
+                f"{cid}.{role}.{variant}",
+                "gemm",
+                case=cid,
+                input=x,
+                static_scale=static,
+                role=role,
+                weight=[n, k, kind, seed],
+            )
 
     for role in gate.spec.roles:
         progress(f"rung 1 GEMM cases of role {role} ({len(cases)} done before it)")
@@ -133,15 +194,51 @@ def gemm_cases(gate, out, inputs) -> tuple[list[dict], dict]:
             x = x.to(gate.device)
             static = gfun(x).to(gate.device) if gfun else None
             for kind in ("normal", "zeros", "extreme"):
-                case(role, cand, ref, cid, tags, f"gemm_{kind}_weight", x, static, (32, x.shape[1] + (-x.shape[1]) % 16, kind), paths, hits)
+                case(
+                    role,
+                    cand,
+                    ref,
+                    cid,
+                    tags,
+                    f"gemm_{kind}_weight",
+                    x,
+                    static,
+                    (32, x.shape[1] + (-x.shape[1]) % 16, kind),
+                    paths,
+                    hits,
+                )
         n, k = shapes[role]
         rows = gate.config.rows
         x = C.random_tensor("outliers", (rows, k), seed=5000).to(gate.device)
         for kind in ("normal", "zeros", "extreme"):  # the role's whole shape
-            case(role, cand, ref, f"role_full_{role}", ("role_full", kind), f"gemm_{rows}x{n}x{k}_{kind}_weight", x, None, (n, k, kind), paths, hits)
+            case(
+                role,
+                cand,
+                ref,
+                f"role_full_{role}",
+                ("role_full", kind),
+                f"gemm_{rows}x{n}x{k}_{kind}_weight",
+                x,
+                None,
+                (n, k, kind),
+                paths,
+                hits,
+            )
         for kind in C.GENERATORS:
             x = C.random_tensor(kind, (37, k), seed=4000 + len(cases)).to(gate.device)
-            case(role, cand, ref, f"role_k_{role}_{kind}", ("role_k", kind), f"gemm_k{k}", x, None, (min(n, 256), k, "normal"), paths, hits)
+            case(
+                role,
+                cand,
+                ref,
+                f"role_k_{role}_{kind}",
+                ("role_k", kind),
+                f"gemm_k{k}",
+                x,
+                None,
+                (min(n, 256), k, "normal"),
+                paths,
+                hits,
+            )
         # each catalogue activation embedded (top-left, zeros around it) at the role's whole shape: a GEMM
         # that owns only the model's shapes (fc2_algo, stream_a) meets NaN, Inf, zero and extreme values too
         wseeds = {"normal": 7000, "extreme": 7001}
@@ -154,11 +251,33 @@ def gemm_cases(gate, out, inputs) -> tuple[list[dict], dict]:
             big[:r_, :c_] = x[:r_, :c_].to(gate.device)
             static = gfun(x.to(gate.device)).to(gate.device) if gfun else None
             for kind, w in ws.items():
-                case(role, cand, ref, f"{cid}@role_shape", (*tags, "role_shape"), f"gemm_{rows}x{n}x{k}_{kind}_weight", big, static, (n, k, kind),
-                     paths, hits, w=w, wseed=wseeds[kind])
+                case(
+                    role,
+                    cand,
+                    ref,
+                    f"{cid}@role_shape",
+                    (*tags, "role_shape"),
+                    f"gemm_{rows}x{n}x{k}_{kind}_weight",
+                    big,
+                    static,
+                    (n, k, kind),
+                    paths,
+                    hits,
+                    w=w,
+                    wseed=wseeds[kind],
+                )
             del big
-        declared += [{"role": role, "path": path.name, "when": path.when, "reachable": path.reachable, "hits": hits[path.name][0], "cases": hits[path.name][1]}
-                     for path in paths]
+        declared += [
+            {
+                "role": role,
+                "path": path.name,
+                "when": path.when,
+                "reachable": path.reachable,
+                "hits": hits[path.name][0],
+                "cases": hits[path.name][1],
+            }
+            for path in paths
+        ]
     unhit = [d for d in declared if not d["cases"] and d["reachable"]]
     for d in unhit:
         gate.fail(f"declared GEMM path {d['role']}:{d['path']} ({d['when']}) was hit by none of rung 1's GEMM cases")
@@ -175,13 +294,26 @@ def library_cases(gate, inputs) -> dict:
     table_q = torch.arange(256, dtype=torch.uint8).repeat(256, 1)  # row r: every byte; its scale byte r
     table_s = F.swizzle(torch.arange(256, dtype=torch.uint8).reshape(256, 1).repeat(1, 32))
     g = torch.Generator().manual_seed(80)
-    wide = torch.randint(0, 256, (48, 48), generator=g, dtype=torch.uint8).to(dev)  # sliced on the device: a copy would be contiguous
-    operands = [("every_byte_x_every_scale", table_q, table_s, 256),
-                ("padded_scale_columns", torch.randint(0, 256, (48, 40), generator=g, dtype=torch.uint8),
-                 torch.randint(0, 256, F.scales_shape(37, 80), generator=g, dtype=torch.uint8), 37),
-                # a strided QDATA view: the layout the kernel does not index, so on a GPU the launcher's other
-                # side (the torch path) is checked too (standin_cuda.block_values_fits)
-                ("strided_qdata_view", wide[:, 8:], torch.randint(0, 256, F.scales_shape(48, 80), generator=g, dtype=torch.uint8), 48)]
+    wide = torch.randint(0, 256, (48, 48), generator=g, dtype=torch.uint8).to(
+        dev
+    )  # sliced on the device: a copy would be contiguous
+    operands = [
+        ("every_byte_x_every_scale", table_q, table_s, 256),
+        (
+            "padded_scale_columns",
+            torch.randint(0, 256, (48, 40), generator=g, dtype=torch.uint8),
+            torch.randint(0, 256, F.scales_shape(37, 80), generator=g, dtype=torch.uint8),
+            37,
+        ),
+        # a strided QDATA view: the layout the kernel does not index, so on a GPU the launcher's other
+        # side (the torch path) is checked too (standin_cuda.block_values_fits)
+        (
+            "strided_qdata_view",
+            wide[:, 8:],
+            torch.randint(0, 256, F.scales_shape(48, 80), generator=g, dtype=torch.uint8),
+            48,
+        ),
+    ]
     for cid, _, x, gfun, _ in inputs:
         if x.dtype == torch.float32:
             continue
@@ -195,12 +327,26 @@ def library_cases(gate, inputs) -> dict:
         cmp = compare_outputs(Q.block_values(q, s, rows), Q.block_values_reference(q, s, rows), digests=False)
         checked, nbytes = checked + 1, nbytes + cmp["bytes_compared"]
         if not cmp["equal"]:
-            differing.append({"operand": name, "bytes_differing": cmp["bytes_differing"], "first_mismatch": cmp.get("first_mismatch")})
+            differing.append(
+                {
+                    "operand": name,
+                    "bytes_differing": cmp["bytes_differing"],
+                    "first_mismatch": cmp.get("first_mismatch"),
+                }
+            )
     if differing:
-        gate.fail(f"the library's dequantization ({G.backend_info(dev).get('block_values', 'torch')}) differs from the plain decode on "
-                  f"{len(differing)} of {checked} operands (first: {differing[0]['operand']}): the reference GEMM itself is wrong on this machine")
-    return {"block_values": {"backend": G.backend_info(dev).get("block_values", "torch"), "operands": checked,
-                             "bytes_compared": nbytes, "differing": differing}}
+        gate.fail(
+            f"the library's dequantization ({G.backend_info(dev).get('block_values', 'torch')}) differs from the plain decode on "
+            f"{len(differing)} of {checked} operands (first: {differing[0]['operand']}): the reference GEMM itself is wrong on this machine"
+        )
+    return {
+        "block_values": {
+            "backend": G.backend_info(dev).get("block_values", "torch"),
+            "operands": checked,
+            "bytes_compared": nbytes,
+            "differing": differing,
+        }
+    }
 
 
 def run(ctx, out, block=None, upstream=()):
@@ -216,14 +362,32 @@ def run(ctx, out, block=None, upstream=()):
     if "gemm" in gate.spec.overrides:
         more, gemm_coverage = gemm_cases(gate, out, inputs)
         cases += more
-        coverage_ = gemm_coverage if coverage_ is None else {
-            "declared": coverage_["declared"] + gemm_coverage["declared"], "unhit": coverage_["unhit"] + gemm_coverage["unhit"],
-            "cases": coverage_["cases"] + gemm_coverage["cases"]}
+        coverage_ = (
+            gemm_coverage
+            if coverage_ is None
+            else {
+                "declared": coverage_["declared"] + gemm_coverage["declared"],
+                "unhit": coverage_["unhit"] + gemm_coverage["unhit"],
+                "cases": coverage_["cases"] + gemm_coverage["cases"],
+            }
+        )
     bad = [c for c in cases if not c["equal"]]
     if bad:
-        gate.reasons.insert(0, f"{len(bad)} of {len(cases)} adversarial/random cases differ (first: {bad[0]['case']} {bad[0]['role']} {bad[0]['variant']})")
+        gate.reasons.insert(
+            0,
+            f"{len(bad)} of {len(cases)} adversarial/random cases differ (first: {bad[0]['case']} {bad[0]['role']} {bad[0]['variant']})",
+        )
     lib = library["block_values"]  # the reference's own operand check counts in the report's byte totals too
-    return gate.write(out, {"cases": cases, "cases_total": len(cases), "cases_differing": len(bad),
-                            "bytes_compared": sum(c["bytes_compared"] for c in cases) + lib["bytes_compared"],
-                            "bytes_differing": sum(c["bytes_differing"] for c in cases) + sum(d["bytes_differing"] for d in lib["differing"]),
-                            "paths": coverage_, "library": library})
+    return gate.write(
+        out,
+        {
+            "cases": cases,
+            "cases_total": len(cases),
+            "cases_differing": len(bad),
+            "bytes_compared": sum(c["bytes_compared"] for c in cases) + lib["bytes_compared"],
+            "bytes_differing": sum(c["bytes_differing"] for c in cases)
+            + sum(d["bytes_differing"] for d in lib["differing"]),
+            "paths": coverage_,
+            "library": library,
+        },
+    )

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from h3gates import nvfp4
 from h3gates.nvfp4.layout import Packed
-from h3gates.rungs.side_by_side import compare_producers, run_producer
 from h3gates.rungs.gate import Gate
+from h3gates.rungs.side_by_side import compare_producers, run_producer
 
 
 def run(ctx, out, block, upstream=()):
@@ -30,13 +30,40 @@ def run(ctx, out, block, upstream=()):
                 sub = ref_full.row_slice(r0, r0 + p.qdata.shape[0])
                 sub.global_scale = ref_full.global_scale
                 c = nvfp4.compare_packed(p.as_dict(), sub.as_dict(), p.rows, cols)
-                chunks.append({"row0": r0, "rows": p.rows, "bytes_compared": c["bytes_compared"], "bytes_differing": c["bytes_differing"]})
+                chunks.append(
+                    {
+                        "row0": r0,
+                        "rows": p.rows,
+                        "bytes_compared": c["bytes_compared"],
+                        "bytes_differing": c["bytes_differing"],
+                    }
+                )
         ocmp = nvfp4.compare_outputs(cand.project(inp, w), ref.project(inp, w))
         roles[role] = {"packed": cmp, "chunks": chunks, "output": ocmp}
         if not cmp["equal"] or not ocmp["equal"] or any(c["bytes_differing"] for c in chunks):
             bad = [c for c in chunks if c["bytes_differing"]]
-            gate.fail(f"{role}: {cmp['bytes_differing']} packed bytes differ" + (f" ({len(bad)} of {len(chunks)} chunks, first at row {bad[0]['row0']})" if bad else "")
-                      + f", output {ocmp['bytes_differing']} bytes differ")
-            gate.dump(Path(out), role, "producer", case=f"block {block} {role}", role_input={"type": type(inp).__name__, **inp.__dict__}, role=role)
-    return gate.write(out, {"roles": roles, "bytes_compared": sum(r["packed"]["bytes_compared"] + r["output"]["bytes_compared"] for r in roles.values()),
-                            "bytes_differing": sum(r["packed"]["bytes_differing"] + r["output"]["bytes_differing"] for r in roles.values())})
+            gate.fail(
+                f"{role}: {cmp['bytes_differing']} packed bytes differ"
+                + (f" ({len(bad)} of {len(chunks)} chunks, first at row {bad[0]['row0']})" if bad else "")
+                + f", output {ocmp['bytes_differing']} bytes differ"
+            )
+            gate.dump(
+                Path(out),
+                role,
+                "producer",
+                case=f"block {block} {role}",
+                role_input={"type": type(inp).__name__, **inp.__dict__},
+                role=role,
+            )
+    return gate.write(
+        out,
+        {
+            "roles": roles,
+            "bytes_compared": sum(
+                r["packed"]["bytes_compared"] + r["output"]["bytes_compared"] for r in roles.values()
+            ),
+            "bytes_differing": sum(
+                r["packed"]["bytes_differing"] + r["output"]["bytes_differing"] for r in roles.values()
+            ),
+        },
+    )

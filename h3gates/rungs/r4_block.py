@@ -24,8 +24,15 @@ def run(ctx, out, block, upstream=()):
     timing = perfgate.run(base, cand, {k: params[k] for k in TIMING_KEYS}, gate.device, progress=progress)
     enforced = bool(params["enforce"])
     passed = timing["decision"] == "pass"
-    timing["performance_gate"] = {"enforced": enforced, "decision": timing["decision"], "passed": passed, "reason": timing["reason"],
-                                  "interval": timing["interval"], "threshold": timing["threshold"], "gain": timing["gain"]}
+    timing["performance_gate"] = {
+        "enforced": enforced,
+        "decision": timing["decision"],
+        "passed": passed,
+        "reason": timing["reason"],
+        "interval": timing["interval"],
+        "threshold": timing["threshold"],
+        "gain": timing["gain"],
+    }
     if not passed and cmp["equal"]:
         if enforced:
             gate.fail(f"performance gate {timing['decision'].upper()}: {timing['reason']}")
@@ -33,4 +40,6 @@ def run(ctx, out, block, upstream=()):
             note = f"performance gate not met ({timing['decision']}), not enforced on profile {ctx.profile}: {timing['reason']}"
             timing["performance_gate"]["note"] = note
             progress(f"NOTE: {note}")
-    return gate.write(out, {"output": cmp, "bytes_compared": cmp["bytes_compared"], "bytes_differing": cmp["bytes_differing"]}, timing)
+    return gate.write(
+        out, {"output": cmp, "bytes_compared": cmp["bytes_compared"], "bytes_differing": cmp["bytes_differing"]}, timing
+    )

@@ -3,8 +3,8 @@ baseline side read from the shared baseline artifact, h3gates/rungs/artifacts.py
 
 from __future__ import annotations
 
-from h3gates.core.errors import ArtifactError
 from h3gates import nvfp4
+from h3gates.core.errors import ArtifactError
 from h3gates.core.jobs import progress
 from h3gates.rungs.gate import Gate
 
@@ -25,16 +25,34 @@ def run(ctx, out, block=None, upstream=()):
         cmp = nvfp4.compare_outputs(yc, art["tensors"]["step"].to(yc.device))
     elif nvfp4.sha256(yc) == want["sha256"] and list(yc.shape) == want["shape"]:
         n = yc.numel() * yc.element_size()
-        cmp = {"equal": True, "bytes_compared": n, "bytes_differing": 0, "elements_differing": 0, "candidate_sha256": want["sha256"],
-               "reference_sha256": want["sha256"], "shape": want["shape"], "max_abs_diff": 0.0, "mean_abs_diff": 0.0,
-               "compared_by": "sha256 of the baseline artifact"}
+        cmp = {
+            "equal": True,
+            "bytes_compared": n,
+            "bytes_differing": 0,
+            "elements_differing": 0,
+            "candidate_sha256": want["sha256"],
+            "reference_sha256": want["sha256"],
+            "shape": want["shape"],
+            "max_abs_diff": 0.0,
+            "mean_abs_diff": 0.0,
+            "compared_by": "sha256 of the baseline artifact",
+        }
     else:  # the artifact keeps only the hash of a large output: recompute the baseline here to say where it differs
         yb = m.step_forward(x, 0, gate.baseline, progress=every("baseline (recomputed)"))
         cmp = nvfp4.compare_outputs(yc, yb)
         if nvfp4.sha256(yb) != want["sha256"]:
-            gate.fail(f"the baseline artifact does not reproduce here (its step output sha256 {want['sha256'][:12]}, recomputed "
-                      f"{nvfp4.sha256(yb)[:12]}): remove {ctx['baseline_artifact']} and rerun")
+            gate.fail(
+                f"the baseline artifact does not reproduce here (its step output sha256 {want['sha256'][:12]}, recomputed "
+                f"{nvfp4.sha256(yb)[:12]}): remove {ctx['baseline_artifact']} and rerun"
+            )
     if not cmp["equal"]:
         gate.fail(f"{m.config.blocks}-block step output differs in {cmp['elements_differing']} elements")
-    return gate.write(out, {"output": cmp, "bytes_compared": cmp["bytes_compared"], "bytes_differing": cmp["bytes_differing"],
-                            "baseline_artifact": {"path": ctx.baseline_artifact, "wall_s": art["meta"]["wall_s"]}})
+    return gate.write(
+        out,
+        {
+            "output": cmp,
+            "bytes_compared": cmp["bytes_compared"],
+            "bytes_differing": cmp["bytes_differing"],
+            "baseline_artifact": {"path": ctx.baseline_artifact, "wall_s": art["meta"]["wall_s"]},
+        },
+    )

@@ -26,16 +26,32 @@ def compute(actx: dict, out: str, meta: dict) -> dict:
     the rung's report would."""
     work = Path(tempfile.mkdtemp(prefix="baseline-r8.", dir=Path(out).parent if Path(out).parent.exists() else None))
     progress("baseline r8: Nsight Compute over one baseline block")
-    argv = [sys.executable, "-m", "h3gates", "profile-target", "--context", json.dumps(actx), "--side", "baseline-artifact"]
+    argv = [
+        sys.executable,
+        "-m",
+        "h3gates",
+        "profile-target",
+        "--context",
+        json.dumps(actx),
+        "--side",
+        "baseline-artifact",
+    ]
     t0 = time.perf_counter()
-    cap = nsight.capture(argv, nsight.DEFAULT_METRICS, workdir=work, timeout=actx["profiler"]["ncu_timeout"], name="baseline")
+    cap = nsight.capture(
+        argv, nsight.DEFAULT_METRICS, workdir=work, timeout=actx["profiler"]["ncu_timeout"], name="baseline"
+    )
     wall = time.perf_counter() - t0
     if not cap["available"] and nsight.find_ncu() is not None:
         raise ArtifactError(f"the baseline block's Nsight Compute capture failed: {cap['reason']} (logs in {work})")
     shutil.rmtree(work, ignore_errors=True)
     cap["report_file"] = None  # removed with the workdir; the kernels are parsed into the capture
-    meta = {**meta, "wall_s": wall, "environment": environment_r8(actx["device"]), "outputs": {},
-            "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    meta = {
+        **meta,
+        "wall_s": wall,
+        "environment": environment_r8(actx["device"]),
+        "outputs": {},
+        "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     save(out, {"meta": meta, "tensors": {}, "capture": json.dumps(cap)})
     progress(f"baseline r8: {out} ({wall:.1f} s)")
     return meta

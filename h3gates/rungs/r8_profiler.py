@@ -15,8 +15,8 @@ from pathlib import Path
 
 import torch
 
-from h3gates.rungs import nsight
 from h3gates.core.jobs import progress
+from h3gates.rungs import nsight
 from h3gates.rungs.gate import Gate
 
 
@@ -43,8 +43,11 @@ def _profile_block(gate, block, x, roles) -> dict:
         cur += e.self_cpu_memory_usage
         peak = max(peak, cur)
     top = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)[:8]
-    res = {"ops": len(prof.events()), "top_ops": [{"name": e.key, "count": e.count, "self_cpu_us": e.self_cpu_time_total} for e in top],
-           "peak_cpu_bytes": peak}
+    res = {
+        "ops": len(prof.events()),
+        "top_ops": [{"name": e.key, "count": e.count, "self_cpu_us": e.self_cpu_time_total} for e in top],
+        "peak_cpu_bytes": peak,
+    }
     if gate.device == "cuda":
         res["peak_cuda_bytes"] = torch.cuda.max_memory_allocated() - base_mem
     return res
@@ -74,7 +77,9 @@ def _nsight(ctx, out: Path, baseline=None) -> dict:
             continue
         progress(f"Nsight Compute over one block of the {side}")
         argv = [sys.executable, "-m", "h3gates", "profile-target", "--context", ctx.to_json(), "--side", side]
-        sides[side] = nsight.capture(argv, nsight.DEFAULT_METRICS, workdir=work, timeout=ctx.rung_params["ncu_timeout"], name=side)
+        sides[side] = nsight.capture(
+            argv, nsight.DEFAULT_METRICS, workdir=work, timeout=ctx.rung_params["ncu_timeout"], name=side
+        )
     res = {"baseline": sides["baseline"], "candidate": sides["candidate"]}
     if all(s["available"] for s in sides.values()):
         res["diff"] = nsight.diff(sides["baseline"]["kernels"], sides["candidate"]["kernels"])
@@ -88,7 +93,10 @@ def _nsight(ctx, out: Path, baseline=None) -> dict:
 
 def _counters(gate, ns) -> dict:
     if ns is None:
-        return {c: {"available": False, "reason": "no GPU on this device: a torch-profiler capture instead"} for c in nsight.DEFAULT_METRICS}
+        return {
+            c: {"available": False, "reason": "no GPU on this device: a torch-profiler capture instead"}
+            for c in nsight.DEFAULT_METRICS
+        }
     side = ns["baseline"]
     if not side["available"]:
         return {c: {"available": False, "reason": side["reason"]} for c in nsight.DEFAULT_METRICS}
@@ -106,7 +114,9 @@ def run(ctx, out, block=None, upstream=()):
     key = "peak_cuda_bytes" if gate.device == "cuda" else "peak_cpu_bytes"
     tol = ctx.rung_params["memory_tolerance"]
     if cand[key] > base[key] * (1 + tol):
-        gate.fail(f"block {block} peak memory {cand[key]} B exceeds baseline {base[key]} B by more than {tol * 100:.0f}%")
+        gate.fail(
+            f"block {block} peak memory {cand[key]} B exceeds baseline {base[key]} B by more than {tol * 100:.0f}%"
+        )
     ns = None
     if gate.device == "cuda":
         gate.drop_model()  # free the model before the profiled children build theirs
@@ -120,8 +130,16 @@ def run(ctx, out, block=None, upstream=()):
                 shared = capture_of(gate)
             except ArtifactError as e:  # the shared capture cannot be trusted here: a failing report, not a crash
                 gate.fail(str(e))
-                meas = {"block": block, "baseline": base, "candidate": cand, "peak_memory_key": key, "memory_tolerance": tol,
-                        "gpu_counters": _counters(gate, None), "bytes_compared": 0, "bytes_differing": 0}
+                meas = {
+                    "block": block,
+                    "baseline": base,
+                    "candidate": cand,
+                    "peak_memory_key": key,
+                    "memory_tolerance": tol,
+                    "gpu_counters": _counters(gate, None),
+                    "bytes_compared": 0,
+                    "bytes_differing": 0,
+                }
                 return gate.write(out, meas)
         ns = _nsight(ctx, Path(out), shared)
         if shared is not None:
@@ -129,6 +147,14 @@ def run(ctx, out, block=None, upstream=()):
         for side in ("baseline", "candidate"):
             if not ns[side]["available"]:
                 gate.note(f"Nsight Compute unavailable for the {side}: {ns[side]['reason']}")
-    meas = {"block": block, "baseline": base, "candidate": cand, "peak_memory_key": key, "memory_tolerance": tol,
-            "gpu_counters": _counters(gate, ns), "bytes_compared": 0, "bytes_differing": 0}
+    meas = {
+        "block": block,
+        "baseline": base,
+        "candidate": cand,
+        "peak_memory_key": key,
+        "memory_tolerance": tol,
+        "gpu_counters": _counters(gate, ns),
+        "bytes_compared": 0,
+        "bytes_differing": 0,
+    }
     return gate.write(out, meas, None if ns is None else {"nsight": ns})  # kernel durations vary run to run: timing

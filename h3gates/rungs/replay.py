@@ -13,8 +13,8 @@ from h3gates.core.context import RungContext
 from h3gates.model import candidates
 from h3gates.model.roles import Modulated, Plain, SwiGLU
 from h3gates.model.setup import Sides
-from h3gates.rungs.side_by_side import compare_gemms, compare_producers
 from h3gates.rungs.inputs import packed_activation, role_input, weight
+from h3gates.rungs.side_by_side import compare_gemms, compare_producers
 
 INPUT_TYPES = {"Modulated": Modulated, "SwiGLU": SwiGLU, "Plain": Plain}
 
@@ -33,7 +33,16 @@ def replay(path) -> int:
     sides = Sides.of(ctx)
     device, ref_q, reference = sides.device, sides.reference_q, sides.reference
     level = d.get("level") or ("kernel" if d["rung"] <= 2 else "schedule")
-    cand = candidates.build_one(ctx.candidate, ctx.candidate_config, device, ref_q, sides.baseline, level, sides.profile, ctx.artifacts.get(ctx.candidate))
+    cand = candidates.build_one(
+        ctx.candidate,
+        ctx.candidate_config,
+        device,
+        ref_q,
+        sides.baseline,
+        level,
+        sides.profile,
+        ctx.artifacts.get(ctx.candidate),
+    )
     role = d["role"]
     print(f"replaying {ctx.candidate} rung {d['rung']} ({d['case']}, role {role}) on {device} against {ref_q.oracle}")
     if d["kind"] == "producer":
@@ -57,9 +66,10 @@ def replay(path) -> int:
         p = packed_activation(x, ref_q, static)
         n, k, kind, seed = d["weight"]
         cmp = compare_gemms(cand[role].gemm, reference[role].gemm, p, weight(n, k, device, ref_q, kind, seed=seed))
-        shown = {k: cmp.get(k) for k in ("equal", "bytes_compared", "bytes_differing", "first_mismatch", "max_abs_diff", "refused")}
+        shown = {
+            k: cmp.get(k)
+            for k in ("equal", "bytes_compared", "bytes_differing", "first_mismatch", "max_abs_diff", "refused")
+        }
     print(json.dumps(shown, indent=1, default=str))
     print("agrees with the reference now" if cmp["equal"] else "DIFFERS from the reference")
     return 0 if cmp["equal"] else 1
-
-

@@ -24,7 +24,16 @@ def compare_producers(cand, ref, inp, rows, cols):
     rr, err_r = run_producer(ref, inp)
     if err_c or err_r:
         agree = bool(err_c) and bool(err_r)
-        return {"equal": agree, "refused": {"candidate": err_c, "reference": err_r}, "bytes_compared": 0, "bytes_differing": 0 if agree else 1}, rc, rr
+        return (
+            {
+                "equal": agree,
+                "refused": {"candidate": err_c, "reference": err_r},
+                "bytes_compared": 0,
+                "bytes_differing": 0 if agree else 1,
+            },
+            rc,
+            rr,
+        )
     out = nvfp4.compare_packed(Packed.join(rc, rows, cols).as_dict(), Packed.join(rr, rows, cols).as_dict(), rows, cols)
     out["chunks"] = [{"row0": r0, "rows": p.rows} for r0, p in rc]
     return out, rc, rr
@@ -43,5 +52,10 @@ def compare_gemms(cand, ref, p, w) -> dict:
     yr, err_r = run_gemm(ref, p, w)
     if err_c or err_r:
         agree = bool(err_c) and bool(err_r)
-        return {"equal": agree, "refused": {"candidate": err_c, "reference": err_r}, "bytes_compared": 0, "bytes_differing": 0 if agree else 1}
+        return {
+            "equal": agree,
+            "refused": {"candidate": err_c, "reference": err_r},
+            "bytes_compared": 0,
+            "bytes_differing": 0 if agree else 1,
+        }
     return nvfp4.compare_outputs(yc, yr, digests=False)  # rung 1 records bytes, not digests, of its hundreds of cases

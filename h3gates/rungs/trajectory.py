@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 
-from h3gates.core.errors import ArtifactError
 from h3gates import nvfp4
+from h3gates.core.errors import ArtifactError
 from h3gates.core.jobs import progress
 
 
@@ -28,14 +28,23 @@ def trajectories(gate, steps):
     m = gate.model
     _sync(gate.device)
     t0 = time.perf_counter()
-    video_c, audio_c = m.trajectory(steps, gate.with_candidate(), progress=lambda s: progress(f"candidate step {s + 1}/{steps}"))
+    video_c, audio_c = m.trajectory(
+        steps, gate.with_candidate(), progress=lambda s: progress(f"candidate step {s + 1}/{steps}")
+    )
     _sync(gate.device)
     times = {"baseline": art["meta"]["wall_s"], "candidate": time.perf_counter() - t0}
     video = nvfp4.compare_outputs(video_c, art["tensors"]["video"].to(video_c.device))
     audio = nvfp4.compare_outputs(audio_c, art["tensors"]["audio"].to(audio_c.device))
     for what, c in (("video", video), ("audio", audio)):
         if not c["equal"]:
-            gate.fail(f"{steps}-step {what} latent differs (sha256 {c['candidate_sha256'][:12]} vs {c['reference_sha256'][:12]})")
-    return {"steps": steps, "video": video, "audio": audio, "bytes_compared": video["bytes_compared"] + audio["bytes_compared"],
-            "bytes_differing": video["bytes_differing"] + audio["bytes_differing"],
-            "baseline_artifact": {"path": gate.ctx.baseline_artifact, "wall_s": times["baseline"]}}, times
+            gate.fail(
+                f"{steps}-step {what} latent differs (sha256 {c['candidate_sha256'][:12]} vs {c['reference_sha256'][:12]})"
+            )
+    return {
+        "steps": steps,
+        "video": video,
+        "audio": audio,
+        "bytes_compared": video["bytes_compared"] + audio["bytes_compared"],
+        "bytes_differing": video["bytes_differing"] + audio["bytes_differing"],
+        "baseline_artifact": {"path": gate.ctx.baseline_artifact, "wall_s": times["baseline"]},
+    }, times

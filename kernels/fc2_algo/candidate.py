@@ -27,13 +27,29 @@ CANDIDATE = Candidate(
     "algorithm via nvmath-python; pinned to the cuBLASLt version, GPU and SM count it was gated on",
     params={
         "algorithm": {
-            "type": ["string", "object"], "default": "auto",
+            "type": ["string", "object"],
+            "default": "auto",
             "description": "auto (the fastest byte-exact algorithm of the workflow's sweep), heuristic0, "
             "enumerate:<budget_mib>:<index>, an inline JSON object or mapping with algo_id and the config attributes",
         },
-        "sweep_candidates": {"type": "integer", "minimum": 1, "default": 8, "description": "heuristic results the sweep times"},
-        "sweep_explicit": {"type": "integer", "minimum": 0, "default": 4, "description": "explicit split-K configurations the sweep times"},
-        "sweep_rounds": {"type": "integer", "minimum": 2, "default": 6, "description": "AB/BA rounds per swept algorithm"},
+        "sweep_candidates": {
+            "type": "integer",
+            "minimum": 1,
+            "default": 8,
+            "description": "heuristic results the sweep times",
+        },
+        "sweep_explicit": {
+            "type": "integer",
+            "minimum": 0,
+            "default": 4,
+            "description": "explicit split-K configurations the sweep times",
+        },
+        "sweep_rounds": {
+            "type": "integer",
+            "minimum": 2,
+            "default": 6,
+            "description": "AB/BA rounds per swept algorithm",
+        },
     },
     implementations={"cuda": Implementation("cuda.py", requires="cuda", imports=("nvmath",))},
     artifacts=artifacts,

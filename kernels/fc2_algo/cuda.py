@@ -15,13 +15,13 @@ Constraints: CUDA only; nvmath-python; operands 256-byte aligned (torch's alloca
 import json
 from pathlib import Path
 
-from h3gates.model import kernel_paths as V
 from h3gates import nvfp4
 from h3gates.fc2 import cublaslt as C
 from h3gates.fc2 import spec as S
 from h3gates.fc2.study import select_auto
-from h3gates.nvfp4.gemm import alpha
+from h3gates.model import kernel_paths as V
 from h3gates.model.roles import Role, check_k
+from h3gates.nvfp4.gemm import alpha
 
 
 def concrete(algorithm, profile, artifacts: dict) -> dict:
@@ -52,10 +52,16 @@ class AlgoFC2:
         self.name = f"cuBLASLt {S.describe(spec)} at {shape[0]}x{shape[1]}x{shape[2]}, else {getattr(base, 'name', type(base).__name__)}"
         m, n, k = shape
         self.paths = (
-            V.KernelPath("pinned_algorithm", f"rows x N x K == {m} x {n} x {k} (the model's FC2): the pinned cuBLASLt algorithm",
-                         lambda p, w: int((p.rows, w.n, w.k) == self.shape)),
-            V.KernelPath("base_gemm", "any other shape: the base GEMM (the library's own choice for that problem)",
-                         lambda p, w: int((p.rows, w.n, w.k) != self.shape)),
+            V.KernelPath(
+                "pinned_algorithm",
+                f"rows x N x K == {m} x {n} x {k} (the model's FC2): the pinned cuBLASLt algorithm",
+                lambda p, w: int((p.rows, w.n, w.k) == self.shape),
+            ),
+            V.KernelPath(
+                "base_gemm",
+                "any other shape: the base GEMM (the library's own choice for that problem)",
+                lambda p, w: int((p.rows, w.n, w.k) != self.shape),
+            ),
         )
 
     def __call__(self, p, w):

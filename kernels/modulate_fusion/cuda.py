@@ -11,20 +11,30 @@ from pathlib import Path
 import numpy as np
 
 from h3gates.model import kernel_paths as V
-from h3gates.nvfp4.cuda import producers as K
-from h3gates.nvfp4 import formats as F
-from h3gates.nvfp4.quantize import NVFP4InputError
 from h3gates.model.roles import Packed, Role, RowProducer
+from h3gates.nvfp4 import formats as F
+from h3gates.nvfp4.cuda import producers as K
+from h3gates.nvfp4.quantize import NVFP4InputError
 
 QROWS = 2  # rows each modulate_quantize thread loads before encoding (compiled: 2, 4; scripts/tune_producers.py)
-MODULE = K.Module(Path(__file__).with_name("modulate_fusion.cu"), K.instances(("finalize_scale", "modulate_amax"), ("modulate_quantize",)))
+MODULE = K.Module(
+    Path(__file__).with_name("modulate_fusion.cu"),
+    K.instances(("finalize_scale", "modulate_amax"), ("modulate_quantize",)),
+)
 
 
 def _bounds(bounds, rows):
     """Segment boundaries b1, b2 of a packed [text | audio | video] activation (at most 3 segments)."""
     starts = [b[0] for b in bounds]
-    if not 1 <= len(bounds) <= 3 or starts[0] != 0 or bounds[-1][1] != rows or any(bounds[i][1] != bounds[i + 1][0] for i in range(len(bounds) - 1)):
-        raise NVFP4InputError(f"the CUDA modulate producer takes 1 to 3 contiguous segments covering all {rows} rows, got {bounds}")
+    if (
+        not 1 <= len(bounds) <= 3
+        or starts[0] != 0
+        or bounds[-1][1] != rows
+        or any(bounds[i][1] != bounds[i + 1][0] for i in range(len(bounds) - 1))
+    ):
+        raise NVFP4InputError(
+            f"the CUDA modulate producer takes 1 to 3 contiguous segments covering all {rows} rows, got {bounds}"
+        )
     starts += [rows] * (3 - len(starts))
     return starts[1], starts[2]
 
@@ -33,7 +43,9 @@ def _operands(h, shift, scale):
     t, vec = K.fused_check(h, h.shape[1])
     for name, v in (("shift", shift), ("scale", scale)):
         if v.dtype != h.dtype or v.dim() != 2 or v.shape[1] != h.shape[1] or not v.is_cuda:
-            raise NVFP4InputError(f"{name} must be a CUDA [segments, {h.shape[1]}] {h.dtype} tensor like h, got {v.dtype} {tuple(v.shape)}")
+            raise NVFP4InputError(
+                f"{name} must be a CUDA [segments, {h.shape[1]}] {h.dtype} tensor like h, got {v.dtype} {tuple(v.shape)}"
+            )
     scale, shift = scale.contiguous(), shift.contiguous()
     return t, int(vec and scale.data_ptr() % 16 == 0 and shift.data_ptr() % 16 == 0), shift, scale
 
@@ -45,9 +57,27 @@ def modulate_scale(h, shift, scale, bounds):
     dev = h.device.index
     b1, b2 = _bounds(bounds, rows)
     grid = K.grid_2d(F.roundup(cols, 16) // 16, -(-rows // 16), K.sms(dev) * 16)
-    return K.scale_pass(MODULE, t, grid[0] * grid[1], h.device, lambda pp: MODULE.launch(
-        f"modulate_amax<{t}>", grid, K.ptr(h), K.i64(rows), K.i64(cols), K.ptr(scale), K.ptr(shift), K.i64(b1), K.i64(b2), pp, np.int32(vec),
-        block=128, device=dev))
+    return K.scale_pass(
+        MODULE,
+        t,
+        grid[0] * grid[1],
+        h.device,
+        lambda pp: MODULE.launch(
+            f"modulate_amax<{t}>",
+            grid,
+            K.ptr(h),
+            K.i64(rows),
+            K.i64(cols),
+            K.ptr(scale),
+            K.ptr(shift),
+            K.i64(b1),
+            K.i64(b2),
+            pp,
+            np.int32(vec),
+            block=128,
+            device=dev,
+        ),
+    )
 
 
 def modulate_quantize_into(h, shift, scale, b1, b2, g, q, s):
@@ -60,14 +90,35 @@ def modulate_quantize_into(h, shift, scale, b1, b2, g, q, s):
     if q.shape[1] != nb * 8 or q.shape[0] < rows_pad or s.shape[0] < srows or s.shape[1] != F.roundup(nb, 4):
         raise NVFP4InputError(f"buffers {tuple(q.shape)}/{tuple(s.shape)} do not fit a {rows} x {cols} activation")
     K.items(srows, F.roundup(nb, 4))
-    MODULE.launch(f"modulate_quantize<{t}, {QROWS}>", K.grid_2d(F.roundup(nb, 4), -(-srows // 16)), K.ptr(h), K.i64(rows), K.i64(cols), K.i64(rows_pad),
-                  K.ptr(scale), K.ptr(shift), K.i64(b1), K.i64(b2), K.ptr(g), K.ptr(q), K.ptr(s), K.i64(nb), K.i64(srows), np.int32(vec),
-                  block=128, device=h.device.index)
+    MODULE.launch(
+        f"modulate_quantize<{t}, {QROWS}>",
+        K.grid_2d(F.roundup(nb, 4), -(-srows // 16)),
+        K.ptr(h),
+        K.i64(rows),
+        K.i64(cols),
+        K.i64(rows_pad),
+        K.ptr(scale),
+        K.ptr(shift),
+        K.i64(b1),
+        K.i64(b2),
+        K.ptr(g),
+        K.ptr(q),
+        K.ptr(s),
+        K.i64(nb),
+        K.i64(srows),
+        np.int32(vec),
+        block=128,
+        device=h.device.index,
+    )
 
 
 def modulate_produce(h, shift, scale, bounds, static_scale=None):
     """Two-pass modulate-fused producer -> (g fp32 [1], qdata, scales)."""
-    g = modulate_scale(h, shift, scale, bounds) if static_scale is None else static_scale.reshape(1).float().contiguous()
+    g = (
+        modulate_scale(h, shift, scale, bounds)
+        if static_scale is None
+        else static_scale.reshape(1).float().contiguous()
+    )
     q, s = K.buffers(*h.shape, h.device)
     modulate_quantize_into(h, shift, scale, *_bounds(bounds, h.shape[0]), g, q, s)
     return g, q, s
@@ -75,11 +126,17 @@ def modulate_produce(h, shift, scale, bounds, static_scale=None):
 
 class ModulateFusedCUDA(RowProducer):
     # the branches of modulate_amax / modulate_quantize on the data (rung 1 must hit each)
-    paths = V.cuda_block_paths("modulate_amax/modulate_quantize") + V.scale_paths("modulate_amax") + V.segment_paths("modulate_amax/modulate_quantize")
+    paths = (
+        V.cuda_block_paths("modulate_amax/modulate_quantize")
+        + V.scale_paths("modulate_amax")
+        + V.segment_paths("modulate_amax/modulate_quantize")
+    )
 
     def __init__(self, reference):
         if reference.semantics != "cuda":
-            raise ValueError("the CUDA producers implement comfy's CUDA semantics; this run's reference is eager (set semantics: auto or cuda)")
+            raise ValueError(
+                "the CUDA producers implement comfy's CUDA semantics; this run's reference is eager (set semantics: auto or cuda)"
+            )
 
     def global_scale(self, inp):
         return modulate_scale(inp.h, inp.shift, inp.scale, inp.bounds).reshape(())

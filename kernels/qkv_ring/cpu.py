@@ -3,11 +3,11 @@ over the materialized activation; the schedule is ring.py."""
 
 from pathlib import Path
 
-from h3gates.model import kernel_paths as V
 from h3gates import nvfp4
-from h3gates.nvfp4 import formats as F
 from h3gates.core.registry import load_module
+from h3gates.model import kernel_paths as V
 from h3gates.model.roles import RowProducer
+from h3gates.nvfp4 import formats as F
 
 ring = load_module(Path(__file__).with_name("ring.py"))
 

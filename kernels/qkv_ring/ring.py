@@ -11,8 +11,8 @@ chunk is valid only until the next one is produced (the consumer runs in between
 """
 
 from h3gates.model import kernel_paths as V
-from h3gates.nvfp4 import formats as F
 from h3gates.model.roles import Packed, Plain, Role, RowProducer, device_of, materialize
+from h3gates.nvfp4 import formats as F
 
 
 class Ring:
@@ -38,15 +38,30 @@ class Ring:
         """The schedule's branches on the input, then the chunk producer's, summed over the chunks."""
         n = self.ring_rows
         own = (
-            V.KernelPath("ring.single_chunk", f"rows <= ring_rows ({n}): one chunk", lambda inp, r0, r1: int(inp.rows <= self.ring_rows)),
-            V.KernelPath("ring.several_chunks", f"rows > ring_rows ({n}): the ring buffer reused, one global scale for all chunks",
-                         lambda inp, r0, r1: int(inp.rows > self.ring_rows)),
-            V.KernelPath("ring.partial_last_chunk", f"rows % ring_rows ({n}) != 0: the last chunk is shorter (its scale tile holds the previous chunk's rows)",
-                         lambda inp, r0, r1: int(inp.rows % self.ring_rows != 0)),
-            V.KernelPath("ring.last_chunk_padding_rows", "the last chunk's rows % 16 != 0: padding rows inside the ring",
-                         lambda inp, r0, r1: int((inp.rows - self.chunk_bounds(inp)[-1][0]) % 16 != 0)),
+            V.KernelPath(
+                "ring.single_chunk",
+                f"rows <= ring_rows ({n}): one chunk",
+                lambda inp, r0, r1: int(inp.rows <= self.ring_rows),
+            ),
+            V.KernelPath(
+                "ring.several_chunks",
+                f"rows > ring_rows ({n}): the ring buffer reused, one global scale for all chunks",
+                lambda inp, r0, r1: int(inp.rows > self.ring_rows),
+            ),
+            V.KernelPath(
+                "ring.partial_last_chunk",
+                f"rows % ring_rows ({n}) != 0: the last chunk is shorter (its scale tile holds the previous chunk's rows)",
+                lambda inp, r0, r1: int(inp.rows % self.ring_rows != 0),
+            ),
+            V.KernelPath(
+                "ring.last_chunk_padding_rows",
+                "the last chunk's rows % 16 != 0: padding rows inside the ring",
+                lambda inp, r0, r1: int((inp.rows - self.chunk_bounds(inp)[-1][0]) % 16 != 0),
+            ),
         )
-        return own + tuple(V.chunked(p, self.chunk_bounds, self.chunk_input, self.ring_rows) for p in getattr(self.chunks, "paths", ()))
+        return own + tuple(
+            V.chunked(p, self.chunk_bounds, self.chunk_input, self.ring_rows) for p in getattr(self.chunks, "paths", ())
+        )
 
     def produce(self, inp):
         if self.materialize_first:
@@ -75,5 +90,7 @@ def roles(params, base, own: RowProducer, whole: bool = False) -> dict:
     over `own` (the device quantizer on the materialized activation)."""
     prod = base["qkv"].producer
     fused = isinstance(prod, RowProducer) and not prod.materializes
-    ring = (WholeActivation if whole else Ring)(prod if fused else own, 16 if whole else int(params["ring_rows"]), materialize_first=not fused)
+    ring = (WholeActivation if whole else Ring)(
+        prod if fused else own, 16 if whole else int(params["ring_rows"]), materialize_first=not fused
+    )
     return {"qkv": Role(ring, base["qkv"].gemm)}

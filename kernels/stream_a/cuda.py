@@ -25,13 +25,13 @@ from pathlib import Path
 
 import torch
 
+from h3gates.core.registry import load_module
 from h3gates.model import kernel_paths as V
+from h3gates.model.roles import Modulated, Plain, Role, check_k
 from h3gates.nvfp4 import formats as F
 from h3gates.nvfp4.gemm import alpha
 from h3gates.nvfp4.layout import Packed
 from h3gates.nvfp4.quantize import NVFP4InputError
-from h3gates.core.registry import load_module
-from h3gates.model.roles import Modulated, Plain, Role, check_k
 
 dsl = load_module(Path(__file__).with_name("dsl.py"))
 _COMPILED: dict = {}
@@ -59,7 +59,11 @@ def _views(tensors: dict) -> dict:
         if not t.is_contiguous() or t.data_ptr() % 16:
             raise ValueError(f"stream_a: {name} must be contiguous and 16-byte aligned")
         v = from_dlpack(t, assumed_align=16)
-        out[name] = v.mark_compact_shape_dynamic(mode=0, stride_order=(0, 1)) if t.dim() == 2 else v.mark_compact_shape_dynamic(mode=0)
+        out[name] = (
+            v.mark_compact_shape_dynamic(mode=0, stride_order=(0, 1))
+            if t.dim() == 2
+            else v.mark_compact_shape_dynamic(mode=0)
+        )
     return out
 
 
@@ -71,8 +75,16 @@ def _placeholders(device) -> dict:
     device, not per call (Nsight Compute showed 8 fill kernels around every launch)."""
     device = torch.device(device)
     z = lambda *s, dt=torch.int32: torch.zeros(*s, dtype=dt, device=device)  # noqa: E731
-    make = lambda: {"a_q": z(1, 4), "a_s": z(4), "x": z(1, 4), "s1": z(1, 4), "sh": z(1, 4), "gs": z(4, dt=torch.float32),  # noqa: E731
-                    "dq": z(1, 4), "ds": z(16, dt=torch.uint8)}
+    make = lambda: {
+        "a_q": z(1, 4),
+        "a_s": z(4),
+        "x": z(1, 4),
+        "s1": z(1, 4),
+        "sh": z(1, 4),
+        "gs": z(4, dt=torch.float32),  # noqa: E731
+        "dq": z(1, 4),
+        "ds": z(16, dt=torch.uint8),
+    }
     if torch.cuda.is_current_stream_capturing():  # a graph's pool tensors would be filled only on replay: not cached
         return make()
     if device not in _PLACEHOLDERS:
@@ -84,8 +96,30 @@ def _words(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().view(torch.int32)
 
 
-def run(n, k, tile_n, phase, *, b_q, b_s, out, alpha_value=1.0, a_q=None, a_s=None, x=None, s1=None, sh=None, gs=None,
-        seg=(0, 0), dq=None, ds=None, modulate=False, export=False, b_values=None, prefetch=1) -> None:
+def run(
+    n,
+    k,
+    tile_n,
+    phase,
+    *,
+    b_q,
+    b_s,
+    out,
+    alpha_value=1.0,
+    a_q=None,
+    a_s=None,
+    x=None,
+    s1=None,
+    sh=None,
+    gs=None,
+    seg=(0, 0),
+    dq=None,
+    ds=None,
+    modulate=False,
+    export=False,
+    b_values=None,
+    prefetch=1,
+) -> None:
     """Launch (compiling on first use) the kernel for these operands. b_values: the weight's bf16
     block values [N, K] (b_source=bf16: copied into shared memory instead of dequantizing b_q/b_s)."""
     import cutlass
@@ -106,8 +140,20 @@ def run(n, k, tile_n, phase, *, b_q, b_s, out, alpha_value=1.0, a_q=None, a_s=No
     v = _views(t)
     args = [v[k_] for k_ in ("a_q", "a_s", "x", "s1", "sh", "gs", "b_q", "b_s", "c", "dq", "ds")]
     args += [cutlass.Int32(seg[0]), cutlass.Int32(seg[1]), cutlass.Float32(alpha_value)]
-    _launch((n, k, tile_n, phase, modulate and phase == "p1", export and phase == "p1", "packed" if b_values is None else "bf16",
-             prefetch if phase == "p0" else 1), args, out.device)
+    _launch(
+        (
+            n,
+            k,
+            tile_n,
+            phase,
+            modulate and phase == "p1",
+            export and phase == "p1",
+            "packed" if b_values is None else "bf16",
+            prefetch if phase == "p0" else 1,
+        ),
+        args,
+        out.device,
+    )
 
 
 class OwnedGemm:
@@ -115,19 +161,36 @@ class OwnedGemm:
 
     def __init__(self, base, tile_n: int = 256, shapes=None, b_operand: str = "packed", prefetch: int = 1):
         self.base, self.tile_n, self.b_operand, self.prefetch = base, tile_n, b_operand, prefetch
-        self.shapes = None if shapes is None else frozenset(tuple(x) for x in shapes)  # (rows, N, K) it owns; None: every shape
-        where = "any shape" if self.shapes is None else "rows x N x K in " + ", ".join("x".join(map(str, x)) for x in sorted(self.shapes))
-        self.name = (f"stream_a: CuTe DSL WGMMA on NVFP4 (tile 128 x <= {tile_n} x 64, B {b_operand}) at {where}, "
-                     f"else {getattr(base, 'name', type(base).__name__)}")
+        self.shapes = (
+            None if shapes is None else frozenset(tuple(x) for x in shapes)
+        )  # (rows, N, K) it owns; None: every shape
+        where = (
+            "any shape"
+            if self.shapes is None
+            else "rows x N x K in " + ", ".join("x".join(map(str, x)) for x in sorted(self.shapes))
+        )
+        self.name = (
+            f"stream_a: CuTe DSL WGMMA on NVFP4 (tile 128 x <= {tile_n} x 64, B {b_operand}) at {where}, "
+            f"else {getattr(base, 'name', type(base).__name__)}"
+        )
         self.paths = (
-            V.KernelPath("owned_kernel", f"{where}, K % 64 == 0, N % 32 == 0: the CuTe DSL kernel (per 128-row x tile_n output tile)",
-                         lambda p, w: self._tiles(p.rows, p.qdata.shape[0], w)),
-            V.KernelPath("zero_filled_rows", "owned kernel and QDATA rows % 128 != 0: rows of the last tile past the QDATA are zero-filled",
-                         lambda p, w: (-p.qdata.shape[0]) % 128 if self.tile_for(p.rows, w) else 0,
-                         # only reachable where an owned shape leaves a partial last tile (not at 250 rows: 256 QDATA rows)
-                         reachable=self.shapes is None or any(F.roundup(r, 16) % 128 for r, _, _ in self.shapes)),
-            V.KernelPath("base_gemm", "any other shape: the base GEMM (the library's own algorithm for that problem)",
-                         lambda p, w: int(self.tile_for(p.rows, w) is None)),
+            V.KernelPath(
+                "owned_kernel",
+                f"{where}, K % 64 == 0, N % 32 == 0: the CuTe DSL kernel (per 128-row x tile_n output tile)",
+                lambda p, w: self._tiles(p.rows, p.qdata.shape[0], w),
+            ),
+            V.KernelPath(
+                "zero_filled_rows",
+                "owned kernel and QDATA rows % 128 != 0: rows of the last tile past the QDATA are zero-filled",
+                lambda p, w: (-p.qdata.shape[0]) % 128 if self.tile_for(p.rows, w) else 0,
+                # only reachable where an owned shape leaves a partial last tile (not at 250 rows: 256 QDATA rows)
+                reachable=self.shapes is None or any(F.roundup(r, 16) % 128 for r, _, _ in self.shapes),
+            ),
+            V.KernelPath(
+                "base_gemm",
+                "any other shape: the base GEMM (the library's own algorithm for that problem)",
+                lambda p, w: int(self.tile_for(p.rows, w) is None),
+            ),
         )
 
     def b_values(self, w):
@@ -150,8 +213,20 @@ class OwnedGemm:
         if t is None:
             return self.base(p, w)
         out = torch.empty(F.roundup(p.qdata.shape[0], 128), w.n, dtype=torch.bfloat16, device=p.qdata.device)
-        run(w.n, w.k, t, "p0", a_q=p.qdata, a_s=p.scales, b_q=w.qdata, b_s=w.scales, out=out,
-            alpha_value=float(alpha(p.global_scale, w.global_scale)), b_values=self.b_values(w), prefetch=self.prefetch)
+        run(
+            w.n,
+            w.k,
+            t,
+            "p0",
+            a_q=p.qdata,
+            a_s=p.scales,
+            b_q=w.qdata,
+            b_s=w.scales,
+            out=out,
+            alpha_value=float(alpha(p.global_scale, w.global_scale)),
+            b_values=self.b_values(w),
+            prefetch=self.prefetch,
+        )
         return out[: p.rows]
 
 
@@ -161,7 +236,9 @@ def _takes(inp) -> bool:
     if not isinstance(inp, (Plain, Modulated)) or inp.cols % 64:
         return False
     t = inp.h if isinstance(inp, Modulated) else inp.x
-    mod_ok = not isinstance(inp, Modulated) or (len(inp.bounds) <= 3 and inp.shift.dtype == inp.scale.dtype == torch.bfloat16)
+    mod_ok = not isinstance(inp, Modulated) or (
+        len(inp.bounds) <= 3 and inp.shift.dtype == inp.scale.dtype == torch.bfloat16
+    )
     return t.dtype == torch.bfloat16 and t.is_cuda and t.is_contiguous() and t.data_ptr() % 16 == 0 and mod_ok
 
 
@@ -192,23 +269,43 @@ class StreamProducer:
     def __init__(self, base, tile_n: int, modulated: bool = True):
         self.base, self.tile_n = base, tile_n
         paths = (
-            V.KernelPath("p1_in_kernel_quantize", "bf16 Plain/Modulated input, K % 64 == 0: blocks quantized in the GEMM kernel",
-                         lambda inp, r0, r1: (r1 - r0) * (inp.cols // 16) if _takes(inp) else 0),
-            V.KernelPath("p1_modulated_rows", "Modulated input: rows modulated per segment in-kernel (segment by row >= its first row)",
-                         lambda inp, r0, r1: (r1 - r0) if _takes(inp) and isinstance(inp, Modulated) else 0),
-            *(V.KernelPath(f"p1_segment_{i}", f"Modulated input: rows of segment {i} (the kernel's seg = (row >= seg1) + (row >= seg2) is {i})",
-                           lambda inp, r0, r1, i=i: _segment_rows(inp, i, r0, r1)) for i in range(3)),
-            V.KernelPath("p1_zero_filled_rows", "rows of the last 128-row tile past the activation: zero values (exported as zero blocks up to the QDATA's 16-row padding)",
-                         lambda inp, r0, r1: (-(r1 - r0)) % 128 if _takes(inp) else 0),
-            V.KernelPath("base_producer", "other inputs (fp16, K % 64 != 0, unaligned, SwiGLU): the base producer",
-                         lambda inp, r0, r1: (r1 - r0) if not _takes(inp) else 0),
+            V.KernelPath(
+                "p1_in_kernel_quantize",
+                "bf16 Plain/Modulated input, K % 64 == 0: blocks quantized in the GEMM kernel",
+                lambda inp, r0, r1: (r1 - r0) * (inp.cols // 16) if _takes(inp) else 0,
+            ),
+            V.KernelPath(
+                "p1_modulated_rows",
+                "Modulated input: rows modulated per segment in-kernel (segment by row >= its first row)",
+                lambda inp, r0, r1: (r1 - r0) if _takes(inp) and isinstance(inp, Modulated) else 0,
+            ),
+            *(
+                V.KernelPath(
+                    f"p1_segment_{i}",
+                    f"Modulated input: rows of segment {i} (the kernel's seg = (row >= seg1) + (row >= seg2) is {i})",
+                    lambda inp, r0, r1, i=i: _segment_rows(inp, i, r0, r1),
+                )
+                for i in range(3)
+            ),
+            V.KernelPath(
+                "p1_zero_filled_rows",
+                "rows of the last 128-row tile past the activation: zero values (exported as zero blocks up to the QDATA's 16-row padding)",
+                lambda inp, r0, r1: (-(r1 - r0)) % 128 if _takes(inp) else 0,
+            ),
+            V.KernelPath(
+                "base_producer",
+                "other inputs (fp16, K % 64 != 0, unaligned, SwiGLU): the base producer",
+                lambda inp, r0, r1: (r1 - r0) if not _takes(inp) else 0,
+            ),
         )
         # the modulation branches exist only where the role's input is Modulated (qkv, fc1; not out)
         self.paths = tuple(p for p in paths if modulated or not p.name.startswith(("p1_modulated", "p1_segment")))
 
     def global_scale(self, inp):
         if inp.static_scale is not None:
-            return torch.as_tensor(inp.static_scale).to(device=(inp.h if isinstance(inp, Modulated) else inp.x).device, dtype=torch.float32)
+            return torch.as_tensor(inp.static_scale).to(
+                device=(inp.h if isinstance(inp, Modulated) else inp.x).device, dtype=torch.float32
+            )
         return self.base.global_scale(inp)
 
     def produce(self, inp):
@@ -222,7 +319,20 @@ class StreamProducer:
         zs = torch.zeros(F.scales_shape(32, inp.cols), dtype=torch.uint8, device=dev)
         out = torch.empty(F.roundup(inp.rows, 128), 32, dtype=torch.bfloat16, device=dev)
         gs = torch.cat([g, torch.ones(1, device=dev)])
-        run(32, inp.cols, 32, "p1", b_q=zq, b_s=zs, out=out, gs=gs, dq=p.qdata, ds=p.scales, export=True, **_p1_inputs(inp))
+        run(
+            32,
+            inp.cols,
+            32,
+            "p1",
+            b_q=zq,
+            b_s=zs,
+            out=out,
+            gs=gs,
+            dq=p.qdata,
+            ds=p.scales,
+            export=True,
+            **_p1_inputs(inp),
+        )
         yield 0, p
 
 
@@ -242,7 +352,18 @@ class StreamRole(Role):
         g = self.producer.global_scale(inp).reshape(1).float()
         gs = torch.cat([g, torch.as_tensor(w.global_scale, device=dev).reshape(1).float()])
         out = torch.empty(F.roundup(inp.rows, 128), w.n, dtype=torch.bfloat16, device=dev)
-        run(w.n, w.k, t, "p1", b_q=w.qdata, b_s=w.scales, out=out, gs=gs, b_values=self.gemm.b_values(w), **_p1_inputs(inp))
+        run(
+            w.n,
+            w.k,
+            t,
+            "p1",
+            b_q=w.qdata,
+            b_s=w.scales,
+            out=out,
+            gs=gs,
+            b_values=self.gemm.b_values(w),
+            **_p1_inputs(inp),
+        )
         return out[: inp.rows]
 
 
@@ -258,7 +379,13 @@ def build(params, reference, base, workflow=None):
     shapes = None if owned_any else model_shapes(workflow.profile)
     roles = {}
     for role in ("qkv", "out", "fc1"):
-        gemm = OwnedGemm(base[role].gemm, tile_n, None if shapes is None else [shapes[role]], b_operand, prefetch if phase == "p0" else 1)
+        gemm = OwnedGemm(
+            base[role].gemm,
+            tile_n,
+            None if shapes is None else [shapes[role]],
+            b_operand,
+            prefetch if phase == "p0" else 1,
+        )
         if phase == "p0":
             roles[role] = Role(base[role].producer, gemm)
         elif phase == "p1":

@@ -33,11 +33,11 @@ from __future__ import annotations
 
 import cutlass
 import cutlass.cute as cute
-from cutlass.tensor_utils import LayoutEnum
 import cutlass.utils.hopper_helpers as sm90_utils
-from cutlass._mlir.dialects import llvm
 from cutlass._mlir import ir
+from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import Int32, T, Uint32, dsl_user_op
+from cutlass.tensor_utils import LayoutEnum
 
 TILE_M = 128
 TILE_K = 64
@@ -49,17 +49,26 @@ TILE_NS = (256, 128, 64, 32)  # WGMMA n; 256 / tile_n threads share a B row (at 
 @dsl_user_op
 def scale_f16x2(byte: Uint32, *, loc=None, ip=None) -> Uint32:
     """E4M3 scale byte -> f16x2 of (scale * 64) in both halves (exact)."""
-    return Uint32(llvm.inline_asm(
-        Uint32.mlir_type, [Uint32(byte).ir_value(loc=loc, ip=ip)],
-        "{\n\t.reg .b32 t, k;\n\t.reg .b16 p;\n\t"
-        "and.b32 t, $1, 0xFF;\n\t"
-        "prmt.b32 t, t, 0, 0x4400;\n\t"  # byte in both bytes of the low half
-        "cvt.u16.u32 p, t;\n\t"
-        "cvt.rn.f16x2.e4m3x2 $0, p;\n\t"
-        "mov.b32 k, 0x54005400;\n\t"  # 64.0 in both halves
-        "mul.rn.f16x2 $0, $0, k;\n\t"
-        "}",
-        "=&r,r", has_side_effects=False, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip))
+    return Uint32(
+        llvm.inline_asm(
+            Uint32.mlir_type,
+            [Uint32(byte).ir_value(loc=loc, ip=ip)],
+            "{\n\t.reg .b32 t, k;\n\t.reg .b16 p;\n\t"
+            "and.b32 t, $1, 0xFF;\n\t"
+            "prmt.b32 t, t, 0, 0x4400;\n\t"  # byte in both bytes of the low half
+            "cvt.u16.u32 p, t;\n\t"
+            "cvt.rn.f16x2.e4m3x2 $0, p;\n\t"
+            "mov.b32 k, 0x54005400;\n\t"  # 64.0 in both halves
+            "mul.rn.f16x2 $0, $0, k;\n\t"
+            "}",
+            "=&r,r",
+            has_side_effects=False,
+            is_align_stack=False,
+            asm_dialect=llvm.AsmDialect.AD_ATT,
+            loc=loc,
+            ip=ip,
+        )
+    )
 
 
 @dsl_user_op
@@ -97,16 +106,34 @@ def dequant_word(word: Uint32, scale: Uint32, *, loc=None, ip=None):
     res = llvm.inline_asm(
         ir.Type.parse("!llvm.struct<(i32,i32,i32,i32)>"),
         [Uint32(word).ir_value(loc=loc, ip=ip), Uint32(scale).ir_value(loc=loc, ip=ip)],
-        asm, "=&r,=&r,=&r,=&r,r,r", has_side_effects=False, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip)
+        asm,
+        "=&r,=&r,=&r,=&r,r,r",
+        has_side_effects=False,
+        is_align_stack=False,
+        asm_dialect=llvm.AsmDialect.AD_ATT,
+        loc=loc,
+        ip=ip,
+    )
     return [Int32(llvm.extractvalue(T.i32(), res, [i], loc=loc, ip=ip)) for i in range(4)]
 
 
 def _asm(n_out: int, args, text: str, loc=None, ip=None):
     """Inline PTX on 32-bit registers ("r"; f32 travels as its bits) -> n_out Int32."""
     ty = Int32.mlir_type if n_out == 1 else ir.Type.parse("!llvm.struct<(" + ",".join(["i32"] * n_out) + ")>")
-    cons = ",".join(["=&r"] * n_out + ["r"] * len(args))  # early clobber: outputs are written before every input is read
-    res = llvm.inline_asm(ty, [Uint32(a).ir_value(loc=loc, ip=ip) for a in args], text, cons, has_side_effects=False,
-                          is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip)
+    cons = ",".join(
+        ["=&r"] * n_out + ["r"] * len(args)
+    )  # early clobber: outputs are written before every input is read
+    res = llvm.inline_asm(
+        ty,
+        [Uint32(a).ir_value(loc=loc, ip=ip) for a in args],
+        text,
+        cons,
+        has_side_effects=False,
+        is_align_stack=False,
+        asm_dialect=llvm.AsmDialect.AD_ATT,
+        loc=loc,
+        ip=ip,
+    )
     if n_out == 1:
         return Int32(res)
     return [Int32(llvm.extractvalue(T.i32(), res, [i], loc=loc, ip=ip)) for i in range(n_out)]
@@ -180,7 +207,9 @@ def encode_word(x0, x1, x2, x3, enc: Uint32, *, loc=None, ip=None) -> Int32:
 
 @dsl_user_op
 def rcp_approx(g: Uint32, *, loc=None, ip=None) -> Int32:
-    return _asm(1, [g], "{\n\t.reg .f32 a;\n\tmov.b32 a, $1;\n\trcp.approx.ftz.f32 a, a;\n\tmov.b32 $0, a;\n\t}", loc, ip)
+    return _asm(
+        1, [g], "{\n\t.reg .f32 a;\n\tmov.b32 a, $1;\n\trcp.approx.ftz.f32 a, a;\n\tmov.b32 $0, a;\n\t}", loc, ip
+    )
 
 
 class PackedGemm:
@@ -198,14 +227,25 @@ class PackedGemm:
       b_q, b_s  B as A in p0;  c: bf16 [roundup(M,128), N];  dq, ds: the export (int32 [Mq, K/8], uint8 flat)
       seg1, seg2: first rows of segments 1 and 2 (p1 modulation);  alpha: p0's alpha"""
 
-    def __init__(self, n: int, k: int, tile_n: int = 256, phase: str = "p0", modulate: bool = False, export: bool = False,
-                 b_source: str = "packed", prefetch: int = 1):
+    def __init__(
+        self,
+        n: int,
+        k: int,
+        tile_n: int = 256,
+        phase: str = "p0",
+        modulate: bool = False,
+        export: bool = False,
+        b_source: str = "packed",
+        prefetch: int = 1,
+    ):
         check_shape(n, k, tile_n)
         if phase not in ("p0", "p1"):
             raise ValueError(f"phase must be p0 or p1, got {phase!r}")
         if b_source not in ("packed", "bf16"):
             raise ValueError(f"b_source must be packed or bf16, got {b_source!r}")
-        self.b_source = b_source  # bf16: b_q holds the weight's exact bf16 block values as words [N, K/2], copied, not dequantized
+        self.b_source = (
+            b_source  # bf16: b_q holds the weight's exact bf16 block values as words [N, K/2], copied, not dequantized
+        )
         if prefetch not in (1, 2) or (prefetch == 2 and phase != "p0"):
             raise ValueError(f"prefetch must be 1, or 2 with phase p0; got {prefetch} with {phase}")
         self.prefetch = prefetch  # 2: the global loads of K tile t+2 are issued at iteration t (registers), not t+1
@@ -216,12 +256,33 @@ class PackedGemm:
         self.tile_shape_mnk = (TILE_M, tile_n, TILE_K)
 
     @cute.jit
-    def __call__(self, a_q: cute.Tensor, a_s: cute.Tensor, x: cute.Tensor, s1: cute.Tensor, sh: cute.Tensor, gs: cute.Tensor,
-                 b_q: cute.Tensor, b_s: cute.Tensor, c: cute.Tensor, dq: cute.Tensor, ds: cute.Tensor, seg1: Int32, seg2: Int32,
-                 alpha: cutlass.Float32, stream):
+    def __call__(
+        self,
+        a_q: cute.Tensor,
+        a_s: cute.Tensor,
+        x: cute.Tensor,
+        s1: cute.Tensor,
+        sh: cute.Tensor,
+        gs: cute.Tensor,
+        b_q: cute.Tensor,
+        b_s: cute.Tensor,
+        c: cute.Tensor,
+        dq: cute.Tensor,
+        ds: cute.Tensor,
+        seg1: Int32,
+        seg2: Int32,
+        alpha: cutlass.Float32,
+        stream,
+    ):
         self.tiled_mma = sm90_utils.make_trivial_tiled_mma(
-            cutlass.BFloat16, cutlass.BFloat16, cute.nvgpu.OperandMajorMode.K,
-            cute.nvgpu.OperandMajorMode.K, cutlass.Float32, (2, 1, 1), tiler_mn=(64, self.tile_n))
+            cutlass.BFloat16,
+            cutlass.BFloat16,
+            cute.nvgpu.OperandMajorMode.K,
+            cute.nvgpu.OperandMajorMode.K,
+            cutlass.Float32,
+            (2, 1, 1),
+            tiler_mn=(64, self.tile_n),
+        )
         a_layout = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, self.tile_shape_mnk, cutlass.BFloat16, STAGES)
         b_layout = sm90_utils.make_smem_layout_b(LayoutEnum.ROW_MAJOR, self.tile_shape_mnk, cutlass.BFloat16, STAGES)
 
@@ -232,12 +293,23 @@ class PackedGemm:
 
         self.storage = Storage
         grid = ((c.shape[0] + TILE_M - 1) // TILE_M, self.n // self.tile_n, 1)
-        self.kernel(a_q, a_s, x, s1, sh, gs, b_q, b_s, c, dq, ds, seg1, seg2, alpha, self.tiled_mma, a_layout, b_layout).launch(
-            grid=grid, block=[THREADS, 1, 1], stream=stream)
+        self.kernel(
+            a_q, a_s, x, s1, sh, gs, b_q, b_s, c, dq, ds, seg1, seg2, alpha, self.tiled_mma, a_layout, b_layout
+        ).launch(grid=grid, block=[THREADS, 1, 1], stream=stream)
 
     @cute.jit
-    def load_packed(self, q: cute.Tensor, s: cute.Tensor, rows: Int32, row0: Int32, tile_rows: cutlass.Constexpr, kt: Int32,
-                    tidx: Int32, vals: cute.Tensor, sw: cute.Tensor):
+    def load_packed(
+        self,
+        q: cute.Tensor,
+        s: cute.Tensor,
+        rows: Int32,
+        row0: Int32,
+        tile_rows: cutlass.Constexpr,
+        kt: Int32,
+        tidx: Int32,
+        vals: cute.Tensor,
+        sw: cute.Tensor,
+    ):
         """Global -> registers: this thread's QDATA words of K tile kt (vals, 8/tpr words; zero for rows
         at or past `rows`, the QDATA rows) and the scale word of its row's 64-value group (sw[0])."""
         tpr = THREADS // tile_rows
@@ -250,7 +322,9 @@ class PackedGemm:
             cute.autovec_copy(cute.local_tile(q, (1, words), (grow, kt * tpr + tidx % tpr))[0, None], vals)
 
     @cute.jit
-    def store_packed(self, vals: cute.Tensor, sw: cute.Tensor, tile_rows: cutlass.Constexpr, tidx: Int32, dst: cute.Tensor):
+    def store_packed(
+        self, vals: cute.Tensor, sw: cute.Tensor, tile_rows: cutlass.Constexpr, tidx: Int32, dst: cute.Tensor
+    ):
         """Registers -> shared: dequantize the words of load_packed into dst [tile_rows, 64] (swizzled)."""
         tpr = THREADS // tile_rows
         words = 8 // tpr
@@ -264,11 +338,22 @@ class PackedGemm:
             d = dequant_word(Uint32(vals[j]), sc)
             for b in cutlass.range_constexpr(4):
                 out[b] = d[b]
-            cute.autovec_copy(cute.recast_tensor(out, cutlass.BFloat16), cute.local_tile(dst, (1, 8), (r, chunk))[0, None])
+            cute.autovec_copy(
+                cute.recast_tensor(out, cutlass.BFloat16), cute.local_tile(dst, (1, 8), (r, chunk))[0, None]
+            )
 
     @cute.jit
-    def stage_operand(self, q: cute.Tensor, s: cute.Tensor, rows: Int32, row0: Int32, tile_rows: cutlass.Constexpr,
-                      kt: Int32, tidx: Int32, dst: cute.Tensor):
+    def stage_operand(
+        self,
+        q: cute.Tensor,
+        s: cute.Tensor,
+        rows: Int32,
+        row0: Int32,
+        tile_rows: cutlass.Constexpr,
+        kt: Int32,
+        tidx: Int32,
+        dst: cute.Tensor,
+    ):
         """Dequantize K tile kt of rows row0..row0+tile_rows into dst [tile_rows, 64] (swizzled smem).
         tpr = THREADS / tile_rows threads share a row; each takes 8/tpr QDATA words (8 values, one
         16-byte bf16 chunk of the tile each). Rows at or past `rows` (the QDATA rows) are zero."""
@@ -278,10 +363,14 @@ class PackedGemm:
         self.store_packed(vals, sw, tile_rows, tidx, dst)
 
     @cute.jit
-    def load_bf16(self, v: cute.Tensor, row0: Int32, tile_rows: cutlass.Constexpr, kt: Int32, tidx: Int32, vals: cute.Tensor):
+    def load_bf16(
+        self, v: cute.Tensor, row0: Int32, tile_rows: cutlass.Constexpr, kt: Int32, tidx: Int32, vals: cute.Tensor
+    ):
         """Global -> registers: this thread's bf16 words of K tile kt of a [rows, K/2]-word operand."""
         tpr = THREADS // tile_rows
-        cute.autovec_copy(cute.local_tile(v, (1, 32 // tpr), (row0 + tidx // tpr, kt * tpr + tidx % tpr))[0, None], vals)
+        cute.autovec_copy(
+            cute.local_tile(v, (1, 32 // tpr), (row0 + tidx // tpr, kt * tpr + tidx % tpr))[0, None], vals
+        )
 
     @cute.jit
     def store_bf16(self, vals: cute.Tensor, tile_rows: cutlass.Constexpr, tidx: Int32, dst: cute.Tensor):
@@ -292,10 +381,14 @@ class PackedGemm:
             for b in cutlass.range_constexpr(4):
                 out[b] = vals[4 * j + b]
             chunk = (tidx % tpr) * (words // 4) + j
-            cute.autovec_copy(cute.recast_tensor(out, cutlass.BFloat16), cute.local_tile(dst, (1, 8), (tidx // tpr, chunk))[0, None])
+            cute.autovec_copy(
+                cute.recast_tensor(out, cutlass.BFloat16), cute.local_tile(dst, (1, 8), (tidx // tpr, chunk))[0, None]
+            )
 
     @cute.jit
-    def stage_copy(self, v: cute.Tensor, row0: Int32, tile_rows: cutlass.Constexpr, kt: Int32, tidx: Int32, dst: cute.Tensor):
+    def stage_copy(
+        self, v: cute.Tensor, row0: Int32, tile_rows: cutlass.Constexpr, kt: Int32, tidx: Int32, dst: cute.Tensor
+    ):
         """K tile kt of rows row0.. of a bf16 operand given as words [rows, K/2] copied into dst (the
         b_source=bf16 variant: the weight's block values, dequantized once, no ALU work per tile)."""
         vals = cute.make_rmem_tensor((32 // (THREADS // tile_rows),), cutlass.Int32)
@@ -303,8 +396,22 @@ class PackedGemm:
         self.store_bf16(vals, tile_rows, tidx, dst)
 
     @cute.jit
-    def stage_a_bf16(self, x: cute.Tensor, s1: cute.Tensor, sh: cute.Tensor, seg1: Int32, seg2: Int32, g: Uint32, rg: Uint32,
-                     dq: cute.Tensor, ds: cute.Tensor, row0: Int32, kt: Int32, tidx: Int32, dst: cute.Tensor):
+    def stage_a_bf16(
+        self,
+        x: cute.Tensor,
+        s1: cute.Tensor,
+        sh: cute.Tensor,
+        seg1: Int32,
+        seg2: Int32,
+        g: Uint32,
+        rg: Uint32,
+        dq: cute.Tensor,
+        ds: cute.Tensor,
+        row0: Int32,
+        kt: Int32,
+        tidx: Int32,
+        dst: cute.Tensor,
+    ):
         """P1: K tile kt of A produced from the bf16 activation (modulated per row segment when
         self.modulate): each of 2 threads a row quantizes its 32 values (2 blocks) exactly as comfy's
         CUDA quantizer, dequantizes the codes into the smem tile and, when self.export, also writes
@@ -334,7 +441,11 @@ class PackedGemm:
             if cutlass.const_expr(self.export):
                 if grow < dq.shape[0]:
                     blk = kt * 4 + part * 2 + bb
-                    off = (((grow // 128) * self.nb4 + blk // 4) * 32 + grow % 32) * 16 + ((grow % 128) // 32) * 4 + blk % 4
+                    off = (
+                        (((grow // 128) * self.nb4 + blk // 4) * 32 + grow % 32) * 16
+                        + ((grow % 128) // 32) * 4
+                        + blk % 4
+                    )
                     ds[off] = cutlass.Uint8(sb)
             for qq in cutlass.range_constexpr(2):
                 qw = encode_word(*[Uint32(xv[8 * bb + 4 * qq + i]) for i in range(4)], Uint32(enc))
@@ -346,12 +457,33 @@ class PackedGemm:
                 d = dequant_word(Uint32(qw), sc)
                 for b in cutlass.range_constexpr(4):
                     out[b] = d[b]
-                cute.autovec_copy(cute.recast_tensor(out, cutlass.BFloat16), cute.local_tile(dst, (1, 8), (r, chunk))[0, None])
+                cute.autovec_copy(
+                    cute.recast_tensor(out, cutlass.BFloat16), cute.local_tile(dst, (1, 8), (r, chunk))[0, None]
+                )
 
     @cute.jit
-    def stage(self, a_q: cute.Tensor, a_s: cute.Tensor, x: cute.Tensor, s1: cute.Tensor, sh: cute.Tensor, seg1: Int32, seg2: Int32,
-              g: Uint32, rg: Uint32, dq: cute.Tensor, ds: cute.Tensor, b_q: cute.Tensor, b_s: cute.Tensor, row0: Int32, col0: Int32,
-              kt: Int32, tidx: Int32, sA: cute.Tensor, sB: cute.Tensor):
+    def stage(
+        self,
+        a_q: cute.Tensor,
+        a_s: cute.Tensor,
+        x: cute.Tensor,
+        s1: cute.Tensor,
+        sh: cute.Tensor,
+        seg1: Int32,
+        seg2: Int32,
+        g: Uint32,
+        rg: Uint32,
+        dq: cute.Tensor,
+        ds: cute.Tensor,
+        b_q: cute.Tensor,
+        b_s: cute.Tensor,
+        row0: Int32,
+        col0: Int32,
+        kt: Int32,
+        tidx: Int32,
+        sA: cute.Tensor,
+        sB: cute.Tensor,
+    ):
         """K tile kt of both operands into their smem stage kt % STAGES."""
         nxt = kt % STAGES
         if cutlass.const_expr(self.phase == "p0"):
@@ -364,10 +496,31 @@ class PackedGemm:
             self.stage_operand(b_q, b_s, self.n, col0, self.tile_n, kt, tidx, sB[None, None, nxt])
 
     @cute.jit
-    def mainloop(self, a_q: cute.Tensor, a_s: cute.Tensor, x: cute.Tensor, s1: cute.Tensor, sh: cute.Tensor, seg1: Int32, seg2: Int32,
-                 g: Uint32, rg: Uint32, dq: cute.Tensor, ds: cute.Tensor, b_q: cute.Tensor, b_s: cute.Tensor, row0: Int32, col0: Int32,
-                 tidx: Int32, sA: cute.Tensor, sB: cute.Tensor, tiled_mma: cute.TiledMma, tCrA: cute.Tensor, tCrB: cute.Tensor,
-                 acc: cute.Tensor):
+    def mainloop(
+        self,
+        a_q: cute.Tensor,
+        a_s: cute.Tensor,
+        x: cute.Tensor,
+        s1: cute.Tensor,
+        sh: cute.Tensor,
+        seg1: Int32,
+        seg2: Int32,
+        g: Uint32,
+        rg: Uint32,
+        dq: cute.Tensor,
+        ds: cute.Tensor,
+        b_q: cute.Tensor,
+        b_s: cute.Tensor,
+        row0: Int32,
+        col0: Int32,
+        tidx: Int32,
+        sA: cute.Tensor,
+        sB: cute.Tensor,
+        tiled_mma: cute.TiledMma,
+        tCrA: cute.Tensor,
+        tCrB: cute.Tensor,
+        acc: cute.Tensor,
+    ):
         """prefetch 1: K tile t+1 is loaded and staged while WGMMA(t) runs."""
         self.stage(a_q, a_s, x, s1, sh, seg1, seg2, g, rg, dq, ds, b_q, b_s, row0, col0, 0, tidx, sA, sB)
         cute.arch.fence_proxy("async.shared", space="cta")
@@ -396,16 +549,31 @@ class PackedGemm:
             cute.arch.sync_threads()
 
     @cute.jit
-    def wgmma_tile(self, tiled_mma: cute.TiledMma, tCrA: cute.Tensor, tCrB: cute.Tensor, acc: cute.Tensor, stage: Int32):
+    def wgmma_tile(
+        self, tiled_mma: cute.TiledMma, tCrA: cute.Tensor, tCrB: cute.Tensor, acc: cute.Tensor, stage: Int32
+    ):
         cute.nvgpu.warpgroup.fence()
         for kb in cutlass.range_constexpr(cute.size(tCrA, mode=[2])):
             cute.gemm(tiled_mma, acc, tCrA[None, None, kb, stage], tCrB[None, None, kb, stage], acc)
         cute.nvgpu.warpgroup.commit_group()
 
     @cute.jit
-    def mainloop_prefetch(self, a_q: cute.Tensor, a_s: cute.Tensor, b_q: cute.Tensor, b_s: cute.Tensor, row0: Int32, col0: Int32,
-                          tidx: Int32, sA: cute.Tensor, sB: cute.Tensor, tiled_mma: cute.TiledMma, tCrA: cute.Tensor,
-                          tCrB: cute.Tensor, acc: cute.Tensor):
+    def mainloop_prefetch(
+        self,
+        a_q: cute.Tensor,
+        a_s: cute.Tensor,
+        b_q: cute.Tensor,
+        b_s: cute.Tensor,
+        row0: Int32,
+        col0: Int32,
+        tidx: Int32,
+        sA: cute.Tensor,
+        sB: cute.Tensor,
+        tiled_mma: cute.TiledMma,
+        tCrA: cute.Tensor,
+        tCrB: cute.Tensor,
+        acc: cute.Tensor,
+    ):
         """prefetch 2 (p0): at iteration t, WGMMA(t) is issued, the registers loaded at iteration t-1
         (K tile t+1) are dequantized/copied into stage (t+1) % 3, and the global loads of K tile t+2 are
         issued into those registers: each load has a whole iteration to land. Stage (t+1) % 3 was last
@@ -413,7 +581,9 @@ class PackedGemm:
         a_words = cute.make_rmem_tensor((8 // (THREADS // TILE_M),), cutlass.Int32)
         a_sw = cute.make_rmem_tensor((1,), cutlass.Int32)
         b_sw = cute.make_rmem_tensor((1,), cutlass.Int32)
-        b_words = cute.make_rmem_tensor(((32 if self.b_source == "bf16" else 8) // (THREADS // self.tile_n),), cutlass.Int32)
+        b_words = cute.make_rmem_tensor(
+            ((32 if self.b_source == "bf16" else 8) // (THREADS // self.tile_n),), cutlass.Int32
+        )
         a_rows = a_q.shape[0]
         # prologue: tile 0 staged, tile 1 in registers
         self.load_packed(a_q, a_s, a_rows, row0, TILE_M, 0, tidx, a_words, a_sw)
@@ -446,7 +616,16 @@ class PackedGemm:
             cute.arch.sync_threads()
 
     @cute.jit
-    def load_b(self, b_q: cute.Tensor, b_s: cute.Tensor, col0: Int32, kt: Int32, tidx: Int32, vals: cute.Tensor, sw: cute.Tensor):
+    def load_b(
+        self,
+        b_q: cute.Tensor,
+        b_s: cute.Tensor,
+        col0: Int32,
+        kt: Int32,
+        tidx: Int32,
+        vals: cute.Tensor,
+        sw: cute.Tensor,
+    ):
         if cutlass.const_expr(self.b_source == "bf16"):
             self.load_bf16(b_q, col0, self.tile_n, kt, tidx, vals)
         else:
@@ -460,9 +639,26 @@ class PackedGemm:
             self.store_packed(vals, sw, self.tile_n, tidx, dst)
 
     @cute.kernel
-    def kernel(self, a_q: cute.Tensor, a_s: cute.Tensor, x: cute.Tensor, s1: cute.Tensor, sh: cute.Tensor, gs: cute.Tensor,
-               b_q: cute.Tensor, b_s: cute.Tensor, c: cute.Tensor, dq: cute.Tensor, ds: cute.Tensor, seg1: Int32, seg2: Int32,
-               alpha: cutlass.Float32, tiled_mma: cute.TiledMma, a_layout: cute.ComposedLayout, b_layout: cute.ComposedLayout):
+    def kernel(
+        self,
+        a_q: cute.Tensor,
+        a_s: cute.Tensor,
+        x: cute.Tensor,
+        s1: cute.Tensor,
+        sh: cute.Tensor,
+        gs: cute.Tensor,
+        b_q: cute.Tensor,
+        b_s: cute.Tensor,
+        c: cute.Tensor,
+        dq: cute.Tensor,
+        ds: cute.Tensor,
+        seg1: Int32,
+        seg2: Int32,
+        alpha: cutlass.Float32,
+        tiled_mma: cute.TiledMma,
+        a_layout: cute.ComposedLayout,
+        b_layout: cute.ComposedLayout,
+    ):
         tidx, _, _ = cute.arch.thread_idx()
         bidx, bidy, _ = cute.arch.block_idx()
         smem = cutlass.memory.SmemAllocator()
@@ -490,7 +686,30 @@ class PackedGemm:
         acc = cute.make_rmem_tensor(tCgC.shape, cutlass.Float32)
 
         if cutlass.const_expr(self.prefetch == 1):
-            self.mainloop(a_q, a_s, x, s1, sh, seg1, seg2, g, rg, dq, ds, b_q, b_s, row0, col0, tidx, sA, sB, tiled_mma, tCrA, tCrB, acc)
+            self.mainloop(
+                a_q,
+                a_s,
+                x,
+                s1,
+                sh,
+                seg1,
+                seg2,
+                g,
+                rg,
+                dq,
+                ds,
+                b_q,
+                b_s,
+                row0,
+                col0,
+                tidx,
+                sA,
+                sB,
+                tiled_mma,
+                tCrA,
+                tCrB,
+                acc,
+            )
         else:
             self.mainloop_prefetch(a_q, a_s, b_q, b_s, row0, col0, tidx, sA, sB, tiled_mma, tCrA, tCrB, acc)
         cute.nvgpu.warpgroup.wait_group(0)
@@ -529,8 +748,19 @@ def fake_arguments(n: int, k: int, b_source: str = "packed"):
         return make_fake_compact_tensor(dtype, shape, stride_order=order, assumed_align=16)
 
     rows = lambda: cute.sym_int32()  # noqa: E731
-    return (t(cutlass.Int32, (rows(), k // 8), (1, 0)), t(cutlass.Int32, (rows(),)),
-            t(cutlass.Int32, (rows(), k // 2), (1, 0)), t(cutlass.Int32, (rows(), k // 2), (1, 0)), t(cutlass.Int32, (rows(), k // 2), (1, 0)),
-            t(cutlass.Float32, (2,)), t(cutlass.Int32, (rows(), k // 8 if b_source == "packed" else k // 2), (1, 0)), t(cutlass.Int32, (rows(),)),
-            t(cutlass.BFloat16, (rows(), n), (1, 0)), t(cutlass.Int32, (rows(), k // 8), (1, 0)), t(cutlass.Uint8, (rows(),)),
-            Int32(0), Int32(0), cutlass.Float32(1.0))
+    return (
+        t(cutlass.Int32, (rows(), k // 8), (1, 0)),
+        t(cutlass.Int32, (rows(),)),
+        t(cutlass.Int32, (rows(), k // 2), (1, 0)),
+        t(cutlass.Int32, (rows(), k // 2), (1, 0)),
+        t(cutlass.Int32, (rows(), k // 2), (1, 0)),
+        t(cutlass.Float32, (2,)),
+        t(cutlass.Int32, (rows(), k // 8 if b_source == "packed" else k // 2), (1, 0)),
+        t(cutlass.Int32, (rows(),)),
+        t(cutlass.BFloat16, (rows(), n), (1, 0)),
+        t(cutlass.Int32, (rows(), k // 8), (1, 0)),
+        t(cutlass.Uint8, (rows(),)),
+        Int32(0),
+        Int32(0),
+        cutlass.Float32(1.0),
+    )

@@ -10,14 +10,17 @@ import numpy as np
 import torch
 
 from h3gates.model import kernel_paths as V
-from h3gates.nvfp4.cuda import producers as K
-from h3gates.nvfp4 import formats as F
-from h3gates.nvfp4.quantize import NVFP4InputError
 from h3gates.model.roles import Packed, Role
+from h3gates.nvfp4 import formats as F
+from h3gates.nvfp4.cuda import producers as K
+from h3gates.nvfp4.quantize import NVFP4InputError
 
 SILU_SMEM = 65536 * 2  # the swiglu kernels' shared-memory silu table (bytes)
-MODULE = K.Module(Path(__file__).with_name("swiglu_fusion.cu"), K.instances(("finalize_scale", "silu_table", "swiglu_amax", "swiglu_quantize", "swiglu_probe")),
-                  smem={"swiglu_": SILU_SMEM})
+MODULE = K.Module(
+    Path(__file__).with_name("swiglu_fusion.cu"),
+    K.instances(("finalize_scale", "silu_table", "swiglu_amax", "swiglu_quantize", "swiglu_probe")),
+    smem={"swiglu_": SILU_SMEM},
+)
 _SILU_TABLES: dict = {}
 
 
@@ -28,7 +31,9 @@ def _table(dtype: torch.dtype, device: int) -> int:
     tab = _SILU_TABLES.get(key)
     if tab is None:
         if torch.cuda.is_current_stream_capturing():
-            raise NVFP4InputError("the SwiGLU producer builds its silu table on first use: call it once before capturing a CUDA graph")
+            raise NVFP4InputError(
+                "the SwiGLU producer builds its silu table on first use: call it once before capturing a CUDA graph"
+            )
         tab = torch.empty(65536, dtype=torch.int16, device=f"cuda:{device}")
         MODULE.launch(f"silu_table<{K.TYPES[dtype]}>", 256, K.ptr(tab), device=device)
         _SILU_TABLES[key] = tab
@@ -49,13 +54,46 @@ def swiglu_produce(u, static_scale=None):
     tab = _table(u.dtype, dev)
     if static_scale is None:
         n_partials = K.persistent(rows * nb, dev)
-        g = K.scale_pass(MODULE, t, n_partials, u.device, lambda pp: MODULE.launch(
-            f"swiglu_amax<{t}>", n_partials, K.ptr(u), K.i64(rows), K.i64(f), tab, pp, np.int32(vec), block=1024, shmem=SILU_SMEM, device=dev))
+        g = K.scale_pass(
+            MODULE,
+            t,
+            n_partials,
+            u.device,
+            lambda pp: MODULE.launch(
+                f"swiglu_amax<{t}>",
+                n_partials,
+                K.ptr(u),
+                K.i64(rows),
+                K.i64(f),
+                tab,
+                pp,
+                np.int32(vec),
+                block=1024,
+                shmem=SILU_SMEM,
+                device=dev,
+            ),
+        )
     else:
         g = static_scale.reshape(1).float().contiguous()
     q, s = K.buffers(rows, f, u.device)
-    MODULE.launch(f"swiglu_quantize<{t}>", K.persistent(items, dev), K.ptr(u), K.i64(rows), K.i64(f), K.i64(rows_pad), tab, K.ptr(g), K.ptr(q), K.ptr(s),
-                  K.i64(nb), K.i64(srows), np.int32(vec), block=1024, shmem=SILU_SMEM, device=dev)
+    MODULE.launch(
+        f"swiglu_quantize<{t}>",
+        K.persistent(items, dev),
+        K.ptr(u),
+        K.i64(rows),
+        K.i64(f),
+        K.i64(rows_pad),
+        tab,
+        K.ptr(g),
+        K.ptr(q),
+        K.ptr(s),
+        K.i64(nb),
+        K.i64(srows),
+        np.int32(vec),
+        block=1024,
+        shmem=SILU_SMEM,
+        device=dev,
+    )
     return g, q, s
 
 
@@ -67,8 +105,19 @@ def swiglu_probe(gate: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor,
     n = gate.numel()
     out2, out1 = torch.empty_like(gate), torch.empty_like(gate)
     dev = gate.device.index
-    MODULE.launch(f"swiglu_probe<{t}>", K.persistent(n // 2, dev), K.ptr(gate), K.ptr(value), _table(gate.dtype, dev), K.ptr(out2), K.ptr(out1), K.i64(n),
-                  block=1024, shmem=SILU_SMEM, device=dev)
+    MODULE.launch(
+        f"swiglu_probe<{t}>",
+        K.persistent(n // 2, dev),
+        K.ptr(gate),
+        K.ptr(value),
+        _table(gate.dtype, dev),
+        K.ptr(out2),
+        K.ptr(out1),
+        K.i64(n),
+        block=1024,
+        shmem=SILU_SMEM,
+        device=dev,
+    )
     return out2, out1
 
 
@@ -78,7 +127,9 @@ class SwiGLUFusedCUDA:
 
     def __init__(self, reference):
         if reference.semantics != "cuda":
-            raise ValueError("the CUDA producers implement comfy's CUDA semantics; this run's reference is eager (set semantics: auto or cuda)")
+            raise ValueError(
+                "the CUDA producers implement comfy's CUDA semantics; this run's reference is eager (set semantics: auto or cuda)"
+            )
 
     def produce(self, inp):
         g, q, s = swiglu_produce(inp.u, inp.static_scale)

@@ -11,21 +11,25 @@ import functools
 import numpy as np
 import torch
 
-from h3gates.nvfp4.cuda.runtime import COMMON, THREADS, Module, _cc, _compile, _stream, i64, items, ptr  # noqa: F401  (the launchers' API: K.Module, K.ptr, ...)
-from h3gates.nvfp4 import formats as F
 from h3gates.core.errors import NVFP4InputError
+from h3gates.nvfp4 import formats as F
+from h3gates.nvfp4.cuda.runtime import COMMON, THREADS, Module, _cc, _compile, _stream, i64, items, ptr  # noqa: F401  (the launchers' API: K.Module, K.ptr, ...)
 
 TYPES = {torch.bfloat16: "__nv_bfloat16", torch.float16: "__half"}
 
 
 def instances(templates, row_variants=()) -> list[str]:
     """Kernel names to ask NVRTC for: every template for both input types (and rows-per-thread variants)."""
-    return [f"{k}<{t}>" for t in TYPES.values() for k in templates] + [f"{k}<{t}, {r}>" for t in TYPES.values() for k in row_variants for r in (2, 4)]
+    return [f"{k}<{t}>" for t in TYPES.values() for k in templates] + [
+        f"{k}<{t}, {r}>" for t in TYPES.values() for k in row_variants for r in (2, 4)
+    ]
 
 
 FINALIZE_THREADS = 1024  # finalize_scale's one block: 2 or 3 partials per thread at canonical size (was 256: 9, 5.8 us)
 QROWS = 4  # rows each quantize_into thread loads before encoding (compiled: 2, 4; scripts/tune_producers.py)
-QUANTIZE = Module(COMMON / "quantize.cu", instances(("amax_reduce", "finalize_scale"), ("quantize_into",)) + ["rcp_approx_kernel"])
+QUANTIZE = Module(
+    COMMON / "quantize.cu", instances(("amax_reduce", "finalize_scale"), ("quantize_into",)) + ["rcp_approx_kernel"]
+)
 _launch = QUANTIZE.launch
 
 
@@ -49,7 +53,9 @@ def check(x: torch.Tensor, what: str) -> str:
     if not x.is_cuda:
         raise NVFP4InputError(f"{what} must be a CUDA tensor")
     if x.dtype not in TYPES:
-        raise NVFP4InputError(f"{what} dtype {str(x.dtype).replace('torch.', '')} not accepted by the CUDA producer (accepts bfloat16, float16)")
+        raise NVFP4InputError(
+            f"{what} dtype {str(x.dtype).replace('torch.', '')} not accepted by the CUDA producer (accepts bfloat16, float16)"
+        )
     if x.dim() != 2 or not x.is_contiguous():
         raise NVFP4InputError(f"{what} must be a contiguous 2-D tensor, got shape {tuple(x.shape)} stride {x.stride()}")
     return TYPES[x.dtype]
@@ -74,7 +80,15 @@ def finalize(partials: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Comfy's global scale from abs-max partials (uint32 bits of non-negative floats, NaN wins):
     fp32 [1]. global_scale and the fused producers launch the same kernel on their pass 1's partials."""
     g = torch.empty(1, dtype=torch.float32, device=partials.device)
-    _launch(f"finalize_scale<{TYPES[dtype]}>", 1, ptr(partials), i64(partials.numel()), ptr(g), block=FINALIZE_THREADS, device=partials.device.index)
+    _launch(
+        f"finalize_scale<{TYPES[dtype]}>",
+        1,
+        ptr(partials),
+        i64(partials.numel()),
+        ptr(g),
+        block=FINALIZE_THREADS,
+        device=partials.device.index,
+    )
     return g
 
 
@@ -89,7 +103,9 @@ def global_scale(x: torch.Tensor) -> torch.Tensor:
     return _g_view(buf)
 
 
-def quantize_into(x: torch.Tensor, g: torch.Tensor, q: torch.Tensor, s: torch.Tensor, dest_row: int = 0, pad_tail: bool = True) -> None:
+def quantize_into(
+    x: torch.Tensor, g: torch.Tensor, q: torch.Tensor, s: torch.Tensor, dest_row: int = 0, pad_tail: bool = True
+) -> None:
     """Exact QDATA/SFA of all rows of x (padded to 16 rows and cols) into caller-owned buffers.
     Every scale byte of the rows is written (padding blocks zero); with pad_tail, also the zero
     scales of the padding rows up to the next 128-row tile boundary (a buffer needs no memset)."""
@@ -99,12 +115,35 @@ def quantize_into(x: torch.Tensor, g: torch.Tensor, q: torch.Tensor, s: torch.Te
     nb = cols_pad // 16
     srows = F.roundup(dest_row + rows_pad, 128) - dest_row if pad_tail else rows_pad
     sv = s.view(torch.uint8)
-    if q.shape[1] != cols_pad // 2 or dest_row + rows_pad > q.shape[0] or sv.shape[1] != F.roundup(nb, 4) or dest_row + srows > sv.shape[0]:
-        raise NVFP4InputError(f"buffers {tuple(q.shape)}/{tuple(s.shape)} do not fit rows {dest_row}..{dest_row + rows_pad} of a {rows} x {cols} activation")
+    if (
+        q.shape[1] != cols_pad // 2
+        or dest_row + rows_pad > q.shape[0]
+        or sv.shape[1] != F.roundup(nb, 4)
+        or dest_row + srows > sv.shape[0]
+    ):
+        raise NVFP4InputError(
+            f"buffers {tuple(q.shape)}/{tuple(s.shape)} do not fit rows {dest_row}..{dest_row + rows_pad} of a {rows} x {cols} activation"
+        )
     items(dest_row + srows, F.roundup(nb, 4))
     vec = int(cols % 8 == 0 and x.data_ptr() % 16 == 0)
-    _launch(f"quantize_into<{t}, {QROWS}>", grid_2d(F.roundup(nb, 4), -(-srows // QROWS)), ptr(x), i64(cols), i64(rows), i64(cols), i64(rows_pad), i64(nb),
-            ptr(g), ptr(q), ptr(s), i64(dest_row), i64(srows), np.int32(vec), block=128, device=x.device.index)
+    _launch(
+        f"quantize_into<{t}, {QROWS}>",
+        grid_2d(F.roundup(nb, 4), -(-srows // QROWS)),
+        ptr(x),
+        i64(cols),
+        i64(rows),
+        i64(cols),
+        i64(rows_pad),
+        i64(nb),
+        ptr(g),
+        ptr(q),
+        ptr(s),
+        i64(dest_row),
+        i64(srows),
+        np.int32(vec),
+        block=128,
+        device=x.device.index,
+    )
 
 
 def buffers(rows: int, cols: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -138,6 +177,7 @@ def rcp_approx(x: torch.Tensor) -> torch.Tensor:
     """The hardware's rcp.approx.ftz.f32 of every fp32 element."""
     x = x.contiguous().float()
     y = torch.empty_like(x)
-    _launch("rcp_approx_kernel", max(1, -(-x.numel() // THREADS)), ptr(x), ptr(y), i64(x.numel()), device=x.device.index)
+    _launch(
+        "rcp_approx_kernel", max(1, -(-x.numel() // THREADS)), ptr(x), ptr(y), i64(x.numel()), device=x.device.index
+    )
     return y
-

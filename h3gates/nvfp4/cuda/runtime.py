@@ -99,8 +99,16 @@ def _versions() -> dict | None:
         from cuda.bindings import nvrtc
 
         err, major, minor = nvrtc.nvrtcVersion()
-        out = {"nvrtc": [int(major), int(minor)], "cuda_core": version("cuda-core"), "cuda_bindings": version("cuda-bindings")}
-        for pkg in ("nvidia-cuda-nvrtc", "nvidia-cuda-nvrtc-cu13", "nvidia-cuda-nvrtc-cu12"):  # the pip NVRTC, patch level included
+        out = {
+            "nvrtc": [int(major), int(minor)],
+            "cuda_core": version("cuda-core"),
+            "cuda_bindings": version("cuda-bindings"),
+        }
+        for pkg in (
+            "nvidia-cuda-nvrtc",
+            "nvidia-cuda-nvrtc-cu13",
+            "nvidia-cuda-nvrtc-cu12",
+        ):  # the pip NVRTC, patch level included
             try:
                 out[pkg] = version(pkg)
             except PackageNotFoundError:
@@ -120,7 +128,9 @@ def _tree(d: Path, contents: bool) -> dict:
             f = Path(root, n)
             try:
                 st = f.stat()
-                out[str(f.relative_to(d))] = hashlib.sha256(f.read_bytes()).hexdigest() if contents else [st.st_size, st.st_mtime_ns]
+                out[str(f.relative_to(d))] = (
+                    hashlib.sha256(f.read_bytes()).hexdigest() if contents else [st.st_size, st.st_mtime_ns]
+                )
             except OSError:
                 continue
     return out
@@ -153,8 +163,10 @@ def _store(key: str, mod, names) -> None:
         return
     try:
         d.mkdir(parents=True, exist_ok=True)
-        for name, data in ((f"{key}.cubin", bytes(code)),
-                           (f"{key}.json", json.dumps({"symbols": sym, "cubin_sha256": hashlib.sha256(code).hexdigest()}).encode())):
+        for name, data in (
+            (f"{key}.cubin", bytes(code)),
+            (f"{key}.json", json.dumps({"symbols": sym, "cubin_sha256": hashlib.sha256(code).hexdigest()}).encode()),
+        ):
             tmp = d / f".{name}.{socket.gethostname()}.{os.getpid()}.tmp"  # a cache shared by several hosts
             tmp.write_bytes(data)
             tmp.replace(d / name)  # the index last: a reader that finds it finds the whole cubin
@@ -235,7 +247,11 @@ def items(rows: int, nbw: int) -> int:
 
 @functools.lru_cache(maxsize=4096)
 def _config(grid, block: int, shmem: int = 0):
-    return _cc().LaunchConfig(grid=grid, block=block, shmem_size=shmem) if shmem else _cc().LaunchConfig(grid=grid, block=block)
+    return (
+        _cc().LaunchConfig(grid=grid, block=block, shmem_size=shmem)
+        if shmem
+        else _cc().LaunchConfig(grid=grid, block=block)
+    )
 
 
 _STREAMS: dict = {}

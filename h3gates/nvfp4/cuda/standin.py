@@ -16,9 +16,9 @@ import functools
 import numpy as np
 import torch
 
-from h3gates.nvfp4.cuda.runtime import COMMON, THREADS, Module, _compile, i64, items, ptr
-from h3gates.nvfp4 import formats as F
 from h3gates.core.errors import NVFP4InputError
+from h3gates.nvfp4 import formats as F
+from h3gates.nvfp4.cuda.runtime import COMMON, THREADS, Module, _compile, i64, items, ptr
 
 STANDIN = Module(COMMON / "standin.cu", ["block_values_kernel", "qk_square", "qk_norm_rope"])
 
@@ -61,52 +61,97 @@ def active(device_index: int | None = None) -> bool:
 def block_values_fits(qdata: torch.Tensor, scales: torch.Tensor, rows: int) -> bool:
     """The layouts block_values_kernel indexes: contiguous uint8 QDATA on a GPU (8-byte aligned rows of
     8k bytes), the swizzled scale bytes of at least `rows` rows on the same device."""
-    if not (qdata.is_cuda and qdata.dtype == torch.uint8 and qdata.dim() == 2 and qdata.is_contiguous()
-            and qdata.shape[1] % 8 == 0 and qdata.data_ptr() % 8 == 0 and 0 <= rows <= qdata.shape[0]
-            and qdata.shape[1] * 4 < 2**31):  # the kernel's row length in values (nb * 16) is a 32-bit int
+    if not (
+        qdata.is_cuda
+        and qdata.dtype == torch.uint8
+        and qdata.dim() == 2
+        and qdata.is_contiguous()
+        and qdata.shape[1] % 8 == 0
+        and qdata.data_ptr() % 8 == 0
+        and 0 <= rows <= qdata.shape[0]
+        and qdata.shape[1] * 4 < 2**31
+    ):  # the kernel's row length in values (nb * 16) is a 32-bit int
         return False
     nb = qdata.shape[1] // 8
-    return (scales.device == qdata.device and scales.dim() == 2 and scales.element_size() == 1
-            and scales.shape[0] >= F.roundup(rows, 128) and scales.shape[1] == F.roundup(nb, 4))
+    return (
+        scales.device == qdata.device
+        and scales.dim() == 2
+        and scales.element_size() == 1
+        and scales.shape[0] >= F.roundup(rows, 128)
+        and scales.shape[1] == F.roundup(nb, 4)
+    )
 
 
 def block_values(qdata: torch.Tensor, scales: torch.Tensor, rows: int) -> torch.Tensor:
     """nvfp4.block_values in one kernel: [rows, C] bf16 code value x E4M3 scale, byte-identical to
     block_values_reference (NaN scales included)."""
     if not block_values_fits(qdata, scales, rows):
-        raise NVFP4InputError(f"block_values kernel: qdata {qdata.dtype} {tuple(qdata.shape)} on {qdata.device}, "
-                              f"scales {scales.dtype} {tuple(scales.shape)} on {scales.device} are not the layout it indexes for {rows} rows")
+        raise NVFP4InputError(
+            f"block_values kernel: qdata {qdata.dtype} {tuple(qdata.shape)} on {qdata.device}, "
+            f"scales {scales.dtype} {tuple(scales.shape)} on {scales.device} are not the layout it indexes for {rows} rows"
+        )
     sv = scales.contiguous().view(torch.uint8)
     nb = qdata.shape[1] // 8
     out = torch.empty(rows, nb * 16, dtype=torch.bfloat16, device=qdata.device)
     n = items(rows, nb)  # a thread per 16-value block (a thread per half block measured slower on the H200:
     # evidence/h200/standin_kernels_2026-12-01/SUMMARY.md)
     if n:
-        STANDIN.launch("block_values_kernel", -(-n // THREADS), ptr(qdata), ptr(sv), ptr(out), np.int32(rows), np.int32(nb),
-                       np.int32(sv.shape[1] // 4), device=qdata.device.index)
+        STANDIN.launch(
+            "block_values_kernel",
+            -(-n // THREADS),
+            ptr(qdata),
+            ptr(sv),
+            ptr(out),
+            np.int32(rows),
+            np.int32(nb),
+            np.int32(sv.shape[1] // 4),
+            device=qdata.device.index,
+        )
     return out
 
 
 # ---------------------------------------------------------------------- q/k RMSNorm + RoPE
-def qk_norm_rope_fits(x: torch.Tensor, head_dim: int, rope_dims: int, weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool:
+def qk_norm_rope_fits(
+    x: torch.Tensor, head_dim: int, rope_dims: int, weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+) -> bool:
     """The layouts qk_norm_rope indexes: bf16 [S, heads * head_dim] on a GPU with unit column stride and
     16-byte aligned rows, 8-channel groups that do not straddle the rotated half, a bf16 weight of
     head_dim values, fp32-able cos/sin tables [S, rope_dims] on the same device."""
-    return (x.is_cuda and x.dtype == torch.bfloat16 and x.dim() == 2 and x.stride(1) == 1 and x.stride(0) % 8 == 0
-            and x.data_ptr() % 16 == 0 and head_dim % 8 == 0 and rope_dims % 16 == 0 and 0 < rope_dims <= head_dim
-            and x.shape[1] % head_dim == 0 and weight.dtype == torch.bfloat16 and weight.numel() == head_dim
-            and tuple(cos.shape) == tuple(sin.shape) == (x.shape[0], rope_dims)
-            and weight.device == cos.device == sin.device == x.device)
+    return (
+        x.is_cuda
+        and x.dtype == torch.bfloat16
+        and x.dim() == 2
+        and x.stride(1) == 1
+        and x.stride(0) % 8 == 0
+        and x.data_ptr() % 16 == 0
+        and head_dim % 8 == 0
+        and rope_dims % 16 == 0
+        and 0 < rope_dims <= head_dim
+        and x.shape[1] % head_dim == 0
+        and weight.dtype == torch.bfloat16
+        and weight.numel() == head_dim
+        and tuple(cos.shape) == tuple(sin.shape) == (x.shape[0], rope_dims)
+        and weight.device == cos.device == sin.device == x.device
+    )
 
 
-def qk_norm_rope(x: torch.Tensor, head_dim: int, weight: torch.Tensor, eps: float, cos: torch.Tensor, sin: torch.Tensor,
-                 rope_dims: int) -> torch.Tensor:
+def qk_norm_rope(
+    x: torch.Tensor,
+    head_dim: int,
+    weight: torch.Tensor,
+    eps: float,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    rope_dims: int,
+) -> torch.Tensor:
     """The model's rope(rms_norm(x)) of q or k ([S, heads * head_dim], a strided view of the qkv output)
     -> [S, heads, head_dim] bf16 contiguous, byte-identical to the torch chain: the squares in a kernel,
     the row mean, + eps and rsqrt in torch (its reduction order), the rest in one kernel."""
     if not qk_norm_rope_fits(x, head_dim, rope_dims, weight, cos, sin):
-        raise NVFP4InputError(f"qk_norm_rope: x {x.dtype} {tuple(x.shape)} stride {x.stride()}, weight {weight.dtype} {tuple(weight.shape)}, "
-                              f"cos/sin {tuple(cos.shape)}/{tuple(sin.shape)} are not the layout it indexes (head_dim {head_dim}, rope_dims {rope_dims})")
+        raise NVFP4InputError(
+            f"qk_norm_rope: x {x.dtype} {tuple(x.shape)} stride {x.stride()}, weight {weight.dtype} {tuple(weight.shape)}, "
+            f"cos/sin {tuple(cos.shape)}/{tuple(sin.shape)} are not the layout it indexes (head_dim {head_dim}, rope_dims {rope_dims})"
+        )
     rows, width = x.shape
     heads = width // head_dim
     out = torch.empty(rows, heads, head_dim, dtype=torch.bfloat16, device=x.device)
@@ -115,12 +160,28 @@ def qk_norm_rope(x: torch.Tensor, head_dim: int, weight: torch.Tensor, eps: floa
     dev = x.device.index
     sq = torch.empty(rows, heads, head_dim, dtype=torch.float32, device=x.device)
     n8 = rows * width // 8
-    STANDIN.launch("qk_square", -(-n8 // THREADS), ptr(x), i64(x.stride(0)), ptr(sq), np.int32(rows), np.int32(width), device=dev)
+    STANDIN.launch(
+        "qk_square", -(-n8 // THREADS), ptr(x), i64(x.stride(0)), ptr(sq), np.int32(rows), np.int32(width), device=dev
+    )
     rinv = torch.rsqrt(sq.mean(-1, keepdim=True) + eps)  # torch's reduction, as rms_norm's xf.pow(2).mean(-1)
     del sq
     w, c, s = weight.contiguous(), cos.contiguous().float(), sin.contiguous().float()
     if w.data_ptr() % 16:  # the kernel reads the weight 8 channels (16 bytes) at a time
         w = w.clone()
-    STANDIN.launch("qk_norm_rope", -(-n8 // THREADS), ptr(x), i64(x.stride(0)), ptr(rinv), ptr(w), ptr(c), ptr(s), ptr(out),
-                   np.int32(rows), np.int32(heads), np.int32(head_dim), np.int32(rope_dims), device=dev)
+    STANDIN.launch(
+        "qk_norm_rope",
+        -(-n8 // THREADS),
+        ptr(x),
+        i64(x.stride(0)),
+        ptr(rinv),
+        ptr(w),
+        ptr(c),
+        ptr(s),
+        ptr(out),
+        np.int32(rows),
+        np.int32(heads),
+        np.int32(head_dim),
+        np.int32(rope_dims),
+        device=dev,
+    )
     return out
