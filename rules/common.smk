@@ -184,3 +184,6 @@ def existing_results(wildcards=None):
 _hint = H3wf.lock_hint(sys.argv[1:], workflow.is_main_process)
 if _hint:
     print(_hint, file=sys.stderr)
+if workflow.is_main_process:
+    for _why in LEFT_OUT.values():
+        print(f"h3gates: NOTE: {_why} (promote_{_why.split()[0]} refuses with this line)", file=sys.stderr)

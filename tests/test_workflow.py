@@ -14,14 +14,19 @@ from pathlib import Path
 
 import pytest
 import yaml
-from workflow_util import copy_workspace, h3gates, make_workspace, pending, snakemake
+from workflow_util import CI_CONFIG, ROOT, copy_workspace, h3gates, make_workspace, merge, pending, snakemake
 from workflow_util import env as wf_env
 
+from h3gates.core import config as C
 from h3gates.core.context import RungContext
 
 pytestmark = pytest.mark.slow
 RES = "results/ci"
-CANDS = ("modulate_fusion", "swiglu_fusion", "qkv_ring")
+CANDS = tuple(
+    C.climbable(C.validate_config(merge(yaml.safe_load((ROOT / "config/config.yaml").read_text()), CI_CONFIG)), "cpu")[
+        0
+    ]
+)
 
 
 @pytest.fixture(scope="session")

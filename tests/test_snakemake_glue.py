@@ -1,0 +1,98 @@
+"""What the rules ask of the package (h3gates/core/workflow.py): the reading of snakemake's command line,
+the lock hint, the HTML report's labels; and the schemas shipped as package data."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+
+import pytest
+from workflow_util import ROOT
+
+from h3gates.core import workflow as W
+
+
+@pytest.mark.parametrize(
+    "argv,only",
+    [
+        (["--report", "r.html"], True),
+        (["--report=r.html", "ran"], True),
+        (["--reporter", "html"], True),
+        (["--report", "r.html", "--report-after-run", "all"], False),
+        (["--cores", "1", "all"], False),
+        (["-n"], False),
+    ],
+)
+def test_report_only(argv, only):
+    assert W.report_only(argv) is only
+
+
+def test_lock_hint_only_when_a_lock_is_left_and_the_run_would_lock(tmp_path):
+    assert W.lock_hint(["--cores", "1"], True, tmp_path) is None
+    (tmp_path / ".snakemake" / "locks").mkdir(parents=True)
+    (tmp_path / ".snakemake" / "locks" / "0.input.lock").write_text("")
+    assert W.lock_hint(["--cores", "1"], True, tmp_path) == W.LOCK_HINT
+    for quiet in (["--unlock"], ["-n"], ["--report", "x.html"], ["--summary"]):
+        assert W.lock_hint(quiet, True, tmp_path) is None
+    assert W.lock_hint(["--cores", "1"], False, tmp_path) is None  # a job's process, not the main one
+
+
+def _report(tmp_path, **fields):
+    d = {"rung": 4, "block": 3, "verdict": "pass", "reasons": [], "notes": [], "timing": None, **fields}
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps(d))
+    return p
+
+
+def test_gate_labels(tmp_path):
+    p = _report(tmp_path)
+    assert W.gate_labels(p) == {
+        "rung": "4 block",
+        "block": "3",
+        "verdict": "pass",
+        "reason": "every check of this rung passed",
+    }
+    p = _report(tmp_path, verdict="fail", reasons=["candidate block output   differs\n in 3 elements"])
+    assert W.gate_labels(p)["reason"] == "candidate block output differs in 3 elements"
+    timing = {"performance_gate": {"note": "performance gate not met (undecided), not enforced on profile tiny: ..."}}
+    assert W.gate_labels(_report(tmp_path, timing=timing))["reason"].startswith("performance gate not met")
+    # the state status computes now overrides what the file says: a stale pass is shown stale
+    stale = W.gate_labels(
+        _report(tmp_path), ("stale", "r.json: stale: kernel kernels/x/cpu.py changed since the gate ran")
+    )
+    assert stale["verdict"] == "stale" and "changed since the gate ran" in stale["reason"]
+    (tmp_path / "bad.json").write_text("{")
+    assert W.gate_labels(tmp_path / "bad.json")["verdict"] == "unreadable"
+
+
+def test_one_line():
+    assert W.one_line("a\n  b\tc") == "a b c"
+    assert W.one_line("x" * 10, 5) == "xxxx\u2026"
+
+
+def test_the_schemas_ship_as_package_data(tmp_path):
+    """A plain (non-editable) install validates reports: the wheel carries h3gates/schemas/."""
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    names = zipfile.ZipFile(next(tmp_path.glob("h3gates-*.whl"))).namelist()
+    for schema in ("report.schema.json", "promotion.schema.json", "token.schema.json", "config.schema.yaml"):
+        assert f"h3gates/schemas/{schema}" in names
+    assert "h3gates/nvfp4/data/rcp_approx_sm90_delta.int8.zlib" in names
