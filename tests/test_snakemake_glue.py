@@ -4,6 +4,7 @@ the lock hint, the HTML report's labels; and the schemas shipped as package data
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -74,23 +75,22 @@ def test_one_line():
 
 def test_the_schemas_ship_as_package_data(tmp_path):
     """A plain (non-editable) install validates reports: the wheel carries h3gates/schemas/."""
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "-q",
-            "-w",
-            str(tmp_path),
-            str(ROOT),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    src = tmp_path / "src"  # a copy: setuptools builds in the source tree
+    shutil.copytree(ROOT / "h3gates", src / "h3gates", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(ROOT / "pyproject.toml", src / "pyproject.toml")
+    wheel = [
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--no-deps",
+        "--no-build-isolation",
+        "-q",
+        "-w",
+        str(tmp_path),
+        str(src),
+    ]
+    p = subprocess.run(wheel, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     names = zipfile.ZipFile(next(tmp_path.glob("h3gates-*.whl"))).namelist()
     for schema in ("report.schema.json", "promotion.schema.json", "token.schema.json", "config.schema.yaml"):
