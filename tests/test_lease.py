@@ -119,7 +119,7 @@ def test_the_timeline_shows_which_job_ran_where_and_the_overlap(env, tmp_path):
     out = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "scripts/lease_timeline.py"),
+            str(ROOT / "studies/ladder/lease_timeline.py"),
             str(tmp_path / "leases.jsonl"),
             "--json",
             str(tmp_path / "t.json"),
