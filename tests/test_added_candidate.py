@@ -47,7 +47,7 @@ def added(tmp_path_factory):
             shutil.copytree(src, ws / name, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
         else:
             shutil.copy2(src, ws / name)
-    shutil.copytree(ROOT / "tests/fixtures/candidates/lut_gemm", ws / "kernels/lut_gemm")
+    shutil.copytree(ROOT / "tests/fixtures/candidates/lut_gemm", ws / "kernels/lut_gemm", dirs_exist_ok=True)
     cfg = yaml.safe_load((ws / "config/config.yaml").read_text())
     cfg["candidates"]["lut_gemm"] = {}  # the one config line
     (ws / "config/config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))

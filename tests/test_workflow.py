@@ -627,7 +627,9 @@ def test_throwaway_gemm_candidate_climbs_and_an_inexact_gemm_is_caught_at_rung_1
     """Adding a candidate is adding its folder and enabling it: a GEMM override (its own operand
     decoder, the reference arithmetic) climbs all eight rungs; its double-rounding variant (alpha
     applied after the bf16 rounding) is refused at rung 1 by the adversarial GEMM operands."""
-    shutil.copytree(FIXTURES / "lut_gemm", ws / "kernels" / "lut_gemm")
+    shutil.copytree(
+        FIXTURES / "lut_gemm", ws / "kernels" / "lut_gemm", dirs_exist_ok=True
+    )  # (already there in a tree that ships it)
     cfg = yaml.safe_load((ws / "config/config.yaml").read_text())
     cfg["candidates"]["lut_gemm"] = {"params": {"table_dtype": "float32"}}
     (ws / "config/config.yaml").write_text(yaml.safe_dump(cfg))
