@@ -302,8 +302,14 @@ def test_rung1_catalogue_values_reach_a_gemm_that_owns_only_the_model_shape():
         dump=lambda *a, **k: None,
     )
     inputs = [i for i in R1._inputs([[37, 64]])]
-    cases, cov = R1.gemm_cases(gate, "unused", inputs)
+    cases, cov, values = R1.gemm_cases(gate, "unused", inputs)
     differing = {c["case"] for c in cases if not c["equal"]}
-    assert differing and all(c.endswith("@role_shape") for c in differing), sorted(differing)
-    assert "nan_global_scale@role_shape" in differing
-    assert not reasons  # coverage: the planted GEMM declares no paths
+    # the catalogue activations at the role's shape, and the special values placed in an activation of
+    # the role's shape (the value cases: a NaN, Inf or all-zero activation there), catch it
+    assert differing and all(c.endswith("@role_shape") or c.startswith("gemm_value_") for c in differing), sorted(
+        differing
+    )
+    assert "nan_global_scale@role_shape" in differing and "gemm_value_nan_middle_tile_alone" not in differing
+    assert {"gemm_value_nan_first_tile_alone", "gemm_value_+0_last_tile_alone"} <= differing
+    assert not reasons  # coverage: the planted GEMM declares no paths; every value cell is reached
+    assert values["out"]["unreached"] == [] and values["out"]["matrix"]["nan"]["middle 128-row tile"]["alone"]

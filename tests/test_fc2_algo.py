@@ -2,7 +2,7 @@
 workflow's sweep an input of every rung; a pinned algorithm is recorded by the gates, carried into
 the promotion record, and refused by promote and verify on another cuBLASLt, GPU or SM count, or on
 a machine without a GPU. (Its GEMM, the sweep and its canonical ladder run on the H200:
-tests/test_gpu.py, evidence/h200/fc2_algo/.)"""
+tests/test_gpu.py, studies/fc2/evidence/fc2_algo_ci/.)"""
 
 from __future__ import annotations
 

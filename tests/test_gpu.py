@@ -169,7 +169,7 @@ def test_cuda_producers_write_every_scale_byte():
 @pytest.mark.parametrize("rows, cols", [(1, 16), (47, 72), (100, 200), (129, 80), (32, 72), (48, 24)])
 def test_cuda_producers_write_comfys_tail_blocks(rows, cols, g):
     """comfy's CUDA quantizer runs 16 blocks past the last real one when (rows_pad / 16) * nb is odd;
-    their scale bytes are 0x7E where rcp(g) is not finite (scripts/comfy_padding_probe.py). The three
+    their scale bytes are 0x7E where rcp(g) is not finite (studies/producers/comfy_padding_probe.py). The three
     CUDA producers reproduce them (a zero block's scale); (32, 72) and (48, 24) have no tail."""
     from h3gates.model.roles import modulate, swiglu
     from h3gates.nvfp4.cuda import producers as K

@@ -86,7 +86,7 @@ def test_kernel_e2m1_formula_equals_the_spec_conversion():
     """The FMA-pipe E2M1 rounding of the CUDA kernels equals h3gates' model of CUDA's conversion
     (formats.e2m1_encode) on every sign/exponent/top-11-mantissa-bit pattern with the rounding-
     relevant low bits (ties and their neighbours), plus random patterns. The full 2^32 sweep:
-    H3_E2M1_EXHAUSTIVE=1 (minutes; evidence/cpu/e2m1_exhaustive.log)."""
+    H3_E2M1_EXHAUSTIVE=1 (minutes; studies/producers/evidence/e2m1_exhaustive_cpu_2026-12-01/e2m1_exhaustive.log)."""
     import os
 
     import torch

@@ -1,5 +1,5 @@
 """The CPU model of comfy's CUDA kernel: its reciprocal, and the documented eager/CUDA differences.
-Byte identity with the H200 itself is shown by scripts/gpu_evidence.py (evidence/) and test_gpu.py."""
+Byte identity with the H200 itself is shown by studies/producers/gpu_evidence.py (studies/producers/evidence/) and test_gpu.py."""
 
 import pytest
 import torch

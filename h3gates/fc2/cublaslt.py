@@ -11,7 +11,7 @@ is column-major, so it computes out^T [N, M] = b [N, K] @ a^T [K, M]:
   Lt A = b, stored column-major K x N (ld K), TRANSA = T   -> Lt m = N
   Lt B = a, stored column-major K x M (ld K), TRANSB = N   -> Lt n = M, k = K
   Lt C = D = out, column-major N x M (ld N)                -> the row-major [M, N] tensor
-The GPU self-test (scripts/fc2_study.py, tests/test_fc2.py) checks this against torch.addmm's bytes.
+The GPU self-test (studies/fc2/fc2_study.py, tests/test_fc2.py) checks this against torch.addmm's bytes.
 
 Algorithms are plain 64-byte cublasLtMatmulAlgo_t structs in NumPy arrays; their configuration is read
 and written only through the documented CUBLASLT_ALGO_CONFIG_* attributes, AlgoInit and AlgoCheck.
@@ -31,6 +31,7 @@ import torch
 
 from h3gates.core.errors import AlgoError, NvmathMissing
 from h3gates.fc2 import spec as S
+from h3gates.nvfp4.gemm import host_alpha
 
 MIB = 1 << 20
 HEURISTIC_LIMIT = 32  # results requested per heuristic query (enumerate:<budget>:<index> indexes these)
@@ -481,7 +482,7 @@ class AlgoGemm:
         if isinstance(alpha, torch.Tensor):
             if alpha.dtype != torch.float32 or alpha.numel() != 1:
                 raise ValueError(f"alpha must be the FP32 scalar g_a * g_b, got {alpha.dtype} {tuple(alpha.shape)}")
-            alpha = alpha.item()
+            alpha = host_alpha(alpha)
         out = torch.empty(a.shape[0], b.shape[0], dtype=torch.bfloat16, device=a.device)
         self.run(a, b, alpha, out)
         return out

@@ -4,6 +4,15 @@ A case builds its input tensor deterministically, may carry an explicit global s
 activation scale, which is how decode-above-448 and finite scales beside NaN/Inf are reached), and
 names the semantics that must refuse it. Most cases put one block at 2688 so the global scale is
 exactly 1.0 and the intended block scale is reached exactly.
+
+`SPECIALS` names each special value of the catalogue once (the value axis of rung 1's value x
+placement matrix, issue 25 item 3): NaN, +-Inf, +-0, bf16 subnormals, the E2M1 midpoints (at block
+scale 1 and at the rcp-divergent 1.875), a block amax on an E4M3 tie, an E4M3 subnormal block scale,
+values just over and under 6, the largest finite bf16 and fp16. A `Special` is a pattern written from
+a block's first element (the rest of the block keeps the case's background); one that needs g = 1
+asks for an `anchor`: a block at ONE elsewhere in the row. The placements come from each producer's
+declared kernel paths (h3gates.model.kernel_paths.placements) and the cases from
+h3gates.rungs.path_cases.value_cases.
 """
 
 from __future__ import annotations
@@ -224,6 +233,54 @@ def global_scale_for(c: Case, x: torch.Tensor) -> torch.Tensor:
     from h3gates.nvfp4.quantize import global_scale
 
     return c.global_scale(x) if c.global_scale else global_scale(x)
+
+
+# ---------------------------------------------------------------- the special values, named once
+@dataclass(frozen=True)
+class Special:
+    """A special value as rung 1 places it: `pattern` from a block's first element (a partial block
+    keeps its first values; the largest magnitude comes first so the block scale stays the pattern's),
+    `anchor`: the case needs g = 1 (a block at ONE in the same row), `dtype` of the whole case."""
+
+    name: str
+    pattern: tuple[float, ...]
+    anchor: bool = False
+    dtype: torch.dtype = torch.bfloat16
+
+    def values(self, width: int = 16) -> torch.Tensor:
+        return torch.tensor(self.pattern[:width], dtype=torch.float32).to(self.dtype)
+
+
+def _midpoints_amax_first(scale: float) -> tuple[float, ...]:
+    b = _midpoint_block(scale)
+    return (b[-1], *b[:-2], -b[-1])  # 6 * scale first: a partial block keeps its scale
+
+
+_BF16_MAX = float(torch.finfo(torch.bfloat16).max)
+_FP16_MAX = float(torch.finfo(torch.float16).max)
+
+SPECIALS: tuple[Special, ...] = (
+    Special("nan", (float("nan"),)),
+    Special("+inf", (float("inf"),)),
+    Special("-inf", (-float("inf"),)),
+    Special("+0", (0.0,) * 16),
+    Special("-0", (-0.0,) * 16),
+    Special("bf16 subnormal", (-2e-39, 1e-39, 5e-40, 9.2e-41) * 4),
+    Special("e2m1 midpoints", _midpoints_amax_first(1.0), anchor=True),
+    Special("e2m1 midpoints x1.875", _midpoints_amax_first(1.875), anchor=True),  # x * rcp(s) vs x / s
+    Special("e4m3 tie amax", (6.0 * 1.0625, 0.3, -0.7, 2.0, 6.0 * 1.0625 / 3), anchor=True),
+    Special("e4m3 subnormal scale", (6 * 2.0**-8, 3 * 2.0**-8, -(2.0**-9), 2.0**-10), anchor=True),
+    Special("around 6", (6.03125, -5.96875, 6.0, 5.9375, -6.03125, 5.96875, 0.5, 3.0), anchor=True),
+    Special("largest finite bf16", (_BF16_MAX, -_BF16_MAX)),
+    Special("largest finite fp16", (_FP16_MAX, -_FP16_MAX), dtype=torch.float16),
+)
+
+
+def special(name: str) -> Special:
+    for s in SPECIALS:
+        if s.name == name:
+            return s
+    raise KeyError(f"no special value {name!r}")
 
 
 # ---------------------------------------------------------------- random generators

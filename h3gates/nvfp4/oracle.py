@@ -37,7 +37,7 @@ def comfy_quantize(x: torch.Tensor, global_scale: torch.Tensor, *, pad_16x: bool
 def _zero_followed(x: torch.Tensor) -> torch.Tensor:
     """x copied to the front of a zeroed allocation. comfy-kitchen 0.2.40's CUDA quantizer runs 16
     blocks past the last real one when (rows_pad / 16) * nb is odd and reads their values past the
-    end of the input (scripts/comfy_padding_probe.py); their scale bytes land in the scale padding.
+    end of the input (studies/producers/comfy_padding_probe.py); their scale bytes land in the scale padding.
     Followed by zeros, those reads give a zero block's scale (0 for a normal g, 0x7E where rcp(g) is
     not finite: what kernels/common/nvfp4.cuh's comfy_tail writes) instead of bytes of whatever tensor
     the allocator placed after x. Real blocks are unaffected."""

@@ -210,7 +210,7 @@ def block_values(qdata: torch.Tensor, scales: torch.Tensor, rows: int | None = N
 def block_values_torch(qdata: torch.Tensor, scales: torch.Tensor, rows: int | None = None) -> torch.Tensor:
     """block_values in torch: three passes, none in int64 or fp32 at the activation's size (the emulated GEMM runs this on
     every packed activation: the first version's unpack / int64 lookup / gather / fp32 multiply
-    chain took ~25 ms of a 151 ms canonical block on the H200, evidence/h200/canonical_climb2_2026-12-01/
+    chain took ~25 ms of a 151 ms canonical block on the H200, studies/ladder/evidence/canonical_climb2_2026-12-01/
     swiglu_fusion_r8_profile.json): one lookup of both codes of each QDATA byte as bf16, the scales
     unswizzled by a view (a permute of the 128x4 tiles, no offsets), one bf16 multiply. Exact: E2M1
     values and E4M3 scales are bf16 values, their product has at most 6 significant bits.

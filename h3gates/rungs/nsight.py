@@ -158,7 +158,7 @@ def _run(
     also dies with this process: a SIGTERM/SIGINT/SIGHUP here (snakemake stopping the job, a
     `timeout` around the workflow) kills the whole group before this process ends, and the child
     carries PR_SET_PDEATHSIG for a SIGKILL (a leftover ncu once held 93 GiB of the GPU and crashed
-    the next rung: evidence/h200/canonical_climb2_2026-12-01/)."""
+    the next rung: studies/ladder/evidence/canonical_climb2_2026-12-01/)."""
     proc = subprocess.Popen(
         argv,
         stdout=stdout,
@@ -494,7 +494,7 @@ def capture(
     <name>.stderr (the target's), <name>.csv (the imported CSV). env: the profiled process's environment
     (default: this one's).
 
-    clock_control defaults to "none", the setting that ran on the H200 (evidence/h200/ncu.csv); the
+    clock_control defaults to "none", the setting that ran on the H200 (studies/producers/evidence/bench_2026-12-01/ncu.csv); the
     counts do not depend on clocks, durations do, and both sides of a diff run under the same setting."""
     requested = list(dict.fromkeys(requested_metrics))
     workdir = Path(workdir)

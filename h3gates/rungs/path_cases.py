@@ -12,14 +12,40 @@ The grid, per role input (Modulated for qkv/fc1, SwiGLU for fc2, Plain for out):
   values    modulation scales 0, -1 (s1 = 0), -(1 - 2^-8) (s1 = 2^-8), -(1 + 2^-7), +-subnormal,
             -3, +-3e38, NaN; inputs zero, -0, subnormal, huge, NaN; SwiGLU gates at the silu
             extremes; a static (checkpoint) global scale besides the computed one; fp16 as well
+
+Value cases (`value_cases`, issue 25 item 3): every special value of the catalogue (catalogue.SPECIALS)
+in every placement the producer's declared paths call for (kernel_paths.placements), alone and
+combined. One case plants ONE value at ONE position, so a kernel that loses it between units (a NaN
+dropped by a NaN-ignoring max of chunk maxima) differs from the reference; a value in every chunk at
+once would hide exactly that. The geometry is derived from the declared units: 72 columns (four whole
+blocks and a partial one), rows = 2 * span + 17 of the widest units (raised until every declared
+unit family has at least three units, the last one short, and rows % 16 != 0), so one input has a
+first, a middle and a short last unit of every family and padding rows after its last real row.
+Positions: row 0 block 0 (first units), the middle row of each family's middle unit block 1, the last
+row block 0 (last and partial last units, the padding-adjacent row), a middle row's partial block
+(cols 64..71), and for a producer with segment paths the first row of a second segment starting
+inside a unit (span + 17). Contexts: `alone` (zeros everywhere else) and `combined` (seeded random
+finite values everywhere else). Modulated inputs carry the identity modulation (scale 0, shift -0)
+and SwiGLU inputs a gate with silu(gate) == 1 where a value sits, so the quantizer sees the value
+itself; a value that needs g = 1 gets an anchor block at ONE in its row, and its own block is the
+pattern then zeros (its block scale is the pattern's), otherwise the background fills the block.
+`value_reach` measures what a case reaches from its input (the materialized activation holds the
+pattern there; the rest is zero or finite) -- the matrix counts that, not the case ids. The GEMM's
+value cases (`gemm_value_cases`) put each value in the first, a middle and the last 128-row tile of
+the activation and in a partial K block (cols = K - 8, padded to K).
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+
 import torch
 
 from h3gates import nvfp4
+from h3gates.model import kernel_paths as V
 from h3gates.model.roles import Modulated, Plain, SwiGLU, materialize
+from h3gates.nvfp4 import catalogue as C
 
 ROWS = (1, 15, 16, 17, 129)
 COLS = (64, 72, 62)
@@ -149,4 +175,206 @@ def cases(role: str, device, chunk_rows: int | None = None) -> list[tuple[str, o
             "plain_static_scale",
             (lambda p: Plain(p.x, _static(p)))(Plain(_randn((40, 64), 4, bf16).to(device))),
         )
+    return out
+
+
+# ------------------------------------------------------------------ values x placements
+VALUE_COLS = 72  # four whole blocks and a partial one (8 values)
+CONTEXTS = ("alone", "combined")
+
+
+@dataclass(frozen=True)
+class Plant:
+    """Special value `value` written at row `row` from column `col` (`width` elements of its pattern)
+    in the block `block` = (c0, c1); `anchor` = (row, c0, c1) of its block at ONE, if any."""
+
+    value: str
+    row: int
+    col: int
+    width: int
+    block: tuple[int, int]
+    anchor: tuple[int, int, int] | None = None
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.+-]+", "_", text).strip("_")
+
+
+def _first_row(u: V.Units, inp, k: int) -> int:
+    """The first row whose first element lies in unit >= k (units are in row order)."""
+    lo, hi = 0, inp.rows
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if u.of(inp, mid, 0)[0] >= k:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _geometry(units, cols: int, fits) -> int:
+    """Rows of the value cases: 2 * span + 17 of the widest units, raised until `fits(rows)`."""
+    rows = 2 * max([u.span(cols) for u in units] or [16]) + 17
+    for _ in range(256):
+        if rows % 16 and fits(rows):
+            return rows
+        rows += 1
+    raise ValueError(f"no value-case geometry for units {[u.name for u in units]} at {cols} columns")
+
+
+def _background(shape, context, dtype, seed) -> torch.Tensor:
+    if context == "alone":
+        return torch.zeros(shape, dtype=dtype)
+    return (torch.randn(shape, generator=_gen(seed)) * 0.75).to(dtype)
+
+
+def _plant(x: torch.Tensor, sp: C.Special, row: int, col: int, cols: int) -> Plant:
+    """Write sp at (row, col) of x (its block's end clipped at cols): pattern, then zeros where the
+    value needs its own block scale; an anchor block at ONE in the same row where it needs g = 1."""
+    c0 = col // 16 * 16
+    c1 = min(c0 + 16, cols)
+    width = min(len(sp.pattern), c1 - col)
+    if sp.anchor:
+        x[row, c0:c1] = 0
+    x[row, col : col + width] = sp.values(width).to(x.dtype)
+    anchor = None
+    if sp.anchor:
+        a0 = 16 if c0 == 0 else 0
+        x[row, a0 : a0 + 16] = C.ONE
+        anchor = (row, a0, a0 + 16)
+    return Plant(sp.name, row, col, width, (c0, c1), anchor)
+
+
+def value_positions(role: str, paths, device="cpu") -> tuple[int, int, list[tuple[str, int, int]], int | None]:
+    """(rows, cols, [(position, row, col)], segment start or None) of a producer declaring `paths`."""
+    units = V.declared_units(paths)
+    cols = VALUE_COLS
+    segments = role in ("qkv", "fc1") and any(p.name == V.SEGMENT_START.name for p in V.placements(paths))
+
+    def probe(rows):
+        return _wrap(role, torch.zeros(rows, cols), None, None)
+
+    def fits(rows):
+        inp = probe(rows)
+        return all(
+            u.of(inp, rows - 1, cols - 1)[1] >= 3 and u.of(inp, rows - 1, cols - 1)[2] and u.of(inp, 0, 0)[0] == 0
+            for u in units
+        )
+
+    rows = _geometry(units, cols, fits)
+    inp = probe(rows)
+    pos = [("first", 0, 0), ("last", rows - 1, 0)]
+    mid_rows = []
+    for u in units:
+        n = u.of(inp, 0, 0)[1]
+        a, b = _first_row(u, inp, n // 2), _first_row(u, inp, n // 2 + 1)
+        r = (a + b) // 2
+        mid_rows.append(r)
+        pos.append((f"middle {u.name}", r, 16))
+    pos.append(("partial block", mid_rows[0] if mid_rows else rows // 2, 64))
+    start = None
+    if segments:
+        start = min(rows - 2, max(u.span(cols) for u in units) + 17 if units else 17)
+        pos.append(("segment start", start, 0))
+    seen, out = set(), []
+    for name, r, c in pos:  # one case per distinct position
+        if (r, c) not in seen:
+            seen.add((r, c))
+            out.append((name, r, c))
+    return rows, cols, out, start
+
+
+def _wrap(role: str, x: torch.Tensor, gate: torch.Tensor | None, start: int | None):
+    """x as the role's producer input: identity modulation (per segment) or silu(gate) * x."""
+    rows, cols = x.shape
+    if role in ("qkv", "fc1"):
+        bounds = ((0, rows),) if start is None else ((0, start), (start, rows))
+        n = len(bounds)
+        return Modulated(x, torch.full((n, cols), -0.0, dtype=x.dtype), torch.zeros(n, cols, dtype=x.dtype), bounds)
+    if role == "fc2":
+        g = gate if gate is not None else torch.ones_like(x)
+        return SwiGLU(torch.cat([g, x], dim=1).contiguous())
+    return Plain(x)
+
+
+def _unit_gate(dtype) -> float:
+    from h3gates.rungs.inputs import unit_gate
+
+    g = unit_gate(dtype)
+    if g is None:
+        raise ValueError(f"no gate with silu(gate) == 1 in {dtype}")
+    return g
+
+
+def value_cases(role: str, device, paths) -> list[tuple[str, object, Plant]]:
+    """(case id, producer input, plant): every special value at every position, alone and combined;
+    ids `<mod|swiglu|plain>_value_<value>_<position>_<context>`."""
+    rows, cols, positions, start = value_positions(role, paths, device)
+    kind = {"qkv": "mod", "fc1": "mod", "fc2": "swiglu"}.get(role, "plain")  # the path cases' prefixes
+    out = []
+    for i, sp in enumerate(C.SPECIALS):
+        for j, (where, r, c) in enumerate(positions):
+            for context in CONTEXTS:
+                seed = 9000 + 97 * i + 7 * j + (context == "combined")
+                x = _background((rows, cols), context, sp.dtype, seed)
+                plant = _plant(x, sp, r, c, cols)
+                gate = None
+                if role == "fc2":
+                    unit = _unit_gate(sp.dtype)
+                    gate = (
+                        torch.full_like(x, unit)
+                        if context == "alone"
+                        else (torch.randn(x.shape, generator=_gen(seed + 1)) * 3).to(sp.dtype)
+                    )
+                    for rr, a, b in [(plant.row, *plant.block)] + ([plant.anchor] if plant.anchor else []):
+                        gate[rr, a:b] = unit
+                inp = _wrap(role, x.to(device), None if gate is None else gate.to(device), start)
+                out.append((f"{kind}_value_{_slug(sp.name)}_{_slug(where)}_{context}", inp, plant))
+    return out
+
+
+def value_reach(inp, plant: Plant, placements) -> tuple[str | None, list[str]]:
+    """What a value case reaches, from its input: (context, placements) where the materialized
+    activation holds the plant's pattern bit for bit (a NaN as any NaN) (context None, [] where it does not, or where the
+    rest is not all zero (`alone`) or all finite with a nonzero (`combined`))."""
+    x = materialize(inp).detach().cpu()
+    sp = C.special(plant.value)
+    got = x[plant.row, plant.col : plant.col + plant.width]
+    want = sp.values(plant.width)
+    nan = torch.isnan(want)  # a NaN is a NaN whatever its payload (torch's casts and kernels differ)
+    if got.dtype != want.dtype or not (
+        torch.equal(torch.isnan(got), nan) and torch.equal(got.view(torch.int16)[~nan], want.view(torch.int16)[~nan])
+    ):
+        return None, []
+    others = x.clone()
+    others[plant.row, plant.block[0] : plant.block[1]] = 0
+    if plant.anchor:
+        others[plant.anchor[0], plant.anchor[1] : plant.anchor[2]] = 0
+    if not bool(torch.isfinite(others).all()):
+        return None, []
+    context = "combined" if bool(others.count_nonzero()) else "alone"
+    return context, [p.name for p in placements if p.at(inp, plant.row, plant.col)]
+
+
+def gemm_value_cases(rows: int, k: int, device) -> list[tuple[str, torch.Tensor, Plant]]:
+    """(case id, activation, plant) of a GEMM override at rows x k: every special value in the first,
+    a middle and the last 128-row tile and in a partial K block (an activation of k - 8 columns, which
+    the packed layout pads to k), alone and combined. A role shape of fewer than three tiles gets its
+    middle tile from a 401-row activation."""
+    geoms = [(rows, k)] + ([(3 * V.TILE + 17, k)] if -(-rows // V.TILE) < 3 else [])
+    positions = []
+    for g_rows, g_k in geoms:
+        n = -(-g_rows // V.TILE)
+        if g_rows == rows:
+            positions += [("first tile", g_rows, g_k, 0, 0), ("last tile", g_rows, g_k, g_rows - 1, 0)]
+            positions.append(("partial K block", g_rows, g_k - 8, g_rows // 2, g_k - 16))
+        if n >= 3:
+            positions.append(("middle tile", g_rows, g_k, (n // 2) * V.TILE + V.TILE // 2, 16))
+    out = []
+    for i, sp in enumerate(C.SPECIALS):
+        for j, (where, g_rows, g_k, r, c) in enumerate(positions):
+            for context in CONTEXTS:
+                x = _background((g_rows, g_k), context, sp.dtype, 12000 + 97 * i + 7 * j + (context == "combined"))
+                plant = _plant(x, sp, r, c, g_k)
+                out.append((f"gemm_value_{_slug(sp.name)}_{_slug(where)}_{context}", x.to(device), plant))
     return out

@@ -5,7 +5,21 @@ scheduled, and every kernel path the producer declares (h3gates.model.kernel_pat
 a GEMM override on the output bits for adversarial operands (catalogue activations as the reference
 packs them, zero and extreme-range weights, every role's K). Every candidate's rung 1 also checks the
 library's own dequantization, the operand of the reference GEMM (`nvfp4.block_values`: on a GPU the
-stand-in's kernel), against the plain decode, so a wrong reference on this machine fails a gate."""
+stand-in's kernel), against the plain decode, so a wrong reference on this machine fails a gate.
+
+Values x placements (issue 25 item 3). The catalogue's special values (catalogue.SPECIALS: NaN, +-Inf,
++-0, subnormals, the E2M1 and E4M3 midpoints, the largest finite values, ...) are crossed with the
+placements each producer's declared paths call for (kernel_paths.placements: the first, a middle
+and the last unit of every unit family it walks and combines -- CPU chunks, ring chunks, CUDA CTAs --
+a short last unit, a partial block, the padding-adjacent row, a segment start), alone and combined
+with finite values elsewhere (path_cases.value_cases), through the scheduled candidate and the
+reference, every case compared byte for byte like any other and counted against the paths too. The
+report has per role the matrix {value: {placement: {alone: cases, combined: cases}}}, measured from
+each case's input (path_cases.value_reach), and every declared cell no case reached fails the rung
+(`measurements.values`). A GEMM override gets the same values in the first, a middle and the last
+128-row tile of its packed activation and in a partial K block (kernel_paths.gemm_placements) at the
+role's K and N. Before this, every NaN of rung 1 sat in one 64-row chunk: a CPU producer that
+combined its chunk maxima with a NaN-ignoring max passed all eight rungs (tests/test_value_paths.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +30,7 @@ import torch
 
 from h3gates.core.jobs import progress
 from h3gates.model import kernel_paths as coverage
+from h3gates.model.roles import Plain
 from h3gates.nvfp4 import catalogue as C
 from h3gates.nvfp4 import formats as F
 from h3gates.nvfp4 import gemm as G
@@ -93,21 +108,56 @@ def producer_cases(gate, out, inputs) -> list[dict]:
     return cases
 
 
-def path_cases(gate, out) -> tuple[list[dict], dict]:
-    """The path cases of each role through the scheduled candidate -> (case entries, coverage): hits
-    of every declared path, and the declared paths no case hit."""
+def _matrix(placements) -> dict:
+    return {sp.name: {p.name: dict.fromkeys(P.CONTEXTS, 0) for p in placements} for sp in C.SPECIALS}
+
+
+def _unreached(kind: str, role: str, matrix: dict) -> list[str]:
+    return [
+        f"{kind}:{role}:{v}@{p}/{ctx}"
+        for v, row in matrix.items()
+        for p, cell in row.items()
+        for ctx, n in cell.items()
+        if not n
+    ]
+
+
+def _fail_unreached(gate, kind: str, role: str, unreached: list[str], cells: int) -> None:
+    if unreached:
+        gate.fail(
+            f"{len(unreached)} of {cells} declared value x placement cells of the {kind} of {role} were reached by "
+            f"none of rung 1's value cases (first: {unreached[0].split(':', 2)[2]})"
+        )
+
+
+def path_cases(gate, out) -> tuple[list[dict], dict, dict]:
+    """The path cases and the value cases of each role through the scheduled candidate -> (case
+    entries, coverage: hits of every declared path and the declared paths no case hit, values: the
+    value x placement matrix of each role and its declared cells no case reached)."""
     sched = gate.scheduled()
-    cases, declared = [], []
+    cases, declared, values = [], [], {}
     for role in gate.spec.roles:
         prod, ref = sched[role].producer, gate.reference[role].producer
         paths = tuple(getattr(prod, "paths", ()))
         hits = {p.name: [0, 0] for p in paths}  # units, cases
-        for cid, inp in P.cases(role, gate.device, getattr(prod, "chunk_rows", None)):
+        places = coverage.placements(paths)
+        matrix = _matrix(places)
+        generated = [(cid, inp, None) for cid, inp in P.cases(role, gate.device, getattr(prod, "chunk_rows", None))]
+        generated += P.value_cases(role, gate.device, paths)
+        for cid, inp, plant in generated:
             counts = coverage.total(paths, inp)
-            gate.at = f"path case {cid} role {role}"
+            gate.at = f"{'value' if plant else 'path'} case {cid} role {role}"
             cmp, _, _ = compare_producers(prod, ref, inp, inp.rows, inp.cols)
             t = next(v for k, v in vars(inp).items() if k in ("h", "u", "x"))
-            entry = _entry(cid, ("path",), role, "path", t, cmp)
+            if plant is None:
+                entry = _entry(cid, ("path",), role, "path", t, cmp)
+            else:
+                context, reached = P.value_reach(inp, plant, places)
+                entry = _entry(cid, ("value", plant.value), role, "value", t, cmp)
+                entry["value"] = {"value": plant.value, "row": plant.row, "col": plant.col, "context": context}
+                entry["placements"] = reached
+                for name in reached:
+                    matrix[plant.value][name][context] += 1
             entry["paths"] = sorted(k for k, v in counts.items() if v)
             cases.append(entry)
             for k, v in counts.items():
@@ -138,10 +188,22 @@ def path_cases(gate, out) -> tuple[list[dict], dict]:
             gate.note(
                 f"{type(prod).__name__} ({role}) declares no kernel paths: rung 1 cannot show its branches are exercised"
             )
+        unreached = _unreached("producer", role, matrix)
+        values[role] = {
+            "placements": [{"name": p.name, "when": p.when} for p in places],
+            "matrix": matrix,
+            "cells": len(C.SPECIALS) * len(places) * len(P.CONTEXTS),
+            "unreached": unreached,
+        }
+        _fail_unreached(gate, "producer", role, unreached, values[role]["cells"])
     unhit = [d for d in declared if not d["cases"] and d["reachable"]]
     for d in unhit:
         gate.fail(f"declared kernel path {d['role']}:{d['path']} ({d['when']}) was hit by none of rung 1's path cases")
-    return cases, {"declared": declared, "unhit": [f"{d['role']}:{d['path']}" for d in unhit], "cases": len(cases)}
+    return (
+        cases,
+        {"declared": declared, "unhit": [f"{d['role']}:{d['path']}" for d in unhit], "cases": len(cases)},
+        values,
+    )
 
 
 DUMP_LIMIT = 1 << 24  # elements of an input a replay dump keeps (a canonical whole-shape input is 542M)
@@ -152,9 +214,11 @@ def gemm_cases(gate, out, inputs) -> tuple[list[dict], dict]:
     reference packs them) against normal, zero and extreme weights; the role's whole shape (rows x N
     x K of the profile: a GEMM may choose its algorithm by shape) against the same three weights;
     then every role's K at the profile's size against its own N (capped); then each catalogue
-    activation embedded in the role's whole shape against normal and extreme weights. Counts the
-    GEMM's declared paths over all of them -> (case entries, coverage)."""
-    cases, declared = [], []
+    activation embedded in the role's whole shape against normal and extreme weights; then every special
+    value in the first, a middle and the last 128-row tile and a partial K block of an activation at the
+    role's shape (path_cases.gemm_value_cases). Counts the GEMM's declared paths over all of them ->
+    (case entries, coverage, values: the value x placement matrix per role)."""
+    cases, declared, values = [], [], {}
     shapes = gate.config.gemm_shapes()
 
     def case(role, cand, ref, cid, tags, variant, x, static, wshape, paths, hits, w=None, wseed=None):
@@ -267,6 +331,41 @@ def gemm_cases(gate, out, inputs) -> tuple[list[dict], dict]:
                     wseed=wseeds[kind],
                 )
             del big
+        # the special values in the first, a middle and the last 128-row tile and a partial K block,
+        # alone and combined, at the role's rows (a whole-shape GEMM meets them), N and K
+        places = coverage.gemm_placements()
+        matrix = _matrix(places)
+        w = ws["normal"]
+        for cid, x, plant in P.gemm_value_cases(rows, k, gate.device):
+            context, reached = P.value_reach(Plain(x), plant, places)
+            for name in reached:
+                matrix[plant.value][name][context] += 1
+            case(
+                role,
+                cand,
+                ref,
+                cid,
+                ("value", plant.value),
+                f"gemm_{x.shape[0]}x{n}x{k}_normal_weight",
+                x,
+                None,
+                (n, k, "normal"),
+                paths,
+                hits,
+                w=w,
+                wseed=wseeds["normal"],
+            )
+            cases[-1]["value"] = {"value": plant.value, "row": plant.row, "col": plant.col, "context": context}
+            cases[-1]["placements"] = reached
+            del x
+        unreached = _unreached("gemm", role, matrix)
+        values[role] = {
+            "placements": [{"name": p.name, "when": p.when} for p in places],
+            "matrix": matrix,
+            "cells": len(C.SPECIALS) * len(places) * len(P.CONTEXTS),
+            "unreached": unreached,
+        }
+        _fail_unreached(gate, "GEMM", role, unreached, values[role]["cells"])
         declared += [
             {
                 "role": role,
@@ -281,7 +380,11 @@ def gemm_cases(gate, out, inputs) -> tuple[list[dict], dict]:
     unhit = [d for d in declared if not d["cases"] and d["reachable"]]
     for d in unhit:
         gate.fail(f"declared GEMM path {d['role']}:{d['path']} ({d['when']}) was hit by none of rung 1's GEMM cases")
-    return cases, {"declared": declared, "unhit": [f"{d['role']}:{d['path']}" for d in unhit], "cases": len(cases)}
+    return (
+        cases,
+        {"declared": declared, "unhit": [f"{d['role']}:{d['path']}" for d in unhit], "cases": len(cases)},
+        values,
+    )
 
 
 def library_cases(gate, inputs) -> dict:
@@ -355,12 +458,13 @@ def run(ctx, out, block=None, upstream=()):
     library = library_cases(gate, inputs)
     cases = []
     coverage_ = None
+    values = {}
     if "producer" in gate.spec.overrides:
         cases += producer_cases(gate, out, inputs)
-        more, coverage_ = path_cases(gate, out)
+        more, coverage_, values["producer"] = path_cases(gate, out)
         cases += more
     if "gemm" in gate.spec.overrides:
-        more, gemm_coverage = gemm_cases(gate, out, inputs)
+        more, gemm_coverage, values["gemm"] = gemm_cases(gate, out, inputs)
         cases += more
         coverage_ = (
             gemm_coverage
@@ -388,6 +492,10 @@ def run(ctx, out, block=None, upstream=()):
             "bytes_differing": sum(c["bytes_differing"] for c in cases)
             + sum(d["bytes_differing"] for d in lib["differing"]),
             "paths": coverage_,
+            "values": {
+                **values,
+                "unreached": [c for part in values.values() for role in part.values() for c in role["unreached"]],
+            },
             "library": library,
         },
     )

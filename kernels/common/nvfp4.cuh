@@ -109,7 +109,7 @@ __device__ __forceinline__ float pair_max(unsigned acc) { return max_nan(Pair<T>
 // FMA against 2^23 (+ an even offset, so ties still go to even codes), which rounds at unit spacing.
 // NaN: fminf returns 6 (code 7) and the multiply that produced v made it the positive canonical NaN.
 // With v's sign bit as bit 3, equal to formats.e2m1_encode on all 2^32 fp32 patterns:
-// tests/test_kernels_compile.py (a sample in CI, H3_E2M1_EXHAUSTIVE=1 for all; run: evidence/cpu/e2m1_exhaustive.log).
+// tests/test_kernels_compile.py (a sample in CI, H3_E2M1_EXHAUSTIVE=1 for all; run: studies/producers/evidence/e2m1_exhaustive_cpu_2026-12-01/e2m1_exhaustive.log).
 __device__ __forceinline__ float e2m1_code(float v) {
   float a = fminf(fabsf(v), 6.0f);
   float t1 = __fmaf_rn(a, 2.0f, 8388608.0f);  // 2^23 + RNE(2a)
@@ -176,7 +176,7 @@ __device__ __forceinline__ void encode_block(const float x[16], float g, float r
 // comfy-kitchen 0.2.40's CUDA quantizer runs 16 blocks past the last real one when (rows_pad / 16) * nb
 // is odd (linear block index rows_pad * nb .. + 15, row-major over nb blocks): it reads past the input,
 // writes their codes past QDATA and their scale bytes into the scale padding (measured on the H200:
-// scripts/comfy_padding_probe.py, evidence/h200/comfy_padding_probe/). Where rcp(g) is infinite or NaN
+// studies/producers/comfy_padding_probe.py, studies/producers/evidence/comfy_padding_probe/). Where rcp(g) is infinite or NaN
 // (g zero, subnormal or NaN) those scale bytes are 0x7E whatever the memory read; otherwise they come
 // from whatever follows the input (0 when it encodes zero, the value these kernels write). Scale row r
 // >= rows_pad, block c < nb of such a tail:

@@ -44,7 +44,7 @@ class AlgoFC2:
     (rows x d_ff -> d_model, the shape it was swept and chosen at), the base GEMM at any other shape.
     A cuBLASLt algorithm is chosen per problem: one struct forced onto other shapes (a 37-row GEMM)
     is a different reduction than the library's for them, measured not byte-exact on the H200
-    (evidence/h200/fc2_algo/), and the model runs FC2 at one shape only."""
+    (studies/fc2/evidence/fc2_algo_ci/), and the model runs FC2 at one shape only."""
 
     def __init__(self, spec: dict, shape: tuple[int, int, int], base):
         self.spec, self.shape, self.base = spec, shape, base

@@ -16,7 +16,9 @@ from h3gates.nvfp4 import formats as F
 from h3gates.nvfp4.cuda import producers as K
 from h3gates.nvfp4.quantize import NVFP4InputError
 
-QROWS = 2  # rows each modulate_quantize thread loads before encoding (compiled: 2, 4; scripts/tune_producers.py)
+QROWS = (
+    2  # rows each modulate_quantize thread loads before encoding (compiled: 2, 4; studies/producers/tune_producers.py)
+)
 MODULE = K.Module(
     Path(__file__).with_name("modulate_fusion.cu"),
     K.instances(("finalize_scale", "modulate_amax"), ("modulate_quantize",)),
@@ -128,7 +130,9 @@ class ModulateFusedCUDA(RowProducer):
     # the branches of modulate_amax / modulate_quantize on the data (rung 1 must hit each)
     paths = (
         V.cuda_block_paths("modulate_amax/modulate_quantize")
-        + V.scale_paths("modulate_amax")
+        # pass 1's CTAs take one 16-row group each (grid y, uncapped below sms * 16 groups); finalize_scale
+        # combines their partials: rung 1 places each special value in the first, a middle and the last
+        + V.scale_paths("modulate_amax", V.row_units("CTA", 16))
         + V.segment_paths("modulate_amax/modulate_quantize")
     )
 

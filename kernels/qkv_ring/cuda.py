@@ -18,7 +18,7 @@ class QuantizeCUDA(RowProducer):
     # quantize.cu: quantize_into's branches per chunk; amax_reduce's scalar tail; the static scale
     paths = (
         V.cuda_block_paths("quantize_into")
-        + V.scale_paths("amax_reduce")
+        + V.scale_paths("amax_reduce", V.element_units("CTA", K.THREADS * 8))  # 8 elements a thread, per CTA
         + (
             V.KernelPath(
                 "amax_scalar_tail",

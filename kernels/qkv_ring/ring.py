@@ -47,6 +47,7 @@ class Ring:
                 "ring.several_chunks",
                 f"rows > ring_rows ({n}): the ring buffer reused, one global scale for all chunks",
                 lambda inp, r0, r1: int(inp.rows > self.ring_rows),
+                units=V.row_units("ring chunk", n),  # rung 1 places each special value in the first, a middle, the last
             ),
             V.KernelPath(
                 "ring.partial_last_chunk",

@@ -15,7 +15,7 @@ The owned GEMM runs at the model's projection shapes (the profile's rows x N x K
 the base GEMM at any other (`owned_shapes: model`, the default): the library's cuBLAS splits K on
 small problems (few output tiles), a reduction order one accumulator cannot reproduce, and a 37-row
 fc1 GEMM differed by one bf16 on the H200 while every model shape was byte-exact
-(evidence/h200/stream_a_2026-12-01/split_probe.json). `owned_shapes: any` takes every shape (the
+(studies/stream_a/evidence/stream_a_2026-12-01/split_probe.json). `owned_shapes: any` takes every shape (the
 bench's sweeps; rung 1 refuses it at canonical size). Shapes or inputs a kernel does not take run
 the base path: every branch is a declared path.
 Constraints: CUDA (sm_90a) with nvidia-cutlass-dsl; contiguous operands (torch's allocator aligns).
@@ -29,7 +29,7 @@ from h3gates.core.registry import load_module
 from h3gates.model import kernel_paths as V
 from h3gates.model.roles import Modulated, Plain, Role, check_k
 from h3gates.nvfp4 import formats as F
-from h3gates.nvfp4.gemm import alpha
+from h3gates.nvfp4.gemm import alpha, host_alpha
 from h3gates.nvfp4.layout import Packed
 from h3gates.nvfp4.quantize import NVFP4InputError
 
@@ -223,7 +223,7 @@ class OwnedGemm:
             b_q=w.qdata,
             b_s=w.scales,
             out=out,
-            alpha_value=float(alpha(p.global_scale, w.global_scale)),
+            alpha_value=host_alpha(alpha(p.global_scale, w.global_scale)),
             b_values=self.b_values(w),
             prefetch=self.prefetch,
         )

@@ -123,7 +123,9 @@ def swiglu_probe(gate: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor,
 
 class SwiGLUFusedCUDA:
     # the branches of swiglu_amax / swiglu_quantize on the data (rung 1 must hit each)
-    paths = V.cuda_block_paths("swiglu_amax/swiglu_quantize") + V.scale_paths("swiglu_amax")
+    # swiglu_amax: a persistent launch, 1024 (row, block) items per CTA in its first sweep, partials
+    # combined by finalize_scale (rung 1 places each special value in the first, a middle, the last CTA)
+    paths = V.cuda_block_paths("swiglu_amax/swiglu_quantize") + V.scale_paths("swiglu_amax", V.item_units("CTA", 1024))
 
     def __init__(self, reference):
         if reference.semantics != "cuda":

@@ -26,7 +26,7 @@ def instances(templates, row_variants=()) -> list[str]:
 
 
 FINALIZE_THREADS = 1024  # finalize_scale's one block: 2 or 3 partials per thread at canonical size (was 256: 9, 5.8 us)
-QROWS = 4  # rows each quantize_into thread loads before encoding (compiled: 2, 4; scripts/tune_producers.py)
+QROWS = 4  # rows each quantize_into thread loads before encoding (compiled: 2, 4; studies/producers/tune_producers.py)
 QUANTIZE = Module(
     COMMON / "quantize.cu", instances(("amax_reduce", "finalize_scale"), ("quantize_into",)) + ["rcp_approx_kernel"]
 )

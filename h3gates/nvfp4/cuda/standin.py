@@ -1,7 +1,7 @@
 """The stand-in model's own CUDA kernels (kernels/common/standin.cu, issue 12 part 5): the emulated
 GEMM's dequantized operand (`block_values`) in one pass and the attention's q/k RMSNorm + RoPE in two
 kernels around torch's row mean, each byte-identical to the torch chain it replaces
-(tests/test_standin_cuda.py on a GPU; evidence/h200/standin_kernels_2026-12-01/).
+(tests/test_standin_cuda.py on a GPU; studies/standin/evidence/standin_kernels_2026-12-01/).
 
 Callers ask `active()` (a GPU, cuda.core, the file compiles, and not inside `off()`) and the `*_fits`
 checks (the layouts the kernels index) and otherwise run the torch chain, so a CPU, a GPU without NVRTC or an
@@ -43,7 +43,7 @@ _OFF = 0
 @contextlib.contextmanager
 def off():
     """The torch chains for a while, in this process: `active()` is False inside (the side-by-side
-    measurement in scripts/gpu_model.py, the tests comparing both paths). Same bytes either way."""
+    measurement in studies/standin/gpu_model.py, the tests comparing both paths). Same bytes either way."""
     global _OFF
     _OFF += 1
     try:
@@ -94,7 +94,7 @@ def block_values(qdata: torch.Tensor, scales: torch.Tensor, rows: int) -> torch.
     nb = qdata.shape[1] // 8
     out = torch.empty(rows, nb * 16, dtype=torch.bfloat16, device=qdata.device)
     n = items(rows, nb)  # a thread per 16-value block (a thread per half block measured slower on the H200:
-    # evidence/h200/standin_kernels_2026-12-01/SUMMARY.md)
+    # studies/standin/evidence/standin_kernels_2026-12-01/SUMMARY.md)
     if n:
         STANDIN.launch(
             "block_values_kernel",
