@@ -223,3 +223,12 @@ def test_an_unreached_declared_cell_fails_rung_1(monkeypatch):
         "by none of rung 1's value cases (first: nan@partial block/alone)"
     )
     assert all(r.startswith("declared kernel path qkv:") for r in reasons[1:])  # (no path cases ran here)
+
+
+@pytest.mark.parametrize("role", ["qkv", "fc2", "out"])
+def test_value_cases_put_every_tensor_on_the_device_asked_for(role):
+    """(Found on the H200: the identity modulation's vectors stayed on the CPU beside a CUDA h.)"""
+    mod = registry.load_implementation("modulate_fusion", "cpu").ModulateFusedProducer
+    for _, inp, _ in P.value_cases(role, "meta", mod.paths)[:4]:
+        assert {t.device.type for t in vars(inp).values() if isinstance(t, torch.Tensor)} == {"meta"}
+    assert {x.device.type for _, x, _ in P.gemm_value_cases(40, 64, "meta")[:4]} == {"meta"}

@@ -290,7 +290,8 @@ def _wrap(role: str, x: torch.Tensor, gate: torch.Tensor | None, start: int | No
     if role in ("qkv", "fc1"):
         bounds = ((0, rows),) if start is None else ((0, start), (start, rows))
         n = len(bounds)
-        return Modulated(x, torch.full((n, cols), -0.0, dtype=x.dtype), torch.zeros(n, cols, dtype=x.dtype), bounds)
+        zero, neg0 = torch.zeros(n, cols, dtype=x.dtype, device=x.device), torch.full_like(x[:1], -0.0)
+        return Modulated(x, neg0.expand(n, cols).contiguous(), zero, bounds)
     if role == "fc2":
         g = gate if gate is not None else torch.ones_like(x)
         return SwiGLU(torch.cat([g, x], dim=1).contiguous())

@@ -145,8 +145,8 @@ def path_cases(gate, out) -> tuple[list[dict], dict, dict]:
         generated = [(cid, inp, None) for cid, inp in P.cases(role, gate.device, getattr(prod, "chunk_rows", None))]
         generated += P.value_cases(role, gate.device, paths)
         for cid, inp, plant in generated:
-            counts = coverage.total(paths, inp)
             gate.at = f"{'value' if plant else 'path'} case {cid} role {role}"
+            counts = coverage.total(paths, inp)
             cmp, _, _ = compare_producers(prod, ref, inp, inp.rows, inp.cols)
             t = next(v for k, v in vars(inp).items() if k in ("h", "u", "x"))
             if plant is None:
