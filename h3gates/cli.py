@@ -100,6 +100,11 @@ def parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plot")
     pl.add_argument("--out", required=True)
     pl.add_argument("reports", nargs="+")
+    pw = sub.add_parser("perf-worker")
+    pw.add_argument("--context", required=True)
+    pw.add_argument("--block", type=int, required=True)
+    pw.add_argument("--first", choices=("baseline", "candidate"), required=True)
+    pw.add_argument("--mode", choices=("graph", "eager"), required=True)
     pt = sub.add_parser("profile-target")
     pt.add_argument("--context", required=True)
     pt.add_argument(
@@ -241,6 +246,14 @@ def _run(a) -> int:
 
         docs = [read(p) for p in a.reports]
         ratio_plot([(f"{d['candidate']} block {d['block']}", d["timing"]) for d in docs], a.out)
+        return 0
+    if a.cmd == "perf-worker":  # a timing process of rung 4 (h3gates.rungs.timing), started by the rung itself
+        from h3gates.core.context import RungContext
+        from h3gates.rungs.nsight import exit_with_parent
+        from h3gates.rungs.r4_block import worker
+
+        exit_with_parent()
+        worker(RungContext.from_json(a.context), a.block, a.first, a.mode)
         return 0
     if a.cmd == "profile-target":
         from h3gates.rungs.nsight import exit_with_parent

@@ -99,6 +99,7 @@ def _semantic_errors(config: dict, root=None) -> list[str]:
                 errs.append(
                     f"config key {key}: block {bad[0]} is outside profile {name} ({depth} blocks: 0..{depth - 1})"
                 )
+    errs += _timing_errors(config)
     device = configured_device(config)
     for cand in sorted(set(enabled(config)) | set(config["baseline"]["accepted"])):
         why = _cannot_run(config, cand, device, root)
@@ -115,6 +116,35 @@ def _semantic_errors(config: dict, root=None) -> list[str]:
             errs.append(
                 f"config key {key}: {why}"
                 + (" (an accepted candidate: every other candidate's baseline needs it)" if accepted else "")
+            )
+    return errs
+
+
+def _timing_errors(config: dict) -> list[str]:
+    """The performance gate's keys that only make sense together (h3gates/core/perfgate.py)."""
+    t, errs = config["timing"], []
+    if t["min_pairs"] > t["max_pairs"]:
+        errs.append(f"config key timing.min_pairs: {t['min_pairs']} is more than timing.max_pairs {t['max_pairs']}")
+    elif t["looks"] > 1 and t["looks"] > t["max_pairs"] - t["min_pairs"] + 1:
+        errs.append(
+            f"config key timing.looks: {t['looks']} looks do not fit between min_pairs {t['min_pairs']} and max_pairs {t['max_pairs']}"
+        )
+    if t["processes"] % 2:
+        errs.append(
+            f"config key timing.processes: {t['processes']} is odd (half the processes build the candidate first: an even number)"
+        )
+    known = set(PROFILES) | set(config["profiles"])
+    for name in sorted(set(t["enforce"]) - known):
+        errs.append(f"config key timing.enforce.{name}: {name!r} is not a profile (known: {', '.join(sorted(known))})")
+    for name in config["deployable_profiles"]:
+        if name not in known:
+            errs.append(
+                f"config key deployable_profiles: {name!r} is not a profile (known: {', '.join(sorted(known))})"
+            )
+        elif not t["enforce"].get(name, name == "canonical"):
+            errs.append(
+                f"config key timing.enforce.{name}: false, but {name} is deployable (deployable_profiles): "
+                "a deployable profile always enforces the performance gate"
             )
     return errs
 

@@ -59,6 +59,7 @@ DEFAULTS = {
     "confidence": 0.95,
     "min_gain": 0.0,
     "max_attempts": 2,
+    "lag1_floor": 0.2,
     "seed": 0,
 }
 R_MAX = 0.9  # the largest lag-1 autocorrelation the correction takes (beyond it n_eff would be ~0)
@@ -306,8 +307,9 @@ class Attempts:
 
     def _append(self, entry: dict) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        cut = self.path.is_file() and self.path.stat().st_size and not self.path.read_bytes().endswith(b"\n")
         with open(self.path, "a") as f:  # one line, appended: a crash leaves at most a cut last line
-            f.write(json.dumps(entry, sort_keys=True) + "\n")
+            f.write(("\n" if cut else "") + json.dumps(entry, sort_keys=True) + "\n")
             f.flush()
 
     def start(self, key: str, block) -> int:

@@ -1,12 +1,15 @@
-"""Plot of rung 4's sequential performance gate: per-round paired ratios, the bounds at each look, 1 - min_gain."""
+"""Plot of rung 4's performance gate: each pair's candidate/baseline ratio per process, the bounds at each
+look, 1 - min_gain, and the decision with whether it was enforced."""
 
 from __future__ import annotations
 
+import math
+import statistics
 from pathlib import Path
 
 
 def ratio_plot(timings, out_png) -> None:
-    """timings: (title, timing dict from h3gates.core.perfgate.run) per block; one panel each, written to out_png."""
+    """timings: (title, timing record of a rung-4 report) per block; one panel each, written to out_png."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -15,24 +18,36 @@ def ratio_plot(timings, out_png) -> None:
     timings = list(timings)
     fig, axes = plt.subplots(1, len(timings), figsize=(4.5 * len(timings), 3.4), squeeze=False)
     for ax, (title, t) in zip(axes[0], timings):
-        for o, marker in (("AB", "o"), ("BA", "s")):
-            idx = [i for i, x in enumerate(t["order"]) if x == o]
-            ax.scatter(
-                [i + 1 for i in idx], [t["ratios"][i] for i in idx], marker=marker, s=14, alpha=0.7, label=f"{o} round"
-            )
-        ax.plot([2 * i + 1.5 for i in range(len(t["pair_ratios"]))], t["pair_ratios"], "k.", ms=4, label="AB/BA pair")
-        at = [lk["rounds"] for lk in t["looks"]]
-        for key, style in (("upper", "v-"), ("lower", "^-")):
-            pts = [(r, lk[key]) for r, lk in zip(at, t["looks"]) if lk[key] is not None]
-            if pts:
-                ax.plot(*zip(*pts), style, color="tab:red", ms=5, lw=1.2, label=f"{key} bound at look")
-        ax.axhline(t["threshold"], color="tab:green", ls="--", lw=1, label="1 - min_gain")
-        ax.set_title(
-            f"{title}\n{t['decision']} after {t['rounds']} rounds, median {t['median_ratio']:.4f}, "
-            f"CV A/B {t['cv']['baseline'] * 100:.1f}/{t['cv']['candidate'] * 100:.1f}%",
-            fontsize=8,
+        gate = t.get("performance_gate") or {}
+        verdict = f"{gate.get('decision', t.get('decision'))}" + (
+            "" if gate.get("enforced", True) else " (not enforced)"
         )
-        ax.set_xlabel("round")
+        x0 = 0
+        for i, proc in enumerate(t.get("processes") or []):
+            r = [math.exp(math.log(statistics.fmean(p["B"]) / statistics.fmean(p["A"]))) for p in proc["pairs"]]
+            ax.plot(
+                range(x0 + 1, x0 + len(r) + 1), r, "o", ms=3, alpha=0.8, label=f"process {i} ({proc['first']} first)"
+            )
+            x0 += len(r)
+        for h in t.get("look_history") or []:
+            if h["lower"] is not None:
+                at = h["pairs_per_process"] * len(t.get("processes") or [1])
+                ax.errorbar(
+                    [at],
+                    [h["ratio"]],
+                    yerr=[[h["ratio"] - h["lower"]], [h["upper"] - h["ratio"]]],
+                    fmt="s",
+                    color="tab:red",
+                    ms=4,
+                    capsize=3,
+                    label=f"bounds at look {h['look'] + 1}",
+                )
+        if t.get("threshold") is not None:
+            ax.axhline(t["threshold"], color="tab:green", ls="--", lw=1, label="1 - min_gain")
+        mode = t.get("mode") or "-"
+        ratio = f"{t['ratio']:.4f}" if t.get("ratio") else "n/a"
+        ax.set_title(f"{title}\n{verdict}, {mode}, attempt {t.get('attempt')}, ratio {ratio}", fontsize=8)
+        ax.set_xlabel("pair")
         ax.set_ylabel("candidate / baseline")
         ax.legend(fontsize=6)
     fig.tight_layout()
