@@ -10,10 +10,10 @@ import random
 
 import pytest
 import yaml
+from workflow_util import ROOT
 
 from h3gates.core import config as C
 from h3gates.core import perfgate as G
-from workflow_util import ROOT
 
 
 # ------------------------------------------------------------------ the design, pinned
@@ -89,7 +89,10 @@ def test_a_decision_on_fixed_data_is_pinned():
     assert d["decision"] == "pass" and d["pairs"] == 12
     assert d["mean"] == pytest.approx(-0.0080833, abs=1e-7)
     assert d["lag1_used"] == pytest.approx(0.2) and d["n_eff"] == pytest.approx(8.0)
-    assert (round(d["lower"], 4), round(d["upper"], 4)) == (0.9895, 0.9944)  # by hand: exp(mean -+ t(0.9875, 7) sd / sqrt 8)
+    assert (round(d["lower"], 4), round(d["upper"], 4)) == (
+        0.9895,
+        0.9944,
+    )  # by hand: exp(mean -+ t(0.9875, 7) sd / sqrt 8)
     d2 = G.decide(s, confidence=0.95, min_gain=0.0, look=0, looks=(6, 12), max_attempts=1, lag1_floor=0.2)
     assert d2["upper"] < d["upper"]  # fewer attempts: a looser level per look, a tighter bound
     slow = [[-x for x in p] for p in s]
