@@ -248,7 +248,11 @@ class Special:
     dtype: torch.dtype = torch.bfloat16
 
     def values(self, width: int = 16) -> torch.Tensor:
-        return torch.tensor(self.pattern[:width], dtype=torch.float32).to(self.dtype)
+        v = torch.tensor(self.pattern[:width], dtype=torch.float32).to(self.dtype)
+        # a NaN is the positive quiet one (torch's cast of float("nan") to bf16 gives 0xFFFF); rung 1's
+        # value cases then write it with the bits the role's bf16 arithmetic gives it (path_cases._settle)
+        v.view(torch.int16)[torch.isnan(v)] = _QUIET_NAN[self.dtype]
+        return v
 
 
 def _midpoints_amax_first(scale: float) -> tuple[float, ...]:
@@ -256,6 +260,7 @@ def _midpoints_amax_first(scale: float) -> tuple[float, ...]:
     return (b[-1], *b[:-2], -b[-1])  # 6 * scale first: a partial block keeps its scale
 
 
+_QUIET_NAN = {torch.bfloat16: 0x7FC0, torch.float16: 0x7E00}
 _BF16_MAX = float(torch.finfo(torch.bfloat16).max)
 _FP16_MAX = float(torch.finfo(torch.float16).max)
 

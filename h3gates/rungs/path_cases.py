@@ -27,8 +27,9 @@ row block 0 (last and partial last units, the padding-adjacent row), a middle ro
 inside a unit (span + 17). Contexts: `alone` (zeros everywhere else) and `combined` (seeded random
 finite values everywhere else). Modulated inputs carry the identity modulation (scale 0, shift -0)
 and SwiGLU inputs a gate with silu(gate) == 1 where a value sits, so the quantizer sees the value
-itself; a value that needs g = 1 gets an anchor block at ONE in its row, and its own block is the
-pattern then zeros (its block scale is the pattern's), otherwise the background fills the block.
+itself (a NaN written with the bits that arithmetic gives it: `_settle`); a value that needs g = 1
+gets an anchor block at ONE in its row, and its own block is the pattern then zeros (its block scale
+is the pattern's), otherwise the background fills the block.
 `value_reach` measures what a case reaches from its input (the materialized activation holds the
 pattern there; the rest is zero or finite) -- the matrix counts that, not the case ids. The GEMM's
 value cases (`gemm_value_cases`) put each value in the first, a middle and the last 128-row tile of
@@ -307,6 +308,24 @@ def _unit_gate(dtype) -> float:
     return g
 
 
+def _settle(inp, plant: Plant) -> None:
+    """Write a planted NaN with the bits the role's own arithmetic gives it, so the quantizer sees the
+    input's bits exactly: torch's bf16 modulation and SwiGLU turn a NaN into 0xFFFF in vector lanes and
+    0x7FC0 in scalar tails, and eager semantics keeps a NaN's sign in its E2M1 code. What the arithmetic
+    does to a NaN is the path cases' matter (their NaN inputs, modulated); a value case isolates where
+    the value sits."""
+    t = getattr(inp, "h", None)
+    if t is None and isinstance(inp, SwiGLU):
+        t = inp.u[:, inp.cols :]
+    if t is None:
+        return
+    r, a, b = plant.row, plant.col, plant.col + plant.width
+    got = materialize(inp)[r, a:b]
+    nan = torch.isnan(got) & torch.isnan(t[r, a:b])
+    bits = t[r, a:b].view(torch.int16)  # bit for bit: a copy through float would canonicalize the NaN again
+    t[r, a:b] = torch.where(nan, got.view(torch.int16), bits).view(t.dtype)
+
+
 def value_cases(role: str, device, paths) -> list[tuple[str, object, Plant]]:
     """(case id, producer input, plant): every special value at every position, alone and combined;
     ids `<mod|swiglu|plain>_value_<value>_<position>_<context>`."""
@@ -330,6 +349,7 @@ def value_cases(role: str, device, paths) -> list[tuple[str, object, Plant]]:
                     for rr, a, b in [(plant.row, *plant.block)] + ([plant.anchor] if plant.anchor else []):
                         gate[rr, a:b] = unit
                 inp = _wrap(role, x.to(device), None if gate is None else gate.to(device), start)
+                _settle(inp, plant)
                 out.append((f"{kind}_value_{_slug(sp.name)}_{_slug(where)}_{context}", inp, plant))
     return out
 
