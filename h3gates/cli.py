@@ -89,7 +89,10 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--blocks", type=int, nargs="*", default=[], help="the captures' blocks (rung 0), in --out's order")
     t = sub.add_parser("token")
     t.add_argument("--out", required=True)
-    t.add_argument("--revoke", nargs="*", default=[])
+    t.add_argument(
+        "--record", help="the candidate's promotion record: its flag is revoked if the record no longer verifies"
+    )
+    t.add_argument("--flag")
     t.add_argument("reports", nargs="+")
     p = sub.add_parser("promote")
     p.add_argument("candidate")
@@ -142,15 +145,35 @@ def main(argv=None) -> int:
         return 1
 
 
+def format_verified(rec: dict) -> str:
+    """What verify proved, from the derived facts (never the record's own summary fields)."""
+    v = rec["verified"]
+    blocks = ", ".join(
+        f"block {b}: attempt {x['attempt']}/{x['max_attempts']} {x['decision']}"
+        + (f" ({x['mode']})" if x.get("mode") else "")
+        for b, x in v["attempts"].items()
+    )
+    cap = v["rung8_capture"]
+    lines = [
+        f"OK {rec['candidate']} ({rec['verdict']}): {len(rec['reports'])} reports and the flag {rec['flag_file']['line']} verified;"
+        f" signed by {v['signed_by']}",
+        f"  performance gate enforced: {'yes' if v['enforced'] else 'no'} ({blocks})",
+        f"  rung 8 Nsight Compute capture of both sides: {'held' if cap['held'] else 'missing'}"
+        + ("" if cap["required"] else " (not required: no GPU)"),
+    ]
+    if not v["deployable"]:
+        lines.append("  NOT deployable: " + "; ".join(v["why_not"]))
+    return "\n".join(lines)
+
+
 def _run(a) -> int:
     if a.cmd == "rung":
         from h3gates.core.context import RungContext
-        from h3gates.core.outputs import promotion_paths
-        from h3gates.core.tokens import revoke
         from h3gates.rungs import ladder
 
+        # a rerun gate leaves the candidate's promotion alone: it proves nothing about the config the record was
+        # made under; the next promote_<candidate> (verify) refuses a record whose reports changed and revokes its flag
         ctx = RungContext.from_json(a.context)
-        revoke(*promotion_paths(ctx.profile, ctx.candidate))  # a gate reruns: the old promotion is void
         if ctx.device == "cuda":
             from h3gates.core.lease import acquire
 
@@ -186,12 +209,15 @@ def _run(a) -> int:
         return 0
     if a.cmd == "token":
         from h3gates.core.errors import Refusal
-        from h3gates.core.tokens import revoke, token
+        from h3gates.core.tokens import token
 
         try:
             token(a.reports, a.out)
         except Refusal:
-            revoke(*a.revoke)
+            if a.record:  # a failing gate: revoke the promotion only where the record no longer verifies
+                from h3gates.core.promotion import revoke_if_wrong
+
+                revoke_if_wrong(a.record, a.flag)
             raise
         return 0
     if a.cmd == "promote":
@@ -213,10 +239,7 @@ def _run(a) -> int:
             else None
         )
         rec = verify(a.record, revoke_flag=a.revoke, flag=a.flag, config=config, configfiles=a.configfile, heal=a.heal)
-        print(
-            f"OK {rec['candidate']} ({rec['verdict']}): {len(rec['reports'])} reports and the flag {rec['flag_file']['line']} verified"
-            + ("" if rec["deployable"] else "; NOT deployable (rehearsal profile)")
-        )
+        print(format_verified(rec))
         return 0
     if a.cmd == "status":
         from h3gates.core.config import load_config

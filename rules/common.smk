@@ -107,7 +107,11 @@ def timing_plot_of(candidate="{candidate}"):
 
 def promotion(candidate="{candidate}"):
     record, flag = H3out.promotion_paths(PROFILE, candidate)
-    return {"record": record, "flag": flag}
+    return {
+        "record": record,
+        "flag": flag,
+        "attestation": record.replace(".json", ".intoto.jsonl"),
+    }
 
 
 # ---- the shared baseline artifacts (rules/rungs.smk)
@@ -186,4 +190,7 @@ if _hint:
     print(_hint, file=sys.stderr)
 if workflow.is_main_process:
     for _why in LEFT_OUT.values():
-        print(f"h3gates: NOTE: {_why} (promote_{_why.split()[0]} refuses with this line)", file=sys.stderr)
+        print(
+            f"h3gates: NOTE: {_why} (promote_{_why.split()[0]} refuses with this line)",
+            file=sys.stderr,
+        )

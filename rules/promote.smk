@@ -18,6 +18,7 @@ rule promotion_record:
             labels=record_labels,
         ),
         flag=promotion()["flag"],
+        attestation=promotion()["attestation"],
     log:
         f"{LOGS}/{{candidate}}/promotion.log",
     localrule: True
@@ -40,7 +41,9 @@ for _cand in CANDIDATES:
         name:
             f"promote_{_cand}"
         input:
-            **promotion(_cand),
+            record=promotion(_cand)["record"],
+            flag=promotion(_cand)["flag"],
+            attestation=promotion(_cand)["attestation"],
         log:
             f"{LOGS}/{_cand}/verify.log",
         localrule: True

@@ -1,5 +1,6 @@
 # A passing rung becomes a pass token; a failing one stops the climb with a one-line reason that
-# names the report (the reports themselves stay as evidence) and revokes the candidate's promotion.
+# names the report (the reports themselves stay as evidence) and revokes the candidate's flag if its
+# record no longer verifies (a failing gate proves nothing about a record made under another config).
 
 
 rule pass_token:
@@ -13,7 +14,8 @@ rule pass_token:
     conda:
         "../envs/h3gates.yaml"
     params:
-        revoke=lambda wc: list(promotion(wc.candidate).values()),
+        record=lambda wc: promotion(wc.candidate)["record"],
+        flag=lambda wc: promotion(wc.candidate)["flag"],
     shell:
-        "python -m h3gates token --out {output} --revoke {params.revoke} -- {input} > {log} 2>&1 "
+        "python -m h3gates token --out {output} --record {params.record} --flag {params.flag} -- {input} > {log} 2>&1 "
         "|| {{ cat {log} >&2; exit 1; }}"

@@ -3,6 +3,10 @@ import os
 if os.environ.get("PYTEST_XDIST_WORKER"):  # two workers on two cores: more threads would only spin against each other
     os.environ["OMP_NUM_THREADS"] = "1"
 os.environ.setdefault("OMP_NUM_THREADS", "2")
+# promotion signs with a key created on first use under $XDG_CONFIG_HOME/h3gates: the tests' own, never the user's
+os.environ["XDG_CONFIG_HOME"] = __import__("tempfile").mkdtemp(prefix="h3gates-test-config.")
+os.environ.pop("H3GATES_KEY", None)
+os.environ.pop("H3GATES_TRUSTED_KEYS", None)
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

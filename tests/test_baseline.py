@@ -57,7 +57,7 @@ def test_what_it_does_not_depend_on_leaves_its_key():
     key = X.artifact_key(X.baseline_context(BASE, 7))
     for change in (
         {"candidates": {"qkv_ring": {"params": {"ring_rows": 128}}}},
-        {"timing": {"max_rounds": 24}},
+        {"timing": {"max_pairs": 24}},
         {"candidates": {"swiglu_fusion": {"enabled": False}}},
     ):
         assert X.artifact_key(X.baseline_context(C.validate_config(merge(BASE, change)), 7)) == key

@@ -231,7 +231,6 @@ def pinned(tmp_path, monkeypatch):
         {
             "blocks": [0],
             "trajectory": {"steps": 2},
-            "deployable_profiles": ["ci"],
             "candidates": {"swiglu_fusion": {"source": str(bad / "cpu.py")}},
         },
     )
@@ -259,7 +258,9 @@ def test_pinned_candidate_promotes_on_its_machine_and_verify_refuses_elsewhere(p
     assert climb(pinned, cand) == (0, "")
     promotion.promote(pinned, cand, record, flag, [])
     rec = json.loads(Path(record).read_text())
-    assert rec["pins"] == {"fc2": PIN} and Path(flag).read_text().strip().endswith("H3_NVFP4_SWIGLU_FUSION=1")
+    assert rec["pins"] == {"fc2": PIN} and Path(flag).read_text().strip().endswith(
+        "H3_NVFP4_SWIGLU_FUSION=0"
+    )  # a rehearsal
     assert promotion.verify(record)["candidate"] == cand
     monkeypatch.setattr(pinning, "environment_here", lambda: {**H200, "gpu": "NVIDIA H100 80GB HBM3", "sm_count": 132})
     with pytest.raises(tokens.Refusal) as e:

@@ -189,7 +189,7 @@ def test_moving_rung8s_block_makes_one_capture_and_reruns_only_rung_8(ws):
 
 def test_timing_change_reruns_from_rung_4(ws):
     cfg = yaml.safe_load((ws / "config/config.yaml").read_text())
-    cfg["timing"]["max_rounds"] = 36
+    cfg["timing"]["max_pairs"] = 5
     (ws / "config/config.yaml").write_text(yaml.safe_dump(cfg))
     todo = pending(ws, "all")
     for cand in CANDS:
@@ -428,7 +428,7 @@ ModulateFusedProducer.produce = _slow
     assert rung == 4 and "performance gate" in err and "block" in err
     rep = json.loads((ws / RES / "modulate_fusion/r4_block/block0.json").read_text())
     assert rep["measurements"]["output"]["equal"] and rep["timing"]["performance_gate"]["gain"] < 0
-    assert rep["timing"]["decision"] == "fail" and rep["timing"]["rounds"] == 12  # decided at the first look
+    assert rep["timing"]["decision"] == "fail" and rep["timing"]["look"] == 0  # decided at the first look
     _passed_below(ws, "modulate_fusion", 4)
 
 
@@ -481,7 +481,7 @@ def test_forged_flag_is_refused_and_revoked(ws):
     flag = ws / RES / "promotion/modulate_fusion.env"
     flag.write_text(flag.read_text().replace("H3_NVFP4_MODULATE_FUSION=0", "H3_NVFP4_MODULATE_FUSION=1"))
     p = h3gates(ws, "verify", f"{RES}/promotion/modulate_fusion.json")
-    _refused(p, "is not the file the record wrote", "H3_NVFP4_MODULATE_FUSION=0")
+    _refused(p, "is not the text the record's config and reports give", "H3_NVFP4_MODULATE_FUSION=0")
     assert flag.exists()  # plain verify only says so
     p = snakemake(ws, "promote_modulate_fusion")  # what the workflow runs: verify --revoke
     _refused(p, "edited or forged")
@@ -592,23 +592,25 @@ def test_rerun_of_a_gate_reproduces_its_report_except_timing(ws):
     )  # as snakemake runs a job
     assert p.returncode == 0, p.stderr
     a, b = json.loads(first.read_text()), json.loads(again.read_text())
-    assert a["timing"]["baseline_s"] != b["timing"]["baseline_s"]  # fresh measurements ...
+    assert a["timing"]["processes"] != b["timing"]["processes"]  # fresh measurements ...
+    assert b["timing"]["attempt"] == a["timing"]["attempt"] + 1  # ... counted as another attempt
     assert comparable(a) == comparable(b)  # ... and everything else identical
 
 
 @pytest.mark.parametrize("overlays", [["config/canonical.yaml"], ["config/canonical.yaml", "config/timing_long.yaml"]])
 def test_shipped_config_overlays_validate(overlays):
     """The overlays under config/ merge over config.yaml into a valid config (timing_long changes only
-    the maximum number of rounds)."""
+    the pairs and looks)."""
     from h3gates.core.config import load_config
 
     root = Path(__file__).resolve().parent.parent
     cfg = load_config([root / "config/config.yaml"] + [root / o for o in overlays])
     assert cfg["profile"] == "canonical" and cfg["device"] == "cuda"
-    assert (
-        cfg["timing"]["max_rounds"] == (360 if "config/timing_long.yaml" in overlays else 180)
-        and cfg["timing"]["min_rounds"] == 16
+    long = "config/timing_long.yaml" in overlays
+    assert (cfg["timing"]["min_pairs"], cfg["timing"]["max_pairs"], cfg["timing"]["looks"]) == (
+        (8, 24, 3) if long else (6, 12, 2)
     )
+    assert cfg["timing"]["mode"] == "graph" and cfg["timing"]["calls"] == 8
 
 
 # ------------------------------------------------------------------ candidates as plug-ins
@@ -675,14 +677,32 @@ def test_accepted_baseline_candidates_promote_and_verify(ws):
 
 def test_overlay_promotion_is_verified_by_plain_verify(ws):
     """A promotion made with a config overlay (as canonical.yaml is) verifies with plain `verify
-    <record>`: the record holds the resolved configuration and names its files."""
-    (ws / "config" / "deploy_ci.yaml").write_text(yaml.safe_dump({"deployable_profiles": ["ci"]}))
-    snakemake(ws, "promote_modulate_fusion", "--configfile", "config/config.yaml", "config/deploy_ci.yaml", check=True)
-    rec = json.loads((ws / RES / "promotion/modulate_fusion.json").read_text())
+    <record>`: the record holds the resolved configuration and names its files. Deployable means
+    enforced: the overlay makes ci deployable, so rung 4 is enforced, and the candidate is a planted
+    true gain on the CPU (the library path against a baseline slowed by aa_slow's 40 ms per block)."""
+    for name in ("aa_slow", "library_path"):
+        shutil.copytree(FIXTURES / name, ws / "kernels" / name, dirs_exist_ok=True)
+    overlay = {
+        "deployable_profiles": ["ci"],
+        "timing": {"enforce": {"ci": True}},
+        "baseline": {"accepted": ["aa_slow"]},
+        "candidates": {"aa_slow": {"params": {"delay_ms": 40}}, "library_path": {}},
+    }
+    (ws / "config" / "deploy_ci.yaml").write_text(yaml.safe_dump(overlay))
+    snakemake(ws, "promote_library_path", "--configfile", "config/config.yaml", "config/deploy_ci.yaml", check=True)
+    rec = json.loads((ws / RES / "promotion/library_path.json").read_text())
     assert rec["deployable"] and rec["config"]["files"] == ["config/config.yaml", "config/deploy_ci.yaml"]
-    assert (ws / RES / "promotion/modulate_fusion.env").read_text().strip().endswith("H3_NVFP4_MODULATE_FUSION=1")
-    v = h3gates(ws, "verify", f"{RES}/promotion/modulate_fusion.json")
-    assert v.returncode == 0 and "H3_NVFP4_MODULATE_FUSION=1 verified" in v.stdout, v.stderr
+    assert rec["performance_gate_enforced"] and all(
+        a["decision"] == "pass" for a in rec["performance_gate"]["attempts"].values()
+    )
+    assert (ws / RES / "promotion/library_path.env").read_text().strip().endswith("H3_NVFP4_LIBRARY_PATH=1")
+    v = h3gates(ws, "verify", f"{RES}/promotion/library_path.json")
+    assert v.returncode == 0 and "H3_NVFP4_LIBRARY_PATH=1 verified" in v.stdout, v.stderr
+    assert "performance gate enforced: yes" in v.stdout and "signed by" in v.stdout
+    # the same overlay without enforcing the gate is refused before any job runs
+    (ws / "config" / "unenforced.yaml").write_text(yaml.safe_dump({**overlay, "timing": {"enforce": {"ci": False}}}))
+    p = snakemake(ws, "-n", "promote_library_path", "--configfile", "config/config.yaml", "config/unenforced.yaml")
+    assert p.returncode != 0 and "a deployable profile always enforces the performance gate" in p.stdout + p.stderr
 
 
 def test_a_deleted_kernel_source_is_refused_and_revokes_the_flag(ws):

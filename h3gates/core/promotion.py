@@ -26,7 +26,7 @@ from h3gates.core.jobs import configured_device
 from h3gates.core.outputs import RESULTS, RUNG_NAMES, report_paths
 from h3gates.core.tokens import revoke
 
-RECORD_SCHEMA_VERSION = 2
+RECORD_SCHEMA_VERSION = 3
 
 
 def check_report(path, candidate: str, rung: int, expected: dict) -> tuple[str, list[str], dict | None]:
@@ -174,11 +174,73 @@ def _resolved(config: dict, candidate: str) -> dict:
     return {**candidate_config(config, candidate), "device": configured_device(config)}
 
 
+def attestation_path(record) -> str:
+    return str(Path(record).with_suffix(".intoto.jsonl"))
+
+
+def facts(config: dict, docs: dict) -> dict:
+    """What a promotion may claim, derived from its resolved config and the reports it rests on, never from
+    a record's own summary fields: whether the profile may deploy, whether rung 4 was enforced at every
+    gated block (and with which attempts), whether rung 8 holds Nsight Compute captures of both sides
+    (required on a GPU), and so whether the flag may say 1."""
+    profile_deployable = config["profile"] in config["deployable_profiles"]
+    gates = {
+        d["block"]: (d.get("timing") or {}).get("performance_gate") or {} for d in docs.values() if d and d["rung"] == 4
+    }
+    enforced = enforce_perf(config) and bool(gates) and all(g.get("enforced") for g in gates.values())
+    attempts = {
+        str(b): {
+            "attempt": g.get("attempt"),
+            "max_attempts": g.get("max_attempts"),
+            "decision": g.get("decision"),
+            "interval": g.get("interval"),
+            "mode": g.get("mode"),
+        }
+        for b, g in sorted(gates.items())
+    }
+    r8 = next((d for d in docs.values() if d and d["rung"] == 8), None)
+    ns = ((r8 or {}).get("timing") or {}).get("nsight") or {}
+    on_gpu = config["device"] == "cuda" or (r8 or {}).get("device", {}).get("device_type") == "cuda"
+    held = bool(ns) and all((ns.get(side) or {}).get("available") for side in ("baseline", "candidate"))
+    why_not = []
+    if not profile_deployable:
+        why_not.append(
+            f"profile {config['profile']} is a rehearsal (deployable profiles: {config['deployable_profiles']})"
+        )
+    if not enforced:
+        why_not.append("the performance gate was not enforced at every gated block (timing.enforce)")
+    if on_gpu and not held:
+        why_not.append("rung 8 holds no Nsight Compute capture of both sides (ncu missing or failed)")
+    return {
+        "profile_deployable": profile_deployable,
+        "enforced": enforced,
+        "attempts": attempts,
+        "rung8_capture": {"required": on_gpu, "held": held},
+        "deployable": not why_not,
+        "why_not": why_not,
+    }
+
+
+def _verdict(f: dict) -> str:
+    return "promoted" if f["deployable"] else "promoted (rehearsal, not deployable)"
+
+
+def _signer(config: dict):
+    from h3gates.core import attest
+
+    a = config.get("attestation") or {}
+    return attest.signing_key(a.get("key"), trusted_keys=a.get("trusted_keys"))
+
+
+def _subjects(flag: str, record: str, kernels: dict) -> dict:
+    return {flag: file_sha256(flag), record: file_sha256(record), **kernels}
+
+
 def promote(config: dict, candidate: str, record: str, flag: str, configfiles: list[str]) -> None:
     revoke(flag)
     results, reasons = check_candidate(config, candidate)
     if reasons:
-        revoke(record)
+        revoke(record, attestation_path(record))
         moved = quarantine(results, candidate, config["profile"])
         raise Refusal(reasons, fix=_fix(candidate, configfiles, moved))
     docs = {p: d for p, (_, _, d) in results.items()}
@@ -186,18 +248,18 @@ def promote(config: dict, candidate: str, record: str, flag: str, configfiles: l
     if disagree or (reasons := P.check(pins)):
         # the reports hold only where they were gated: move them aside so that rerunning the gates
         # here makes reports (and pins) of this machine, instead of refusing the same ones again
-        revoke(record)
+        revoke(record, attestation_path(record))
         moved = quarantine({p: ("stale", [], d) for p, d in docs.items()}, candidate, config["profile"])
         raise Refusal(disagree or reasons, fix=_fix(candidate, configfiles, moved))
-    deployable = config["profile"] in config["deployable_profiles"]
-    enforced = enforce_perf(config)
-    notes = []
-    if not deployable:
-        notes.append(
-            f"profile {config['profile']} is a rehearsal: not deployable (deployable profiles: {config['deployable_profiles']})"
+    f = facts(config, docs)
+    if f["profile_deployable"] and not f["deployable"]:  # deployable means enforced, and on a GPU captured
+        revoke(record, attestation_path(record))
+        raise Refusal(
+            [f"{candidate} on deployable profile {config['profile']}: {w}" for w in f["why_not"]],
+            fix="a deployable profile needs timing.enforce true and, on a GPU, ncu on PATH (or H3GATES_NCU) for rung 8; then "
+            + _fix(candidate, configfiles, []),
         )
-    if not enforced:
-        notes.append("the block performance gate was recorded but not enforced for this profile")
+    notes = [f"not deployable: {w}" for w in f["why_not"]]
     notes += sorted({n for d in docs.values() for n in d.get("notes", [])})
     notes += [
         f"{p}: {d['timing']['performance_gate']['note']}"
@@ -205,33 +267,99 @@ def promote(config: dict, candidate: str, record: str, flag: str, configfiles: l
         if (d.get("timing") or {}).get("performance_gate", {}).get("note")
     ]
     any_doc = next(iter(docs.values()))
-    text = flag_text(candidate, record, deployable)
+    text = flag_text(candidate, record, f["deployable"])
+    resolved = _resolved(config, candidate)
     rec = {
         "schema_version": RECORD_SCHEMA_VERSION,
         "candidate": candidate,
         "flag": registry.get(candidate).flag,
         "profile": config["profile"],
-        "deployable": deployable,
+        "deployable": f["deployable"],
         "device": any_doc["device"],
         "reference": any_doc["reference"],
         "reports": {p: file_sha256(p) for p in docs},
         "verdicts": {p: d["verdict"] for p, d in docs.items()},
-        "kernel_fingerprint": {f: h for d in docs.values() for f, h in d["kernel_fingerprint"].items()},
+        "kernel_fingerprint": {k: h for d in docs.values() for k, h in d["kernel_fingerprint"].items()},
         "config_digest": {str(r): RungContext.from_config(config, candidate, r).config_digest() for r in RUNG_NAMES},
-        "config": {"files": list(configfiles or []), "resolved": _resolved(config, candidate)},
+        "config": {"files": list(configfiles or []), "resolved": resolved},
         "flag_file": {
             "path": flag,
             "sha256": hashlib.sha256(text.encode()).hexdigest(),
             "line": text.strip().splitlines()[-1],
         },
         "pins": pins,
-        "performance_gate_enforced": enforced,
-        "verdict": "promoted" if deployable else "promoted (rehearsal, not deployable)",
+        "performance_gate_enforced": f["enforced"],
+        "performance_gate": {"attempts": f["attempts"]},
+        "rung8_capture": f["rung8_capture"],
+        "verdict": _verdict(f),
         "notes": notes,
         "promoted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     report.write(record, rec, schema="promotion")
     report.write_text(flag, text)
+    _attest(config, rec, record, flag)
+
+
+def _attest(config: dict, rec: dict, record: str, flag: str) -> None:
+    """The record as a signed in-toto attestation beside it (<record>.intoto.jsonl): subjects the flag, the
+    record and the candidate's sources; materials every upstream report."""
+    from h3gates.core import attest
+    from h3gates.core.fingerprints import digest
+
+    signer = _signer(config)
+    pred = attest.predicate(
+        candidate=rec["candidate"],
+        profile=rec["profile"],
+        flag_line=rec["flag_file"]["line"],
+        deployable=rec["deployable"],
+        performance_gate_enforced=rec["performance_gate_enforced"],
+        verdict=rec["verdict"],
+        config_digest=digest(rec["config"]["resolved"]),
+        materials=rec["reports"],
+        attempts=rec["performance_gate"]["attempts"],
+        rung8_capture=rec["rung8_capture"],
+    )
+    stmt = attest.statement(_subjects(flag, record, rec["kernel_fingerprint"]), pred)
+    attest.write_envelope(attestation_path(record), attest.sign(stmt, signer))
+
+
+def _check_attestation(rec: dict, record: str, flag: str, f: dict, config: dict) -> tuple[list[str], str | None]:
+    """Reasons the record's signed attestation does not stand (unsigned, untrusted, tampered, about other
+    files, claiming what the config and reports do not) -> (reasons, the signer's name)."""
+    from h3gates.core import attest
+    from h3gates.core.errors import AttestationError
+    from h3gates.core.fingerprints import digest
+
+    path = attestation_path(record)
+    trusted = attest.trusted((config.get("attestation") or {}).get("trusted_keys"))
+    try:
+        stmt, who = attest.verify_envelope(path, trusted)
+    except AttestationError as e:
+        return [f"attestation {path}: {e}"], None
+    reasons = [
+        f"attestation {path}: {r}"
+        for r in attest.check_subjects(
+            stmt,
+            _subjects(flag, record, rec["kernel_fingerprint"])
+            if Path(flag).exists()
+            else {record: file_sha256(record), **rec["kernel_fingerprint"]},
+            materials=rec["reports"],
+        )
+    ]
+    reasons += [
+        f"attestation {path}: {r}"
+        for r in attest.check_predicate(
+            stmt,
+            candidate=rec["candidate"],
+            profile=config["profile"],
+            deployable=f["deployable"],
+            performance_gate_enforced=f["enforced"],
+            verdict=_verdict(f),
+            flag_line=f"{registry.get(rec['candidate']).flag}={1 if f['deployable'] else 0}",
+            config_digest=digest(rec["config"]["resolved"]),
+        )
+    ]
+    return reasons, who
 
 
 def verify(
@@ -242,11 +370,14 @@ def verify(
     configfiles=None,
     heal: bool = False,
 ) -> dict:
-    """Re-check a promotion record now: its flag file says exactly what the record wrote; every report
-    present, schema-valid, passing, unedited, produced from the current kernel sources and h3gates
-    modules and from the record's configuration (or `config`, whose differences are named); digest
-    chain intact. With revoke_flag a refusal deletes the flag; with heal it moves what no longer
-    stands aside (the workflow's promote_<candidate> does both)."""
+    """Re-check a promotion record now, deriving everything it may claim from its resolved config and the
+    reports it rests on (never from its own summary fields): every report present, schema-valid,
+    passing, unedited, produced from the current kernel sources and h3gates modules and from the
+    record's configuration (or `config`, whose differences are named); digest chain intact; the record's
+    signed attestation made by a trusted key and about exactly these files; the flag file exactly the
+    text the derived facts give (a rehearsal profile can never say 1). With revoke_flag a refusal deletes
+    the flag; with heal it moves what no longer stands aside (the workflow's promote_<candidate> does
+    both). Returns the record with `verified`: the derived facts and the signer."""
     try:
         rec = report.read(record, schema="promotion")
     except ReportError as e:
@@ -270,24 +401,58 @@ def verify(
     for p, h in rec["reports"].items():
         if p in results and results[p][0] == "pass" and file_sha256(p) != h:
             reasons.append(f"{p}: differs from the report the record was made from")
-    gated, disagree = P.agree({p: d for p, (_, _, d) in results.items() if d is not None})
+    if set(rec["reports"]) != set(results):
+        reasons.append(f"the record lists {len(rec['reports'])} reports, the configuration's ladder has {len(results)}")
+    docs = {p: d for p, (_, _, d) in results.items() if d is not None}
+    gated, disagree = P.agree(docs)
     reasons += disagree
     if gated != (rec.get("pins") or {}):
         reasons.append("the record's pins are not the pins its reports were gated with")
     reasons += P.check(gated)
+    f = facts(cfg, docs)
+    for field, want in (
+        ("deployable", f["deployable"]),
+        ("verdict", _verdict(f)),
+        ("performance_gate_enforced", f["enforced"]),
+        ("profile", cfg["profile"]),
+        ("candidate", rec["candidate"]),
+    ):
+        if rec.get(field) != want:
+            reasons.append(
+                f"the record says {field}={rec.get(field)!r}, but its config and reports give {want!r}: edited or forged"
+            )
+    if f["profile_deployable"] and not f["deployable"]:
+        reasons += [f"deployable profile {cfg['profile']}: {w}" for w in f["why_not"]]
+    want_text = flag_text(rec["candidate"], record, f["deployable"])
     fp = Path(flag)
     if not fp.exists():
-        reasons.append(f"flag {flag} is missing (the record says it holds {rec['flag_file']['line']})")
-    elif hashlib.sha256(fp.read_bytes()).hexdigest() != rec["flag_file"]["sha256"]:
+        reasons.append(f"flag {flag} is missing (it should hold {want_text.strip().splitlines()[-1]})")
+    elif fp.read_text() != want_text:
         reasons.append(
-            f"flag {flag} is not the file the record wrote (it should end with {rec['flag_file']['line']}): edited or forged"
+            f"flag {flag} is not the text the record's config and reports give (it should end with "
+            f"{want_text.strip().splitlines()[-1]}): edited or forged"
         )
+    more, who = _check_attestation(rec, record, flag, f, cfg)
+    reasons += more
     if reasons:
         if revoke_flag:
             revoke(flag)
         moved = quarantine(results, rec["candidate"], rec["profile"]) if heal else []
         raise Refusal(reasons, fix=_fix(rec["candidate"], rec["config"]["files"], moved))
-    return rec
+    return {**rec, "verified": {**f, "signed_by": who}}
+
+
+def revoke_if_wrong(record: str, flag: str) -> bool:
+    """After a refusal: delete the flag if its record no longer verifies (proved wrong under its own
+    config), and only then -> whether it was revoked."""
+    if not Path(record).exists():
+        revoke(flag)
+        return True
+    try:
+        verify(record, revoke_flag=True, flag=flag)
+    except Refusal:
+        return True
+    return False
 
 
 def status(config: dict) -> list[dict]:
