@@ -610,7 +610,7 @@ def test_shipped_config_overlays_validate(overlays):
     assert (cfg["timing"]["min_pairs"], cfg["timing"]["max_pairs"], cfg["timing"]["looks"]) == (
         (8, 24, 3) if long else (6, 12, 2)
     )
-    assert cfg["timing"]["mode"] == "graph" and cfg["timing"]["calls"] == 8
+    assert cfg["timing"]["mode"] == "graph" and cfg["timing"]["calls"] == 4
 
 
 # ------------------------------------------------------------------ candidates as plug-ins
