@@ -16,7 +16,7 @@ EXIT_CODES = """exit codes:
   2  usage or configuration error, or a command that needs a GPU run without one; nothing was checked
   other: h3gates itself failed (a traceback says where)"""
 
-USER = ("status", "verify", "replay", "candidates", "fc2")
+USER = ("status", "verify", "replay", "candidates", "doctor", "fc2")
 
 
 def _version() -> str:
@@ -121,6 +121,10 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["doctor"]:  # what a user runs first on a new machine (h3gates/doctor.py)
+        from h3gates.doctor import main as doctor_main
+
+        return doctor_main(argv[1:])
     if argv[:1] == ["fc2"]:
         from h3gates.fc2.commands import main as fc2_main
 

@@ -7,7 +7,7 @@ fingerprints a rung by its import closure, so an upward import or a cycle reruns
   nvfp4   h3gates/nvfp4       the numerics, with the CUDA runtime under them (h3gates/nvfp4/cuda)
   model   h3gates/model       the stand-in, checkpoints, roles, the reference, building candidates
   rungs   h3gates/rungs       gates, artifacts, cases, Nsight, replay, plots; h3gates/fc2 (a study)
-  cli     h3gates/cli.py      the entry point, above everything
+  cli     h3gates/cli.py      the entry point, above everything (and h3gates/doctor.py, the machine check)
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "h3gates"
-LAYERS = {"core": 0, "nvfp4": 1, "model": 2, "rungs": 3, "fc2": 3, "cli": 4, "__main__": 4, "__init__": 4}
+LAYERS = {"core": 0, "nvfp4": 1, "model": 2, "rungs": 3, "fc2": 3, "cli": 4, "doctor": 4, "__main__": 4, "__init__": 4}
 
 
 def _module(path: Path) -> str:

@@ -20,9 +20,9 @@ from h3gates.core import perfgate as G
 def test_the_canonical_schedule_is_pinned():
     cfg = C.load_config([ROOT / "config/config.yaml", ROOT / "config/canonical.yaml"])
     p = G.params(cfg["timing"])
-    pinned = ("graph", 4, 2, 5, 10, 2)
+    pinned = ("graph", 8, 2, 9, 18, 2)
     assert (p["mode"], p["calls"], p["processes"], p["min_pairs"], p["max_pairs"], p["looks"]) == pinned
-    assert G.looks_schedule(p) == (5, 10)
+    assert G.looks_schedule(p) == (9, 18)
     assert G.level(p["confidence"], 2, p["max_attempts"]) == pytest.approx(
         0.0125
     )  # (1 - 0.95) / (2 looks x 2 attempts)

@@ -608,9 +608,9 @@ def test_shipped_config_overlays_validate(overlays):
     assert cfg["profile"] == "canonical" and cfg["device"] == "cuda"
     long = "config/timing_long.yaml" in overlays
     assert (cfg["timing"]["min_pairs"], cfg["timing"]["max_pairs"], cfg["timing"]["looks"]) == (
-        (8, 24, 3) if long else (6, 12, 2)
+        (12, 36, 3) if long else (9, 18, 2)
     )
-    assert cfg["timing"]["mode"] == "graph" and cfg["timing"]["calls"] == 4
+    assert cfg["timing"]["mode"] == "graph" and cfg["timing"]["calls"] == 8
 
 
 # ------------------------------------------------------------------ candidates as plug-ins

@@ -62,6 +62,7 @@ DEFAULTS = {
     "lag1_floor": 0.2,
     "seed": 0,
 }
+BIAS = True  # the small-sample correction of the lag-1 estimate (studies/perfgate: simulated both ways)
 R_MAX = 0.9  # the largest lag-1 autocorrelation the correction takes (beyond it n_eff would be ~0)
 THROTTLED_SHARE = 0.25  # a look with more of its pairs dropped for throttling cannot decide
 
@@ -165,29 +166,49 @@ def lag1(series: list[list[float]], mean: float) -> float | None:
     return num / den if den > 0 else None
 
 
-def summarize(series: list[list[float]], lag1_floor: float = 0.0) -> dict:
-    """Mean, spread and effective sample size of the pairs' d, per-process series in time order."""
+def summarize(series: list[list[float]], lag1_floor: float = 0.0, orders: list[list[str]] | None = None) -> dict:
+    """Mean, spread and effective sample size of the pairs' d (per-process series in time order).
+
+    With `orders` (each pair's AB or BA), the crossover analysis: a side that runs second in its pair may
+    run at another speed than one that runs first (on the H200, a power-capped GPU after a short idle
+    ran the second side's first calls up to 10% slower, at either side), so each d carries +p or -p
+    by its order. The mean of the AB pairs' mean and the BA pairs' mean cancels p exactly in a balanced
+    design; the spread is taken around each order's own mean (p is not noise), with two degrees of
+    freedom spent on the two means. Without orders (or with one order only): the plain mean."""
     flat = [x for s in series for x in s]
     n = len(flat)
-    mean = statistics.fmean(flat)
-    sd = statistics.stdev(flat) if n > 1 else 0.0
-    r = lag1(series, mean) if n > 2 else None
+    cross = orders is not None and all(sum(o == k for os_ in orders for o in os_) >= 2 for k in ("AB", "BA"))
+    if cross:
+        by = {k: [x for s_, os_ in zip(series, orders) for x, o in zip(s_, os_) if o == k] for k in ("AB", "BA")}
+        means = {k: statistics.fmean(v) for k, v in by.items()}
+        mean, order_effect = (means["AB"] + means["BA"]) / 2, (means["AB"] - means["BA"]) / 2
+        resid = [[x - means[o] for x, o in zip(s_, os_)] for s_, os_ in zip(series, orders)]
+        spent = 2
+        scale = math.sqrt(n / 4 * (1 / len(by["AB"]) + 1 / len(by["BA"])))  # 1 in a balanced design
+    else:
+        mean, order_effect, spent, scale = statistics.fmean(flat), None, 1, 1.0
+        resid = [[x - mean for x in s_] for s_ in series]
+    rflat = [x for s_ in resid for x in s_]
+    sd = math.sqrt(sum(x * x for x in rflat) / (n - spent)) if n > spent else 0.0
+    r = lag1(resid, 0.0) if n > 2 else None
     # the lag-1 estimate of a short series is biased low, by about (1 + 4r) / length for an AR(1) with an
     # estimated mean (Kendall; Marriott and Pope): corrected, then floored at what the GPU is known to show
     per = n / max(len(series), 1)
-    r_adj = (r + (1 + 4 * r) / per) if r is not None else 0.0
+    r_adj = (r + (1 + 4 * r) / per if BIAS else r) if r is not None else 0.0
     r_used = min(max(r_adj, lag1_floor, 0.0), R_MAX)
     n_eff = n * (1 - r_used) / (1 + r_used)
     return {
         "pairs": n,
         "mean": mean,
         "sd": sd,
+        "order_effect": order_effect,
+        "crossover": cross,
         "lag1": r,
         "lag1_corrected": r_adj,
         "lag1_used": r_used,
         "n_eff": n_eff,
-        "se": sd / math.sqrt(n_eff) if n_eff > 0 else math.inf,
-        "dof": max(n_eff - 1, 1.0),
+        "se": sd * scale / math.sqrt(n_eff) if n_eff > 0 else math.inf,
+        "dof": max(n_eff - spent, 1.0),
     }
 
 
@@ -205,9 +226,10 @@ def decide(
     max_attempts: int,
     dropped: int = 0,
     lag1_floor: float = 0.0,
+    orders: list[list[str]] | None = None,
 ) -> dict:
-    """The decision at look `look` (0-based) of `looks` from the per-process series of d."""
-    s = summarize(series, lag1_floor)
+    """The decision at look `look` (0-based) of `looks` from the per-process series of d (and their orders)."""
+    s = summarize(series, lag1_floor, orders)
     a = level(confidence, len(looks), max_attempts)
     t = t_ppf(1 - a, s["dof"])
     lower, upper = math.exp(s["mean"] - t * s["se"]), math.exp(s["mean"] + t * s["se"])

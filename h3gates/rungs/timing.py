@@ -15,11 +15,11 @@ state a deployment runs them in, in two or more processes.
   perf-worker`), alternately building and capturing the candidate first; each answers requests for
   more pairs on stdin/stdout, so the looks of the sequential test span every process.
 
-Throttle rule (stated in the report): a side's calls during which NVML reported a hardware slowdown,
-a thermal slowdown or the power brake are throttled; the pair is dropped (both sides, so the pairing
-holds) and counted; a look where more than a quarter of the pairs were dropped cannot decide. The
-software power cap is recorded, not dropped: a loaded GPU at its power limit is the deployment's
-steady state.
+Throttle rule (stated in the report): NVML is sampled before a request's calls are queued and after
+they finish; if it reported a hardware slowdown, a thermal slowdown or the power brake, every pair of
+the request is dropped (both sides, so the pairing holds) and counted; a look where more than a quarter
+of the pairs were dropped cannot decide. The software power cap is recorded, not dropped: a loaded
+GPU at its power limit is the deployment's steady state (the H200 ran at it in every sample).
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ from h3gates.core.jobs import progress
 from h3gates.nvfp4.gemm import AlphaTape
 
 SIDES = ("A", "B")  # A the baseline, B the candidate
+LEAD = 8  # untimed calls queued before a request's pairs: after the host's wait a power-capped H200 ran its next calls up to
+# 10% slower, for about six calls (studies/perfgate/evidence/campaign_2026-12-01/: with 3 lead calls the first pair still showed it)
 
 
 # ---------------------------------------------------------------------- NVML
@@ -199,23 +201,46 @@ def _timed_calls(side: Side, n: int, device: str) -> list[float]:
 
 
 def run_pairs(sides: dict, orders: list[str], calls: int, device: str, monitor: Monitor) -> list[dict]:
-    """Timed pairs in the given side orders: per side one switch call and `calls` steady calls."""
-    out = []
+    """Timed pairs in the given side orders: per side one switch call and `calls` steady calls.
+
+    On a GPU every call of every pair is queued back to back (an event pair around each) and the host
+    waits once, at the end: a synchronize between sides or pairs idles the GPU, and a power-capped H200
+    coming out of even a short idle runs its next calls at another clock (measured: the second side's
+    first calls up to 10% slower). NVML is sampled before the queue and after the wait."""
+    out = [{"order": o} for o in orders]
     was = gc.isenabled()
+    gc.collect()
+    gc.disable()  # no collection while calls are queued or timed
     try:
-        for order in orders:
-            pair = {"order": order}
-            gc.collect()
-            gc.disable()  # no collection inside a side's calls
-            for s in order:
-                m0 = monitor.sample()
-                t = _timed_calls(sides[s], calls + 1, device)
-                m1 = monitor.sample()
-                pair[s], pair[f"{s}_switch"] = t[1:], t[0]
-                pair[f"{s}_throttled"] = monitor.throttled(m0, m1)
-            gc.enable()
-            pair["throttled"] = bool(pair["A_throttled"] or pair["B_throttled"])
-            out.append(pair)
+        m0 = monitor.sample()
+        if device == "cuda":
+            for _ in range(
+                LEAD
+            ):  # untimed: the GPU out of the idle before this request (a power-capped H200's transient)
+                sides[orders[0][0]].call()
+            ev = []
+            for o in orders:
+                for s in o:
+                    pair_ev = [
+                        (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                        for _ in range(calls + 1)
+                    ]
+                    for start, end in pair_ev:
+                        start.record()
+                        sides[s].call()
+                        end.record()
+                    ev.append(pair_ev)
+            torch.cuda.synchronize()
+            times = iter([[a.elapsed_time(b) / 1e3 for a, b in e] for e in ev])
+        else:
+            times = iter([_timed_calls(sides[s], calls + 1, device) for o in orders for s in o])
+        m1 = monitor.sample()
+        bad = monitor.throttled(m0, m1)
+        for pair in out:
+            for s in pair["order"]:
+                t = next(times)
+                pair[s], pair[f"{s}_switch"], pair[f"{s}_throttled"] = t[1:], t[0], bad
+            pair["throttled"] = bool(bad)
     finally:
         if was:
             gc.enable()
@@ -354,6 +379,7 @@ def gate(processes: list, p: dict, attempt: int, say=progress) -> dict:
         kept = [[x for x in r if not x["throttled"]] for r in raw]
         dropped = sum(len(r) - len(k) for r, k in zip(raw, kept))
         series = [[PG.pair_stat(x["A"], x["B"]) for x in k] for k in kept]
+        orders = [[x["order"] for x in k] for k in kept]
         if sum(len(s) for s in series) < 3:
             d = {
                 "decision": "continue",
@@ -371,6 +397,7 @@ def gate(processes: list, p: dict, attempt: int, say=progress) -> dict:
                 max_attempts=p["max_attempts"],
                 dropped=dropped,
                 lag1_floor=p["lag1_floor"],
+                orders=orders,
             )
         history.append(
             {

@@ -57,7 +57,7 @@ def _setup(block: int):
     return cfg, sides, x
 
 
-def _roles(name: str, sides, cfg, block_ms: float):
+def _roles(name: str, sides, cfg, here):
     from h3gates.core.config import cand_config
     from h3gates.model import candidates
     from h3gates.model.roles import Role
@@ -67,20 +67,35 @@ def _roles(name: str, sides, cfg, block_ms: float):
         return lib
     if name == "L2":
         return {r: Role(v.producer, v.gemm) for r, v in lib.items()}
-    if name.startswith("D"):
-        from h3gates.core.registry import load_module
-
-        SlowGemm = load_module(
-            ROOT / "tests/fixtures/candidates/aa_slow/impl.py"
-        ).SlowGemm  # the fixture's busy-wait, as aa_slow runs it
+    if name.startswith("D"):  # the library path plus a calibrated delay after the fc2 GEMM
         g = float(name[1:])
-        return {**lib, "fc2": Role(lib["fc2"].producer, SlowGemm(lib["fc2"].gemm, g / (1 - g) * block_ms))}
+        return {
+            **lib,
+            "fc2": Role(lib["fc2"].producer, DelayGemm(lib["fc2"].gemm, here.delay_bytes(g / (1 - g) * here.block_ms))),
+        }
     return {
         **lib,
         **candidates.build_one(
             name, cand_config(cfg, name), sides.device, sides.reference_q, lib, "schedule", sides.profile
         ),
     }
+
+
+class DelayGemm:
+    """The base GEMM, then a device-to-device copy of `nbytes`: a delay set by HBM bandwidth (the memory
+    clock does not move under the power cap; a busy-wait of SM cycles does, with the SM clock)."""
+
+    def __init__(self, base, nbytes: int):
+        import torch
+
+        self.base, self.nbytes = base, nbytes
+        self.src = torch.empty(max(nbytes, 1), dtype=torch.uint8, device="cuda" if torch.cuda.is_available() else "cpu")
+        self.dst = torch.empty_like(self.src)
+
+    def __call__(self, p, w):
+        y = self.base(p, w)
+        self.dst.copy_(self.src)
+        return y
 
 
 class Here:
@@ -96,7 +111,31 @@ class Here:
         self.monitor = T.Monitor(self.sides.device)
         self.model = self.sides.model
         self.block_ms = self._block_ms()
+        self.copy_ms_per_gb = self._copy_ms_per_gb()
         self.current = None
+
+    def _copy_ms_per_gb(self) -> float:
+        """Milliseconds per GB of a device-to-device copy, measured between block calls (the loaded state)."""
+        import torch
+
+        if self.sides.device != "cuda":
+            return 1.0
+        src = torch.empty(1 << 28, dtype=torch.uint8, device="cuda")
+        dst = torch.empty_like(src)
+        f = lambda: self.model.block_forward(self.block, self.x, 0, self.sides.reference)  # noqa: E731
+        t = []
+        for _ in range(5):
+            f()
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            dst.copy_(src)
+            b.record()
+            torch.cuda.synchronize()
+            t.append(a.elapsed_time(b) / (src.numel() / 1e9))
+        return sorted(t)[2]
+
+    def delay_bytes(self, ms: float) -> int:
+        return int(ms / self.copy_ms_per_gb * 1e9)
 
     def _block_ms(self) -> float:
         import torch
@@ -126,8 +165,8 @@ class Here:
         self.current = None
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-        fa = _fn(self, _roles(a, self.sides, self.cfg, self.block_ms))
-        fb = _fn(self, _roles(b, self.sides, self.cfg, self.block_ms))
+        fa = _fn(self, _roles(a, self.sides, self.cfg, self))
+        fb = _fn(self, _roles(b, self.sides, self.cfg, self))
         self.current = self.T.prepare(fa, fb, self.sides.device, mode, warmup, first)
         same = torch.equal(self.current["A"].eager_out.view(torch.uint8), self.current["B"].eager_out.view(torch.uint8))
         return {
@@ -149,7 +188,8 @@ class Remote:
         self.first = first
         argv = [sys.executable, __file__, "--worker", "--block", str(block), "--first", first]
         self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self.block_ms = self._ask(None)["block_ms"]
+        ready = self._ask(None)
+        self.block_ms, self.copy_ms_per_gb = ready["block_ms"], ready["copy_ms_per_gb"]
 
     def _ask(self, req):
         if req is not None:
@@ -182,7 +222,7 @@ def worker(block: int, first: str) -> None:
     out = sys.stdout
     sys.stdout = sys.stderr
     here = Here(block)
-    out.write(json.dumps({"block_ms": here.block_ms}) + "\n")
+    out.write(json.dumps({"block_ms": here.block_ms, "copy_ms_per_gb": here.copy_ms_per_gb}) + "\n")
     out.flush()
     for line in sys.stdin:
         req = json.loads(line)
@@ -307,7 +347,10 @@ def main() -> int:
         t_block = time.time()
         here = Here(block)
         there = Remote(block, "candidate")
-        doc["blocks"][str(block)] = {"block_ms": [here.block_ms, there.block_ms]}
+        doc["blocks"][str(block)] = {
+            "block_ms": [here.block_ms, there.block_ms],
+            "copy_ms_per_gb": [here.copy_ms_per_gb, there.copy_ms_per_gb],
+        }
         print(f"block {block}: {here.block_ms:.2f} ms here, {there.block_ms:.2f} ms in the worker", flush=True)
         for gi, (kind, sa, sb) in enumerate(plan_of(a.plan)):
             if (
@@ -322,7 +365,8 @@ def main() -> int:
             gates.append(g)
             print(
                 f"block {block:2d} {kind:22s} {g['decision']:9s} ratio {g['ratio']:.4f} [{g['interval'][0]:.4f}, {g['interval'][1]:.4f}] "
-                f"pairs {g['statistics']['pairs']} lag1 {g['statistics']['lag1']} equal {ra['equal'] and rb['equal']} mode {ra['modes']['A']}",
+                f"pairs {g['statistics']['pairs']} lag1 {g['statistics']['lag1']} equal {ra['equal'] and rb['equal']} "
+                f"mode {ra['modes']['A']}",
                 flush=True,
             )
             doc["gates"] = gates
