@@ -89,12 +89,14 @@ def reports_of(rung):
 
 
 def upstream_of(rung):
-    """The reports rung n waits on: rung n-1's of the same block where both are per block, else all of them."""
+    """The reports rung n waits on: rung n-1's of the same block where both are per block, else all of them;
+    rung 8 also reads rung 4's (it sets the measured gain beside the kernel time it captures).
+    """
     if rung == 1:
         return []
     if rung in H3out.PER_BLOCK and rung - 1 in H3out.PER_BLOCK:
         return report_of(rung - 1, "{block}")
-    return reports_of(rung - 1)
+    return reports_of(rung - 1) + (reports_of(4) if rung == 8 else [])
 
 
 def token(rung):

@@ -228,3 +228,36 @@ def test_config_refuses_what_the_gate_cannot_run():
     ):
         with pytest.raises(C.ConfigError, match=msg.replace(".", r"\.")):
             C.validate_config(C.merge(base, bad))
+
+
+def test_rung8_sets_the_measured_gain_beside_the_kernel_time(tmp_path):
+    """Rung 8 reads rung 4's reports: a gain mostly made of kernel time is explained; one that Nsight's
+    kernels do not show is noted as not kernel time (the eager gate's host-side gains)."""
+    from types import SimpleNamespace
+
+    from h3gates.rungs.r8_profiler import explain_gain
+
+    pairs = [{"A": [0.130] * 4, "B": [0.126] * 4} for _ in range(4)]
+    r4 = tmp_path / "r4_block" / "block3.json"
+    r4.parent.mkdir()
+    r4.write_text(
+        json.dumps(
+            {
+                "block": 3,
+                "timing": {"ratio": 126 / 130, "mode": "eager", "processes": [{"first": "baseline", "pairs": pairs}]},
+            }
+        )
+    )
+    gate = SimpleNamespace(upstream={str(r4): "x", str(tmp_path / "r7_trajectory.json"): "y"})
+    ns = {"diff": {"baseline": {"duration_ns": 120_000_000}, "candidate": {"duration_ns": 119_000_000}}}
+    e = explain_gain(gate, 3, ns)
+    assert (
+        e["rung4_gain_ms"] == pytest.approx(4.0)
+        and e["kernel_gain_ms"] == pytest.approx(1.0)
+        and e["non_kernel_gain_ms"] == pytest.approx(3.0)
+    )
+    assert "most of rung 4's gain is not kernel time" in e["note"]
+    ns["diff"]["candidate"]["duration_ns"] = 116_500_000
+    assert "note" not in explain_gain(gate, 3, ns)
+    assert explain_gain(gate, 3, None)["kernel_gain_ms"] is None  # a CPU: no capture to split it
+    assert explain_gain(SimpleNamespace(upstream={}), 3, ns)["available"] is False
