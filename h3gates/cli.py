@@ -16,7 +16,10 @@ EXIT_CODES = """exit codes:
   2  usage or configuration error, or a command that needs a GPU run without one; nothing was checked
   other: h3gates itself failed (a traceback says where)"""
 
-USER = ("status", "verify", "replay", "candidates", "doctor", "fc2")
+USER = ("status", "verify", "replay", "check-config", "candidates", "doctor", "fc2")
+# the Snakefile's own configfile: snakemake always loads it first and merges every --configfile over it
+WORKFLOW_CONFIG = "config/config.yaml"
+OVERLAYS = f"overlays merged in order over {WORKFLOW_CONFIG}, key by key, as snakemake --configfile merges them"
 
 
 def _version() -> str:
@@ -37,15 +40,16 @@ def parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ap.add_argument("--version", action="version", version=f"h3gates {_version()}")
-    sub = ap.add_subparsers(dest="cmd", required=True, metavar="{status,verify,replay,candidates,fc2}")
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="{status,verify,replay,check-config,candidates,fc2}")
     s = sub.add_parser("status", help="candidate x rung table: pass / fail / stale / missing / invalid, with reasons")
-    s.add_argument(
-        "--configfile",
-        nargs="+",
-        default=["config/config.yaml"],
-        help="config files merged in order (default: config/config.yaml)",
-    )
+    s.add_argument("--configfile", nargs="+", default=[], help=f"{OVERLAYS} (default: none)")
     s.add_argument("--json", action="store_true")
+    s.add_argument(
+        "--verdicts",
+        action="store_true",
+        help="one line per candidate with results: each rung's state and whether its promotion verifies now "
+        "(what a snakemake run prints at its end)",
+    )
     v = sub.add_parser(
         "verify", help="re-check a promotion record, its flag and every report it rests on (what deployment runs)"
     )
@@ -60,7 +64,7 @@ def parser() -> argparse.ArgumentParser:
     v.add_argument(
         "--configfile",
         nargs="+",
-        help="compare with this configuration and name what changed (default: the record's own)",
+        help=f"compare with this configuration and name what changed ({OVERLAYS}; default: the record's own)",
     )
     v.add_argument("--config-json", help=argparse.SUPPRESS)
     r = sub.add_parser(
@@ -68,6 +72,11 @@ def parser() -> argparse.ArgumentParser:
         help="rerun one failing case from its *.replay.*.pt dump against the reference; print the first mismatch",
     )
     r.add_argument("dump")
+    k = sub.add_parser(
+        "check-config",
+        help="validate config overlays as the workflow would, naming the file and line of a YAML error",
+    )
+    k.add_argument("configfile", nargs="*", help=OVERLAYS)
     c = sub.add_parser("candidates", help="the registered candidates (kernels/<name>/candidate.py)")
     c.add_argument("--markdown", action="store_true", help="the README's table")
     f = sub.add_parser(
@@ -170,6 +179,81 @@ def format_verified(rec: dict) -> str:
     return "\n".join(lines)
 
 
+def configfiles(overlays) -> list[str]:
+    """The files a snakemake run with `--configfile <overlays>` merges: the Snakefile's own config/config.yaml
+    first, then the overlays in order (a leading config/config.yaml is not repeated)."""
+    overlays = [str(f) for f in overlays or []]
+    if overlays and os.path.abspath(overlays[0]) == os.path.abspath(WORKFLOW_CONFIG):
+        return overlays
+    return [WORKFLOW_CONFIG, *overlays]
+
+
+def files_text(files) -> str:
+    return " + ".join(files)
+
+
+def nothing_climbed(config: dict) -> list[str]:
+    """Why each registered candidate is not climbed by a configuration that climbs none."""
+    from h3gates.core.config import not_climbed
+
+    return list(not_climbed(config, [], {}).values())
+
+
+def verdicts(config: dict, candidates=None) -> list[str]:
+    """A short table of every candidate with results under this configuration (or of `candidates`): the
+    state of each rung now (h3gates.core.promotion.status) and whether its promotion record verifies now
+    (never the record's own summary), with the first problem of a candidate that is not promoted."""
+    from pathlib import Path
+
+    from h3gates.core.errors import Refusal
+    from h3gates.core.outputs import RUNG_NAMES, promotion_paths
+    from h3gates.core.promotion import status, verify
+    from h3gates.core.workflow import one_line
+
+    rows = [r for r in status(config) if candidates is None or r["candidate"] in candidates]
+    lines = []
+    for row in rows:
+        record, flag = promotion_paths(config["profile"], row["candidate"])
+        states = [row["rungs"][r]["state"] for r in RUNG_NAMES]
+        if not Path(record).exists() and not Path(flag).exists() and all(s == "missing" for s in states):
+            continue  # never climbed here: no line
+        problem = next(
+            (f"r{r} {v['state']}: {v['reason']}" for r, v in row["rungs"].items() if v["state"] != "pass"), None
+        )
+        if not Path(record).exists():
+            promo = "no record" + (f" (a flag {flag} without its record)" if Path(flag).exists() else "")
+        else:
+            try:
+                rec = verify(record)
+                promo = f"verified: {rec['flag_file']['line']}" + (
+                    "" if rec["verified"]["deployable"] else " (rehearsal)"
+                )
+                problem = None
+            except Refusal as e:
+                promo = "REFUSED"
+                problem = problem or f"promotion: {e.reasons[0]}"
+        cells = " ".join(f"{'-' if s == 'missing' else s:7s}" for s in states)
+        lines.append(f"  {row['candidate']:18s} {cells} {promo}")
+        if problem:
+            lines.append(f"    {one_line(problem, 160)}")
+    if not lines:
+        return []
+    head = f"  {'candidate':18s} " + " ".join(f"{'r' + str(r):7s}" for r in RUNG_NAMES) + " promotion"
+    return [f"h3gates verdicts (profile {config['profile']}):", head, *lines]
+
+
+def print_verdicts(config: dict, file=None) -> None:
+    """The verdict table on stderr, as the Snakefile's onsuccess/onerror hooks print it: a failure to make it
+    is one line, never a traceback after the run's own outcome."""
+    file = file or sys.stderr
+    try:
+        lines = verdicts(config)
+    except Exception as e:  # noqa: BLE001 (the run's outcome stands; the table only summarizes it)
+        lines = [f"h3gates: no verdict table ({type(e).__name__}: {e})"]
+    if lines:
+        print("\n".join(lines), file=file)
+
+
 def _run(a) -> int:
     if a.cmd == "rung":
         from h3gates.core.context import RungContext
@@ -238,7 +322,7 @@ def _run(a) -> int:
         config = (
             validate_config(json.loads(a.config_json))
             if a.config_json
-            else load_config(a.configfile)
+            else load_config(configfiles(a.configfile))
             if a.configfile
             else None
         )
@@ -249,8 +333,34 @@ def _run(a) -> int:
         from h3gates.core.config import load_config
         from h3gates.core.promotion import format_status, status
 
-        rows = status(load_config(a.configfile))
-        print(json.dumps(rows, indent=1) if a.json else format_status(rows))
+        files = configfiles(a.configfile)
+        config = load_config(files)
+        if a.verdicts:
+            print("\n".join(verdicts(config)) or "no candidate of this configuration has results yet")
+            return 0
+        rows = status(config)
+        if rows or a.json:
+            print(json.dumps(rows, indent=1) if a.json else format_status(rows))
+        if not rows:  # nothing to check: say why, instead of an empty table
+            print(f"h3gates status: {files_text(files)} climbs no candidate, so nothing was checked:", file=sys.stderr)
+            for why in nothing_climbed(config):
+                print(f"  - {why}", file=sys.stderr)
+            return 2
+        return 0
+    if a.cmd == "check-config":
+        from h3gates.core.config import climbable, load_config
+
+        files = configfiles(a.configfile)
+        config = load_config(files)
+        climb, left = climbable(config)
+        print(
+            f"config OK: {files_text(files)}: profile {config['profile']}, climbs {', '.join(climb) or 'no candidate'}"
+        )
+        for why in left.values():
+            print(f"  NOTE: {why}")
+        if not climb:
+            for why in nothing_climbed(config):
+                print(f"  - {why}")
         return 0
     if a.cmd == "candidates":
         from h3gates.core import registry

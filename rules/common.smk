@@ -1,6 +1,8 @@
 import json
 import os
+import re
 import sys
+from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 from snakemake.io import is_flagged
@@ -37,6 +39,38 @@ CONFIGFILES = sorted(
 )
 CONTEXTS = H3context.Contexts(config)
 REPORT_ONLY = H3wf.report_only(sys.argv[1:])
+
+
+# `--touch` marks outputs current without running their jobs, promote_<name>'s verification included: a
+# touched run would report success and leave an old flag on disk. Refused before any job where the
+# targets reach a promotion (the default target, all, ran, promote_<name>, a record or flag); touching
+# gate reports alone stays possible (`status` shows what they hold).
+def touched_promotions(argv):
+    """The targets of a `--touch` run that reach a promotion (['all'] for the default target); [] otherwise."""
+    if not any(
+        a == "--touch" or re.fullmatch(r"-[A-Za-z]*t[A-Za-z]*", a) for a in argv
+    ):
+        return []
+    from snakemake.cli import get_argument_parser
+
+    args, _ = get_argument_parser().parse_known_args(argv)
+    if not args.touch:
+        return []
+    targets = list(args.targets or []) or ["all"]
+    return [
+        t
+        for t in targets
+        if t in ("all", "ran", "promotion_record")
+        or t.startswith("promote_")
+        or "/promotion/" in f"/{Path(t).as_posix()}"
+    ]
+
+
+if workflow.is_main_process and touched_promotions(sys.argv[1:]):
+    raise WorkflowError(
+        "h3gates: --touch marks files current without running them; promotion is verified, not touched: "
+        f"run the same command without --touch (targets reaching a promotion: {', '.join(touched_promotions(sys.argv[1:]))})"
+    )
 
 
 wildcard_constraints:
@@ -161,17 +195,67 @@ def fc2_study(wildcards):
 
 
 # ---- the HTML report's labels (read from the JSON when the report is built; h3gates/core/workflow.py)
+_STATES = {}
+
+
+def _state(candidate, path):
+    """(state, reason) of a report as `status` computes it now (pass, fail, stale, invalid, missing)."""
+    if candidate not in _STATES:
+        from h3gates.core.promotion import check_candidate
+
+        _STATES[candidate] = check_candidate(config, candidate)[0]
+    st = _STATES[candidate].get(path)
+    return None if st is None else (st[0], st[1][0] if st[1] else "")
+
+
 def gate_labels(wildcards, output):
     path = next(str(f) for f in output if is_flagged(f, "report"))
-    return H3wf.gate_labels(path)
+    return H3wf.gate_labels(path, _state(wildcards.candidate, path))
 
 
 def record_labels(wildcards, output):
-    return H3wf.record_labels(str(output.record))
+    """What `verify` says of the record now (never the record's own summary fields)."""
+    from h3gates.core.errors import Refusal
+    from h3gates.core.promotion import verify
+
+    record = str(output.record)
+    try:
+        rec = verify(record)
+    except Refusal as e:
+        return H3wf.record_labels(record, ("refused", e.reasons[0]))
+    except (
+        Exception
+    ) as e:  # noqa: BLE001 (an unreadable record: the report says so, it still builds)
+        return H3wf.record_labels(record, ("refused", f"{type(e).__name__}: {e}"))
+    v = rec["verified"]
+    return H3wf.record_labels(
+        record,
+        (
+            f"verified: {rec['verdict']}",
+            f"flag {rec['flag_file']['line']} verified, signed by {v['signed_by']}; performance gate "
+            + ("enforced" if v["enforced"] else "not enforced"),
+        ),
+    )
 
 
 def timing_labels(wildcards, input):
     return H3wf.timing_labels(BLOCKS)
+
+
+def existing_plots():
+    """The shell command that plots each climbed candidate's existing rung-4 reports (nothing reruns)."""
+    cmds = []
+    for cand in CANDIDATES:
+        have = [
+            r.format(candidate=cand)
+            for r in reports_of(4)
+            if os.path.exists(r.format(candidate=cand))
+        ]
+        if have:
+            cmds.append(
+                f"python -m h3gates plot --out {timing_plot_of(cand)} {' '.join(have)} && echo plotted {timing_plot_of(cand)}"
+            )
+    return " && ".join(cmds) or "echo 'no rung-4 report to plot yet'"
 
 
 def existing_results(wildcards=None):

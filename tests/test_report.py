@@ -57,8 +57,8 @@ def test_report_of_one_candidate(climbed):
             assert "performance gate" in entry["caption"]
     record = json.loads((ws / "results/ci/promotion/modulate_fusion.json").read_text())
     entry = entries["results/ci/promotion/modulate_fusion.json"]
-    assert entry["labels"]["verdict"] == record["verdict"]
-    assert record["flag_file"]["line"] in entry["labels"]["reason"]
+    assert entry["labels"]["verdict"] == f"verified: {record['verdict']}"  # what verify says now
+    assert record["flag_file"]["line"] in entry["labels"]["reason"] and "signed by" in entry["labels"]["reason"]
     assert record["verdict"] in entry["caption"]
     assert not any("qkv_ring" in k or "swiglu_fusion" in k for k in entries)
     # the front page tabulates every entry's verdict
@@ -96,3 +96,107 @@ def test_killed_run_leaves_a_lock_with_the_project_hint(climbed):
     proceeds = snakemake(ws, "promote_modulate_fusion")  # locks again, verifies, finishes
     assert proceeds.returncode == 0, proceeds.stderr[-3000:]
     assert HINT not in proceeds.stderr
+
+
+# ------------------------------------------------------------------ the report tells the truth now
+def _copy(climbed, tmp_path) -> Path:
+    from workflow_util import copy_workspace
+
+    return copy_workspace(climbed, tmp_path / "ws")
+
+
+def _h3gates(ws, *args):
+    return subprocess.run(
+        [sys.executable, "-m", "h3gates", *args], cwd=ws, env=env(), capture_output=True, text=True, timeout=300
+    )
+
+
+def test_the_report_shows_a_stale_rung_as_stale_after_a_kernel_edit(climbed, tmp_path):
+    """`status` says stale after a kernel edit; the HTML report says the same (it used to show every rung
+    passing and the candidate promoted), and its record entry says what verify says now."""
+    ws = _copy(climbed, tmp_path)
+    with open(ws / "kernels/modulate_fusion/cpu.py", "a") as f:
+        f.write("\n# an edit\n")
+    p = snakemake(ws, "--report", "report.html")
+    assert p.returncode == 0, p.stderr[-3000:]
+    entries = report_entries((ws / "report.html").read_text())
+    gates = {k: v for k, v in entries.items() if "/modulate_fusion/r" in k and k.endswith(".json")}
+    assert len(gates) == 10 and all(v["labels"]["verdict"] == "stale" for v in gates.values()), {
+        k: v["labels"] for k, v in gates.items()
+    }
+    assert "changed since the gate ran" in next(iter(gates.values()))["labels"]["reason"]
+    record = entries["results/ci/promotion/modulate_fusion.json"]["labels"]
+    assert record["verdict"] == "refused" and "stale" in record["reason"]
+    assert not list((ws / "results/ci/modulate_fusion").rglob("refused"))  # the report moved nothing aside
+
+
+def test_a_forged_record_and_a_forged_signature_are_refused_by_verify_promote_and_the_report(climbed, tmp_path):
+    """The issue's forgery: a rehearsal record edited to say deployable and promoted, its flag line and
+    digest changed, its content_sha256 recomputed, and =1 written in the flag. verify, promote_ and the
+    report refuse it, whatever the record says; so does a record re-signed by a key nobody trusts."""
+    from h3gates.core import attest
+    from h3gates.core.report import content_sha256
+
+    ws = _copy(climbed, tmp_path)
+    rec_path, flag_path = (
+        ws / "results/ci/promotion/modulate_fusion.json",
+        ws / "results/ci/promotion/modulate_fusion.env",
+    )
+    rec = json.loads(rec_path.read_text())
+    forged_flag = (
+        flag_path.read_text().replace("# REHEARSAL (profile not deployable): do not deploy\n", "").replace("=0", "=1")
+    )
+    rec.update(deployable=True, verdict="promoted", performance_gate_enforced=True)
+    rec["flag_file"].update(
+        line="H3_NVFP4_MODULATE_FUSION=1", sha256=__import__("hashlib").sha256(forged_flag.encode()).hexdigest()
+    )
+    rec["content_sha256"] = content_sha256(rec)
+    rec_path.write_text(json.dumps(rec, indent=1, sort_keys=True))
+    flag_path.write_text(forged_flag)
+    p = _h3gates(ws, "verify", "results/ci/promotion/modulate_fusion.json")
+    assert p.returncode == 1 and "the record says deployable=True, but its config and reports give False" in p.stderr, (
+        p.stderr
+    )
+    assert "should end with H3_NVFP4_MODULATE_FUSION=0" in p.stderr and "attestation" in p.stderr
+    labels = report_entries(
+        (ws / "report.html").read_text() if snakemake(ws, "--report", "report.html").returncode == 0 else ""
+    )
+    assert labels["results/ci/promotion/modulate_fusion.json"]["labels"]["verdict"] == "refused"
+    p = snakemake(ws, "promote_modulate_fusion")
+    assert p.returncode != 0 and not flag_path.exists()  # promote_ verifies, refuses and revokes the forged flag
+    # a forged signature: the envelope re-signed over a statement claiming deployable, by an untrusted key
+    ws2 = _copy(climbed, tmp_path / "b")
+    env_path = ws2 / "results/ci/promotion/modulate_fusion.intoto.jsonl"
+    stmt = json.loads(__import__("base64").b64decode(json.loads(env_path.read_text())["payload"]))
+    stmt["predicate"]["deployable"] = True
+    other = attest.signing_key(
+        tmp_path / "keys" / "mallory.key", trusted_keys=tmp_path / "keys" / "mallory_trusted.json"
+    )
+    attest.write_envelope(env_path, attest.sign(stmt, other))
+    p = _h3gates(ws2, "verify", "results/ci/promotion/modulate_fusion.json")
+    assert p.returncode == 1 and "signed by a key not in the trusted list" in p.stderr, p.stderr
+
+
+def test_the_report_in_a_headless_browser(climbed, tmp_path):
+    """The HTML report rendered by a real browser (Chromium, headless): the table of entries is there, with
+    the states; skipped where no Chromium is installed (`apt-get install chromium`)."""
+    import shutil
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    if chromium is None:
+        pytest.skip("no headless browser (chromium) on this machine")
+    ws = climbed
+    assert snakemake(ws, "--report", "report.html").returncode == 0
+    url = (ws / "report.html").resolve().as_uri()
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000"]
+    dom = subprocess.run([chromium, *flags, "--dump-dom", url], capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert "modulate_fusion" in dom.stdout and "verified: promoted (rehearsal, not deployable)" in dom.stdout
+    shot = os.environ.get("H3GATES_REPORT_SCREENSHOT") or str(tmp_path / "report.png")
+    p = subprocess.run(
+        [chromium, *flags, "--window-size=1400,1000", f"--screenshot={shot}", url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 0 and Path(shot).stat().st_size > 10_000, p.stderr[-2000:]

@@ -6,6 +6,7 @@ run with refused with one line per problem, naming the key. No torch import (the
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import jsonschema
@@ -184,18 +185,70 @@ def climbable(config: dict, device: str | None = None, root=None) -> tuple[list[
 
 
 def load_config(files, root=None) -> dict:
+    """Merge config files in order (each over the ones before, key by key, as Snakemake merges its
+    --configfile overlays) and validate the result. A file that is missing, is not YAML (named with its
+    line and column), is not a mapping of keys, or has a dotted top-level key is refused as a ConfigError."""
     merged: dict = {}
     for f in files:
-        try:
-            merged = merge(merged, yaml.safe_load(Path(f).read_text()) or {})
-        except FileNotFoundError:
-            raise ConfigError(
-                f"config file {f} not found (run from the workflow's root folder, {ROOT}, or pass --configfile)"
-            ) from None
+        merged = merge(merged, read_config_file(f))
     return validate_config(merged, root)
 
 
+def read_config_file(f) -> dict:
+    """One config file as a dict; every way it can be unreadable as a ConfigError naming the file (and
+    the line and column of a YAML syntax error: Snakemake says only that a config file "is not valid
+    JSON or YAML")."""
+    try:
+        text = Path(f).read_text()
+    except FileNotFoundError:
+        raise ConfigError(
+            f"config file {f} not found (run from the workflow's root folder, {ROOT}, or pass --configfile)"
+        ) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"config file {f}: cannot be read: {e}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file {f}{_yaml_where(e)}: not valid YAML: {_yaml_problem(e)}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"config file {f}: holds a {type(data).__name__}, not a mapping of keys (e.g. `timing: {{min_pairs: 6}}`)"
+        )
+    dotted = [k for k in data if isinstance(k, str) and "." in k]
+    if dotted:
+        raise ConfigError("\n".join(f"config file {f}: {dotted_key_hint(k, data[k])}" for k in dotted))
+    return data
+
+
+def dotted_key_hint(key: str, value) -> str:
+    """A dotted top-level key (`timing.min_pairs`) is one key named with a dot, not a nested one: neither YAML
+    nor Snakemake's --config nests it."""
+    parts = key.split(".")
+    nested = "".join(f"{p}: {{" for p in parts[:-1]) + f"{parts[-1]}: {json.dumps(value)}" + "}" * (len(parts) - 1)
+    return (
+        f"config key {key}: a dotted key is not nested (it names one top-level key {key!r}); "
+        f"write it nested in a config file, `{nested}`, and pass the file with --configfile"
+    )
+
+
+def _yaml_where(e) -> str:
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    return f", line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
+
+
+def _yaml_problem(e) -> str:
+    ctx, cmark = getattr(e, "context", None), getattr(e, "context_mark", None)
+    pmark = getattr(e, "problem_mark", None)
+    if ctx and cmark is not None and pmark is not None and cmark.line != pmark.line:
+        ctx += f" (opened at line {cmark.line + 1} column {cmark.column + 1})"
+    text = "; ".join(p for p in (ctx, getattr(e, "problem", None)) if p) or str(e).splitlines()[0]
+    return text + (" (YAML indents with spaces, never tabs)" if "'\\t'" in text else "")
+
+
 def merge(a: dict, b: dict) -> dict:
+    """b over a, key by key (Snakemake's update_config: a mapping merges into a mapping, anything else replaces)."""
     out = dict(a)
     for k, v in b.items():
         out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v

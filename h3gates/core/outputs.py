@@ -36,6 +36,27 @@ def rung_module(rung: int) -> str:
     return f"h3gates/rungs/{RUNG[rung].module}.py"
 
 
+VARIANT_SEP = "@"  # results/<profile>/<candidate>@<variant>/: a `source:` variant's results, beside the candidate's own
+
+
+def results_name(candidate: str, source: str | None = None) -> str:
+    """The name a candidate's results go under (its results folder and its promotion record and flag): the
+    registered name, or `<name>@<stem of source>` for a variant under review (`candidates.<name>.source`),
+    so a variant never overwrites the candidate's own reports, record or flag. The stem keeps letters,
+    digits, `_`, `-` and `.`; anything else becomes `_`."""
+    if not source:
+        return candidate
+    stem = str(source).replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
+    stem = stem.rsplit(".", 1)[0] if "." in stem.lstrip(".") else stem
+    stem = "".join(ch if ch.isalnum() or ch in "_-." else "_" for ch in stem) or "variant"
+    return f"{candidate}{VARIANT_SEP}{stem}"
+
+
+def registered_name(name: str) -> str:
+    """The registered candidate a results name belongs to (`qkv_ring@my_ring` -> `qkv_ring`)."""
+    return name.split(VARIANT_SEP, 1)[0]
+
+
 def candidate_dir(profile: str, candidate: str) -> str:
     return f"{RESULTS}/{profile}/{candidate}"
 

@@ -625,3 +625,273 @@ def planner_view(
 
 def _jsonable(v):
     return list(v) if isinstance(v, tuple) else v
+
+
+# ---------------------------------------------------------------------------------------------------
+# Block-scaled FP4 (only where the GPU has FP4 MMA: capability 10.x, 12.x; h3gates.nvfp4.fp4mma)
+#
+# Comfy Kitchen's scaled_mm_nvfp4 (comfy-kitchen 0.2.40, backends/cuda/ops/cublas_gemm_nvfp4.cu) is one
+# cuBLASLt call: the weight's QDATA as Lt A [N_pad, K/2] bytes (TRANSA=T), the activation's as Lt B
+# [M_pad, K/2] (TRANSB=N), both CUDA_R_4F_E2M1 with rows and ld counted in FP4 elements; A_SCALE_MODE =
+# B_SCALE_MODE = VEC16_UE4M3 with A_SCALE_POINTER = the weight's swizzled scales and B_SCALE_POINTER =
+# the activation's; COMPUTE_32F, SCALE_TYPE CUDA_R_32F; POINTER_MODE DEVICE (alpha = g_a * g_b and beta
+# = 0 as device FP32 scalars); bf16 D = C (N_pad x M_pad column-major, ld N_pad); DEFAULT epilogue; the
+# heuristic asked with MAX_WORKSPACE_BYTES only (32 MiB; no REDUCTION_SCHEME_MASK) and result #0 used.
+# `Fp4Problem` is that descriptor, `Fp4AlgoGemm` that call with one named algorithm. Written against
+# nvmath-python 1.0's documented bindings (enum values read from its wheel: CUDA_R_4F_E2M1 = 33,
+# VEC16_UE4M3 = 1, A/B_SCALE_MODE = 31/32, A/B_SCALE_POINTER = 17/18, POINTER_MODE = 2, DEVICE = 1);
+# tested on a CPU with a fake binding that records every call (tests/test_fp4_reference.py); never run
+# on Blackwell hardware here (docs/hardware.md).
+FP4_LAYOUT = {
+    "lt_a": "weight QDATA [N_pad, K/2] uint8 = col-major K x N_pad FP4, ld K, TRANSA=T, A_SCALE_POINTER weight scales",
+    "lt_b": "activation QDATA [M_pad, K/2] uint8 = col-major K x M_pad FP4, ld K, TRANSB=N, B_SCALE_POINTER its scales",
+    "lt_d": "out [M_pad, N_pad] bf16 row-major = col-major N_pad x M_pad, ld N_pad (sliced to [rows, N])",
+    "lt_mnk": "m=N_pad, n=M_pad, k=K",
+    "compute_type": "COMPUTE_32F",
+    "scale_type": "CUDA_R_32F",
+    "ab_type": "CUDA_R_4F_E2M1",
+    "cd_type": "CUDA_R_16BF",
+    "scale_mode": "VEC16_UE4M3 (A and B)",
+    "pointer_mode": "DEVICE (alpha = g_a * g_b FP32 on the device, beta 0)",
+    "epilogue": "DEFAULT (no bias)",
+    "heuristic_preference": "MAX_WORKSPACE_BYTES only (as comfy-kitchen)",
+}
+FP4_WORKSPACE_MIB = 32  # comfy-kitchen's cuBLAS workspace on capability >= 9 (get_cublas_workspace, and the .cu)
+
+
+def fp4_lib() -> SimpleNamespace:
+    """The FP4 enums of nvmath's bindings (not cached: lib() is, and a test may replace it)."""
+    L = lib()
+    return SimpleNamespace(
+        fp4=L.nvmath.CudaDataType.CUDA_R_4F_E2M1,
+        vec16_ue4m3=L.lt.MatmulMatrixScale.VEC16_UE4M3,
+        device_pointers=L.lt.PointerMode.DEVICE,
+    )
+
+
+class Fp4Problem(Problem):
+    """Matmul descriptor and layouts of comfy's block-scaled FP4 GEMM: activation QDATA [m, k/2] times
+    weight QDATA [n, k/2]^T -> out [m, n] bf16, m and n the padded rows (see the section's comment).
+    `reduction_mask`: None sets no REDUCTION_SCHEME_MASK (comfy's preference); an int restricts the
+    heuristics to those schemes."""
+
+    operands = "fp4"
+
+    def __init__(self, m: int, n: int, k: int, reduction_mask: int | None = None):
+        L, F4 = lib(), fp4_lib()
+        lt = L.lt
+        if k % 32 or n % 8:
+            raise ValueError(
+                f"FP4 GEMM {m}x{n}x{k}: comfy's cuBLASLt path needs K % 32 == 0 and N % 8 == 0 "
+                "(other shapes fall through to its eager backend)"
+            )
+        self.m, self.n, self.k = m, n, k
+        self.reduction_mask = reduction_mask
+        self.desc = lt.matmul_desc_create(L.compute, L.scale)
+        A = lt.MatmulDescAttribute
+        dtype = lt.get_matmul_desc_attribute_dtype
+        for attr, value in (
+            (A.TRANSA, int(L.cublas.Operation.T)),
+            (A.TRANSB, int(L.cublas.Operation.N)),
+            (A.A_SCALE_MODE, int(F4.vec16_ue4m3)),
+            (A.B_SCALE_MODE, int(F4.vec16_ue4m3)),
+            (A.POINTER_MODE, int(F4.device_pointers)),
+        ):
+            _set(lt.matmul_desc_set_attribute, self.desc, attr, dtype(attr), value)
+        self.lt_a = lt.matrix_layout_create(F4.fp4, k, n, k)
+        self.lt_b = lt.matrix_layout_create(F4.fp4, k, m, k)
+        self.lt_d = lt.matrix_layout_create(L.bf16, n, m, n)
+        weakref.finalize(self, _destroy, self.desc, (self.lt_a, self.lt_b, self.lt_d))
+
+    def set_scales(self, weight_scales: int, activation_scales: int) -> None:
+        """The block-scale pointers of the next matmul (desc attributes, so every call sets them):
+        Lt A's are the weight's, Lt B's the activation's."""
+        lt = lib().lt
+        A = lt.MatmulDescAttribute
+        dtype = lt.get_matmul_desc_attribute_dtype
+        _set(lt.matmul_desc_set_attribute, self.desc, A.A_SCALE_POINTER, dtype(A.A_SCALE_POINTER), weight_scales)
+        _set(lt.matmul_desc_set_attribute, self.desc, A.B_SCALE_POINTER, dtype(A.B_SCALE_POINTER), activation_scales)
+
+    def heuristics(self, workspace_bytes: int, limit: int = HEURISTIC_LIMIT) -> list[Found]:
+        """cublasLtMatmulAlgoGetHeuristic as comfy asks it (MAX_WORKSPACE_BYTES; a reduction mask only
+        when this problem was given one), in the library's order."""
+        lt = lib().lt
+        pref = lt.matmul_preference_create()
+        try:
+            P = lt.MatmulPreferenceAttribute
+            _set(
+                lt.matmul_preference_set_attribute,
+                pref,
+                P.MAX_WORKSPACE_BYTES,
+                lt.get_matmul_preference_attribute_dtype(P.MAX_WORKSPACE_BYTES),
+                workspace_bytes,
+            )
+            if self.reduction_mask is not None:
+                _set(
+                    lt.matmul_preference_set_attribute,
+                    pref,
+                    P.REDUCTION_SCHEME_MASK,
+                    lt.get_matmul_preference_attribute_dtype(P.REDUCTION_SCHEME_MASK),
+                    self.reduction_mask,
+                )
+            res = np.zeros(limit, dtype=lt.matmul_heuristic_result_dtype)
+            count = np.zeros(1, dtype=np.int32)
+            lt.matmul_algo_get_heuristic(
+                handle(), self.desc, *self.layouts, pref, limit, res.ctypes.data, count.ctypes.data
+            )
+        finally:
+            lt.matmul_preference_destroy(pref)
+        return [
+            Found(
+                index=i,
+                algo=np.ascontiguousarray(res["algo"][i : i + 1]),
+                workspace_bytes=int(res["workspace_size"][i]),
+                waves_count=_finite(res["waves_count"][i]),
+                state=int(res["state"][i]),
+            )
+            for i in range(int(count[0]))
+        ]
+
+    def algo_init(self, algo_id: int) -> np.ndarray:
+        """AlgoInit for FP4 A and B, bf16 C and D (GetIds does not see the scale modes: an id must also
+        pass AlgoCheck against this descriptor, as `plan` does)."""
+        L, F4 = lib(), fp4_lib()
+        algo = np.zeros(1, dtype=L.lt.matmul_algo_dtype)
+        L.lt.matmul_algo_init(handle(), L.compute, L.scale, F4.fp4, F4.fp4, L.bf16, L.bf16, algo_id, algo.ctypes.data)
+        return algo
+
+
+def fp4_algo_ids(limit: int = 512) -> list[int]:
+    """cublasLtMatmulAlgoGetIds for FP4 x FP4 -> bf16, FP32 compute (candidates only: each must pass
+    AlgoCheck against an Fp4Problem, which sees the scale modes)."""
+    L, F4 = lib(), fp4_lib()
+    return [
+        int(i) for i in L.lt.matmul_algo_get_ids(handle(), L.compute, L.scale, F4.fp4, F4.fp4, L.bf16, L.bf16, limit)
+    ]
+
+
+def enumerate_fp4(m: int, n: int, k: int, workspace_mib: int = FP4_WORKSPACE_MIB, limit: int = HEURISTIC_LIMIT) -> list:
+    """The block-scaled FP4 algorithms cuBLASLt offers for comfy's problem (padded m x n x k), in the
+    heuristic's order, each as a report entry (spec read back, capabilities, AlgoCheck, raw struct);
+    entry 0 is comfy's own choice (it requests one result: that #0 of a longer list is the same
+    algorithm is likely but undocumented, to be checked on hardware)."""
+    problem = Fp4Problem(m, n, k)
+    budget = workspace_mib * MIB
+    return [
+        record(problem, f.algo, budget, spec_of(f.algo, workspace_mib, f"enumerate:{workspace_mib}:{f.index}", f.index))
+        for f in problem.heuristics(budget, limit)
+    ]
+
+
+class Fp4AlgoGemm:
+    """comfy's scaled_mm_nvfp4 cuBLASLt call with one named algorithm: (Packed, Weight) -> bf16 [rows, N].
+    The algorithm is resolved and AlgoCheck'ed once per padded (m, n, k); the workspace is owned or given."""
+
+    def __init__(self, algorithm, *, device="cuda", workspace: torch.Tensor | None = None):
+        self.spec = algorithm if isinstance(algorithm, dict) else S.parse(algorithm)
+        if self.spec["source"] == "auto":
+            raise S.SpecError(
+                "`auto` reads the bf16 FC2 sweep (h3gates.fc2.study), which times no FP4 algorithm: on FP4 MMA "
+                "hardware name heuristic0, enumerate:<budget_mib>:<index> or a JSON spec of a block-scaled FP4 algorithm"
+            )
+        self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.workspace_bytes = self.spec["workspace_mib"] * MIB
+        if workspace is None:
+            workspace = (
+                torch.empty(self.workspace_bytes, dtype=torch.uint8, device=self.device)
+                if self.workspace_bytes
+                else None
+            )
+        elif (
+            workspace.dtype != torch.uint8
+            or workspace.numel() < self.workspace_bytes
+            or workspace.device != self.device
+        ):
+            raise ValueError(f"workspace must be a uint8 tensor of >= {self.workspace_bytes} bytes on {self.device}")
+        self.workspace = workspace
+        self._plans: dict[tuple[int, int, int], tuple[Fp4Problem, np.ndarray, dict]] = {}
+
+    def plan(self, m: int, n: int, k: int) -> tuple[Fp4Problem, np.ndarray, dict]:
+        key = (m, n, k)
+        if key not in self._plans:
+            problem = Fp4Problem(m, n, k)
+            algo, spec, _ = resolve(problem, self.spec)
+            check = problem.check(algo, self.workspace_bytes)
+            if check["status"] != "ok":
+                raise AlgoError(
+                    f"AlgoCheck refuses {S.describe(spec)} for FP4 {m}x{n}x{k}: {check['status']}"
+                    + (f" ({check['error']})" if check["error"] else f" (needs {check['workspace_bytes']} bytes)")
+                )
+            self._plans[key] = (problem, algo, spec)
+        return self._plans[key]
+
+    def describe(self, m: int, n: int, k: int) -> dict:
+        problem, algo, spec = self.plan(m, n, k)
+        return {**record(problem, algo, self.workspace_bytes, spec), "operands": "fp4", "layout": FP4_LAYOUT}
+
+    def __call__(self, p, w) -> torch.Tensor:
+        """Activation p (h3gates.nvfp4.layout.Packed) times weight w (h3gates.model.roles.Weight)."""
+        _check_fp4_operands(p.qdata, p.scales, w.qdata, w.scales, self.device)
+        m, n, k = p.qdata.shape[0], w.qdata.shape[0], p.qdata.shape[1] * 2
+        problem, algo, _ = self.plan(m, n, k)
+        # comfy's CUDA backend: alpha = tensor_scale_a * tensor_scale_b, an fp32 multiply on the device, as [1]
+        al = (
+            (torch.as_tensor(p.global_scale, dtype=torch.float32, device=self.device).reshape(()))
+            * torch.as_tensor(w.global_scale, dtype=torch.float32, device=self.device).reshape(())
+        ).reshape(1)
+        beta = torch.zeros(1, dtype=torch.float32, device=self.device)
+        out = torch.empty(m, n, dtype=torch.bfloat16, device=self.device)
+        problem.set_scales(w.scales.data_ptr(), p.scales.data_ptr())
+        ws = self.workspace.data_ptr() if self.workspace is not None else 0
+        lib().lt.matmul(
+            handle(),
+            problem.desc,
+            al.data_ptr(),
+            w.qdata.data_ptr(),
+            problem.lt_a,
+            p.qdata.data_ptr(),
+            problem.lt_b,
+            beta.data_ptr(),
+            out.data_ptr(),
+            problem.lt_d,
+            out.data_ptr(),
+            problem.lt_d,
+            algo.ctypes.data,
+            ws,
+            self.workspace_bytes,
+            torch.cuda.current_stream(self.device).cuda_stream if self.device.type == "cuda" else 0,
+        )
+        return out[: p.rows, : w.n].contiguous()
+
+
+def fp4_heuristic0(device="cuda", workspace_mib: int = FP4_WORKSPACE_MIB) -> Fp4AlgoGemm:
+    """Heuristic result #0 of the block-scaled FP4 problem within comfy's 32 MiB: comfy's own algorithm."""
+    return Fp4AlgoGemm(S.parse(f"enumerate:{workspace_mib}:0"), device=device)
+
+
+def _check_fp4_operands(aq, as_, bq, bs, device: torch.device) -> None:
+    """comfy's CUDA constraints (uint8 2-D QDATA, K % 32 == 0, N % 8 == 0, swizzled scales of
+    (roundup(rows, 128), roundup(K/16, 4)) bytes) plus the alignment cuBLASLt's heuristics assume."""
+    for name, q, s in (("activation", aq, as_), ("weight", bq, bs)):
+        if q.dtype != torch.uint8 or q.dim() != 2 or not q.is_contiguous() or q.device != device:
+            raise ValueError(
+                f"{name} QDATA must be contiguous 2-D uint8 on {device}, got {q.dtype} {tuple(q.shape)} on {q.device}"
+            )
+        k = q.shape[1] * 2
+        want = (-(-q.shape[0] // 128) * 128, -(-(k // 16) // 4) * 4)
+        if tuple(s.shape) != want or s.element_size() != 1 or not s.is_contiguous() or s.device != device:
+            raise ValueError(
+                f"{name} scales must be contiguous bytes {want} on {device}, got {s.dtype} {tuple(s.shape)}"
+            )
+        if q.data_ptr() % 256:
+            raise ValueError(f"{name} QDATA is not 256-byte aligned (data_ptr % 256 = {q.data_ptr() % 256})")
+        if s.data_ptr() % 16:
+            raise ValueError(f"{name} scales are not 16-byte aligned (data_ptr % 16 = {s.data_ptr() % 16})")
+    if aq.shape[1] != bq.shape[1]:
+        raise ValueError(f"K differs: activation {aq.shape[1] * 2}, weight {bq.shape[1] * 2}")
+    if (aq.shape[1] * 2) % 32 or bq.shape[0] % 8:
+        raise ValueError(
+            f"K {aq.shape[1] * 2} must be a multiple of 32 and N_pad {bq.shape[0]} of 8 (comfy's CUDA path)"
+        )

@@ -23,6 +23,8 @@ import torch
 
 from h3gates import nvfp4
 from h3gates.model.reference import Reference
+from h3gates.nvfp4 import fp4mma
+from h3gates.nvfp4.fp4mma import Fp4MmaReference
 from h3gates.nvfp4.gemm import alpha, mm_alpha
 from h3gates.nvfp4.layout import Packed
 
@@ -36,12 +38,14 @@ __all__ = [
     "Producer",
     "ReferenceProducer",
     "ReferenceGemm",
+    "Fp4MmaReference",
     "RowProducer",
     "device_of",
     "materialize",
     "materialize_rows",
     "modulate",
     "swiglu",
+    "reference_gemm",
     "reference_roles",
 ]
 
@@ -231,5 +235,20 @@ class Role:
         return out
 
 
+def gemm_of(choice: fp4mma.GemmChoice):
+    """The GEMM reference a choice names: comfy's FP4 MMA GEMM, or the emulated one."""
+    return Fp4MmaReference() if choice.fp4_mma else ReferenceGemm()
+
+
+def reference_gemm(device, capability=None):
+    """The GEMM reference of a machine (h3gates.nvfp4.fp4mma.choose): on a GPU with FP4 MMA (capability 10.x,
+    12.x) comfy-kitchen's scaled_mm_nvfp4 as deployment calls it, elsewhere (the H200, a CPU) the emulated
+    GEMM. `capability` (major, minor) overrides the device's own (tests fake one)."""
+    return gemm_of(fp4mma.choose(device, capability))
+
+
 def reference_roles(ref: Reference) -> dict[str, Role]:
-    return {role: Role(ReferenceProducer(ref), ReferenceGemm()) for role in ("qkv", "out", "fc1", "fc2")}
+    """Every role's library path: the reference quantizer, then the machine's GEMM reference (the one
+    `ref.describe()["gemm"]` records)."""
+    choice = ref.gemm_choice
+    return {role: Role(ReferenceProducer(ref), gemm_of(choice)) for role in ("qkv", "out", "fc1", "fc2")}

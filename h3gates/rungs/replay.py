@@ -5,6 +5,7 @@ first mismatch decoded (codes, scales, values). Exit 0 when the case now agrees,
 from __future__ import annotations
 
 import json
+import struct
 from pathlib import Path
 
 import torch
@@ -25,6 +26,39 @@ def _to(v, device):
     if isinstance(v, (list, tuple)):
         return type(v)(_to(x, device) for x in v)
     return v
+
+
+def scale_value(bits: str) -> float:
+    """The float32 a global scale's bits ('0x3c23d70a') hold."""
+    return struct.unpack("<f", int(bits, 16).to_bytes(4, "little"))[0]
+
+
+def producer_shown(cmp: dict) -> dict:
+    """What replay prints of a producer comparison: the counts, both global scales (bits and values), and
+    the first mismatch of each part; where only the global scale differs (QDATA and SFA equal byte for
+    byte), that is the first mismatch, said so."""
+    shown = {k: cmp.get(k) for k in ("equal", "bytes_compared", "bytes_differing", "refused")}
+    gs = cmp.get("global_scale")
+    if isinstance(gs, dict):
+        c, r = gs["candidate_bits"], gs["reference_bits"]
+        shown["global_scale"] = {
+            "equal": gs["equal"],
+            "candidate_bits": c,
+            "reference_bits": r,
+            "candidate_value": repr(scale_value(c)),
+            "reference_value": repr(scale_value(r)),
+        }
+    parts = [p for p in ("qdata", "scales") if isinstance(cmp.get(p), dict) and cmp[p].get("first_mismatch")]
+    for part in parts:
+        shown[f"first {part} mismatch"] = cmp[part]["first_mismatch"]
+    if isinstance(gs, dict) and not gs["equal"] and not parts and not cmp.get("refused"):
+        ulps = abs(int(gs["candidate_bits"], 16) - int(gs["reference_bits"], 16))
+        shown["first mismatch"] = (
+            f"the global scale only: candidate {gs['candidate_bits']} ({scale_value(gs['candidate_bits'])!r}) vs "
+            f"reference {gs['reference_bits']} ({scale_value(gs['reference_bits'])!r}), {ulps} ulp apart; "
+            "QDATA and SFA are equal byte for byte"
+        )
+    return shown
 
 
 def replay(path) -> int:
@@ -56,10 +90,7 @@ def replay(path) -> int:
             inp = role_input(role, x, d["variant"], seed=d["seed"], static=static)
             x_shape = tuple(x.shape)
         cmp, _, _ = compare_producers(cand[role].producer, reference[role].producer, inp, *x_shape)
-        shown = {k: cmp.get(k) for k in ("equal", "bytes_compared", "bytes_differing", "refused")}
-        for part in ("global_scale", "qdata", "scales"):
-            if isinstance(cmp.get(part), dict) and cmp[part].get("first_mismatch"):
-                shown[f"first {part} mismatch"] = cmp[part]["first_mismatch"]
+        shown = producer_shown(cmp)
     else:
         x = d["input"].to(device)
         static = d["static_scale"].to(device) if d.get("static_scale") is not None else None
