@@ -468,6 +468,14 @@ def status(config: dict) -> list[dict]:
             worst = next(s for s in ("fail", "invalid", "stale", "missing", "pass") if any(x[0] == s for x in states))
             reason = next((r[0] for s, r in states if s == worst and r), "")
             row["rungs"][rung] = {"state": worst, "reason": reason}
+        row["attempts"] = {
+            str(d["block"]): {k: g.get(k) for k in ("attempt", "max_attempts", "decision", "mode", "enforced")}
+            for d in (
+                results.get(p, (None, None, None))[2]
+                for p in report_paths(config["profile"], cand, config["blocks"])[4]
+            )
+            if d and (g := (d.get("timing") or {}).get("performance_gate"))
+        }
         rows.append(row)
     return rows
 
@@ -481,6 +489,16 @@ def format_status(rows) -> str:
     for row in rows:
         lines.append(f"{row['candidate']:18s} " + " ".join(f"{row['rungs'][r]['state']:{width}s}" for r in RUNG_NAMES))
         # a reason that already names its state ("<report>: missing", "<report>: stale: ...") is not prefixed with it again
+        if row.get("attempts"):
+            reasons.append(
+                f"  {row['candidate']} rung 4: "
+                + ", ".join(
+                    f"block {b} attempt {a['attempt']}/{a['max_attempts']} {a['decision']} ({a['mode'] or '-'}"
+                    + ("" if a["enforced"] else ", not enforced")
+                    + ")"
+                    for b, a in row["attempts"].items()
+                )
+            )
         reasons += [
             f"  {row['candidate']} r{r}: "
             + (v["reason"] if f": {v['state']}" in v["reason"] else f"{v['state']}: {v['reason']}")

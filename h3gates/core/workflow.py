@@ -82,8 +82,11 @@ def gate_labels(path, state: tuple[str, str] | None = None) -> dict:
     verdict, reason = str(d.get("verdict", "?")), gate_reason(d)
     gate = (d.get("timing") or {}).get("performance_gate") or {}
     if rung == 4 and gate.get("attempt"):
-        reason += f" [attempt {gate['attempt']}/{gate.get('max_attempts')}, {gate.get('mode') or '-'} mode" + (
-            "" if gate.get("enforced") else ", not enforced") + "]"
+        reason += (
+            f" [attempt {gate['attempt']}/{gate.get('max_attempts')}, {gate.get('mode') or '-'} mode"
+            + ("" if gate.get("enforced") else ", not enforced")
+            + "]"
+        )
     if state is not None and state[0] != verdict:
         verdict, reason = state[0], state[1] or reason
     return {
