@@ -10,6 +10,14 @@ given. The model's FC2 shape then runs that one struct (AlgoInit + the config at
 what the promotion record pins with the cuBLASLt version, GPU name and SM count; any other shape
 runs the base GEMM.
 Constraints: CUDA only; nvmath-python; operands 256-byte aligned (torch's allocator gives 512).
+
+Where the GPU has FP4 MMA (capability 10.x, 12.x; h3gates.nvfp4.fp4mma) the FC2 reference is Comfy
+Kitchen's scaled_mm_nvfp4, a block-scaled FP4 cuBLASLt GEMM, so the candidate pins one of cuBLASLt's
+block-scaled FP4 algorithms instead (h3gates.fc2.cublaslt.Fp4Problem / Fp4AlgoGemm: comfy's exact
+descriptor, FP4 operands, VEC16_UE4M3 scales, device alpha) at the padded FC2 shape, and `auto` is
+refused (the sweep times bf16 algorithms only). Written against nvmath-python 1.0's interfaces and
+tested with a fake binding; never run on Blackwell hardware here (docs/hardware.md). Elsewhere
+(the H200) nothing changes.
 """
 
 import json
@@ -21,13 +29,30 @@ from h3gates.fc2 import spec as S
 from h3gates.fc2.study import select_auto
 from h3gates.model import kernel_paths as V
 from h3gates.model.roles import Role, check_k
+from h3gates.nvfp4 import formats as F
 from h3gates.nvfp4.gemm import alpha
 
 
-def concrete(algorithm, profile, artifacts: dict) -> dict:
+def fp4_shape(rows: int, n: int, k: int) -> tuple[int, int, int]:
+    """The FP4 problem comfy's call poses for a rows x N x K projection: the padded QDATA rows and K."""
+    return F.roundup(rows, 16), F.roundup(n, 16), F.roundup(k, 16)
+
+
+def concrete(algorithm, profile, artifacts: dict, fp4: bool = False) -> dict:
     """The fully specified algorithm the candidate runs, every config attribute read back from the
-    struct (see the module docstring)."""
+    struct (see the module docstring). `fp4`: one of the block-scaled FP4 algorithms (FP4 MMA hardware)."""
     spec = S.parse(algorithm)
+    if fp4:
+        if spec["source"] == "auto":
+            raise S.SpecError(
+                "algorithm auto reads the bf16 FC2 sweep, which times no block-scaled FP4 algorithm: on FP4 MMA "
+                "hardware give heuristic0, enumerate:<budget_mib>:<index> or a JSON spec"
+            )
+        n, k = profile.gemm_shapes()["fc2"]
+        algo, resolved, _ = C.resolve(C.Fp4Problem(*fp4_shape(profile.rows, n, k)), spec)
+        if not S.is_concrete(spec):
+            return resolved
+        return C.spec_of(algo, spec["workspace_mib"], spec["source"], spec["heuristic_index"])
     if spec["source"] == "auto":
         if "sweep" not in artifacts:
             raise S.SpecError("algorithm auto needs the workflow's sweep artifact (rule fc2_sweep)")
@@ -46,10 +71,12 @@ class AlgoFC2:
     is a different reduction than the library's for them, measured not byte-exact on the H200
     (studies/fc2/evidence/fc2_algo_ci/), and the model runs FC2 at one shape only."""
 
-    def __init__(self, spec: dict, shape: tuple[int, int, int], base):
-        self.spec, self.shape, self.base = spec, shape, base
-        self.gemm = C.AlgoGemm(spec)
-        self.name = f"cuBLASLt {S.describe(spec)} at {shape[0]}x{shape[1]}x{shape[2]}, else {getattr(base, 'name', type(base).__name__)}"
+    def __init__(self, spec: dict, shape: tuple[int, int, int], base, fp4: bool = False):
+        self.spec, self.shape, self.base, self.fp4 = spec, shape, base, fp4
+        self.gemm = C.Fp4AlgoGemm(spec) if fp4 else C.AlgoGemm(spec)
+        kind = "block-scaled FP4 " if fp4 else ""
+        base_name = getattr(base, "name", type(base).__name__)
+        self.name = f"cuBLASLt {kind}{S.describe(spec)} at {shape[0]}x{shape[1]}x{shape[2]}, else {base_name}"
         m, n, k = shape
         self.paths = (
             V.KernelPath(
@@ -68,15 +95,20 @@ class AlgoFC2:
         check_k(p, w)
         if (p.rows, w.n, w.k) != self.shape:
             return self.base(p, w)
+        if self.fp4:  # comfy's FP4 call with the pinned algorithm (the reference here is that call with #0)
+            return self.gemm(p, w)
         a = nvfp4.block_values(p.qdata, p.scales, p.rows)
         return self.gemm(a, w.block_values(), alpha(p.global_scale, w.global_scale))
 
     def pin(self) -> dict:
         """The algorithm that runs at the pinned shape, with the cuBLASLt version, GPU name and SM count."""
+        # an FP4 pin has the same fields (the schema's pin allows no others): its GPU name and SM count are a
+        # Blackwell's, so it never verifies on a machine that would run the bf16 path
         return {"kind": "cublaslt", **S.pin(self.spec, C.environment(self.gemm.device)), "shape": list(self.shape)}
 
 
 def build(params, reference, base, workflow=None):
-    spec = concrete(params["algorithm"], workflow.profile, workflow.artifacts)
+    fp4 = reference.gemm_choice.fp4_mma  # the machine's GEMM reference is FP4 MMA: pin an FP4 algorithm
+    spec = concrete(params["algorithm"], workflow.profile, workflow.artifacts, fp4=fp4)
     n, k = workflow.profile.gemm_shapes()["fc2"]
-    return {"fc2": Role(base["fc2"].producer, AlgoFC2(spec, (workflow.profile.rows, n, k), base["fc2"].gemm))}
+    return {"fc2": Role(base["fc2"].producer, AlgoFC2(spec, (workflow.profile.rows, n, k), base["fc2"].gemm, fp4=fp4))}
