@@ -62,7 +62,7 @@ def touched_promotions(argv):
         for t in targets
         if t in ("all", "ran", "promotion_record")
         or t.startswith("promote_")
-        or "/promotion/" in f"/{Path(t).as_posix()}"
+        or Path(t).parent.name == "promotion"
     ]
 
 
