@@ -28,3 +28,20 @@ rule all:
 # A plain `snakemake --report report.html` reports what has been run (rule `ran`, rules/report.smk).
 if REPORT_ONLY:
     workflow.default_target = "ran"
+
+
+# The verdicts at the end of a run (Snakemake calls neither hook for a dry run, a --report or a cluster
+# job): each candidate with results, its rungs as `status` sees them now and whether its promotion
+# verifies now (`python -m h3gates status --verdicts` prints the same).
+onsuccess:
+    if workflow.is_main_process and not REPORT_ONLY:
+        from h3gates.cli import print_verdicts
+
+        print_verdicts(config)
+
+
+onerror:
+    if workflow.is_main_process and not REPORT_ONLY:
+        from h3gates.cli import print_verdicts
+
+        print_verdicts(config)

@@ -218,7 +218,12 @@ def verdicts(config: dict, candidates=None) -> list[str]:
         if not Path(record).exists() and not Path(flag).exists() and all(s == "missing" for s in states):
             continue  # never climbed here: no line
         problem = next(
-            (f"r{r} {v['state']}: {v['reason']}" for r, v in row["rungs"].items() if v["state"] != "pass"), None
+            (
+                f"r{r}: " + (v["reason"] if f": {v['state']}" in v["reason"] else f"{v['state']}: {v['reason']}")
+                for r, v in row["rungs"].items()
+                if v["state"] != "pass"
+            ),
+            None,
         )
         if not Path(record).exists():
             promo = "no record" + (f" (a flag {flag} without its record)" if Path(flag).exists() else "")
