@@ -140,7 +140,7 @@ def test_killed_run_recovers_with_unlock_and_the_same_command(tmp_path):
     profile's rerun-incomplete lets rerun what the killed run left; the run ends with the verdicts, and
     `verify`/`status` with the same overlay accept what it promoted."""
     ws = _bare_workspace(tmp_path / "ws")
-    cmd = ["--configfile", "config/ci.yaml", "promote_modulate_fusion"]
+    cmd = ["promote_modulate_fusion", "--configfile", "config/ci.yaml"]  # (--configfile takes every word after it)
     run = subprocess.Popen(
         [sys.executable, "-m", "snakemake", "--cores", "2", *cmd],
         cwd=ws,
@@ -163,7 +163,7 @@ def test_killed_run_recovers_with_unlock_and_the_same_command(tmp_path):
     assert (ws / ".snakemake/locks").is_dir() and list((ws / ".snakemake/locks").glob("*.lock"))
     assert list((ws / ".snakemake/incomplete").iterdir()), "no job was left incomplete"
 
-    p = snakemake(ws, "--configfile", "config/ci.yaml", "promote_modulate_fusion")
+    p = snakemake(ws, *cmd)
     assert p.returncode != 0 and "snakemake --unlock" in p.stderr  # the lock hint
     snakemake(ws, "--unlock", "--configfile", "config/ci.yaml", check=True)
     p = snakemake(ws, *cmd)
