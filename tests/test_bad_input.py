@@ -82,12 +82,9 @@ def test_a_dotted_key_in_a_config_file_is_refused_with_its_nested_form(tmp_path)
 
 # ---------------------------------------------------------------- item 3: --configfile merges over config.yaml
 def test_cli_overlays_merge_over_the_workflow_config_as_snakemake_does():
-    from h3gates.cli import configfiles
+    """`status --configfile config/ci.yaml` printed an empty table (ci.yaml names no candidate) and exited 0."""
     from h3gates.core.config import load_config
 
-    assert configfiles(["config/ci.yaml"]) == ["config/config.yaml", "config/ci.yaml"]
-    assert configfiles(["config/config.yaml", "config/ci.yaml"]) == ["config/config.yaml", "config/ci.yaml"]
-    assert configfiles([]) == ["config/config.yaml"]
     p = _cli("status", "--configfile", "config/ci.yaml", "--json")
     assert p.returncode == 0, p.stderr
     rows = json.loads(p.stdout)
@@ -97,6 +94,11 @@ def test_cli_overlays_merge_over_the_workflow_config_as_snakemake_does():
     ]
     p = _cli("check-config", "config/ci.yaml")
     assert p.returncode == 0 and p.stdout.startswith("config OK: config/config.yaml + config/ci.yaml: profile ci,")
+    from h3gates.cli import configfiles
+
+    assert configfiles(["config/ci.yaml"]) == ["config/config.yaml", "config/ci.yaml"]
+    assert configfiles(["config/config.yaml", "config/ci.yaml"]) == ["config/config.yaml", "config/ci.yaml"]
+    assert configfiles([]) == ["config/config.yaml"]
 
 
 def test_status_of_a_configuration_that_climbs_nothing_says_so(tmp_path):
