@@ -131,7 +131,8 @@ def test_touch_of_a_promotion_is_refused_before_any_job(tmp_path, targets):
 def test_touch_of_a_gate_report_alone_is_not_refused(tmp_path):
     ws = make_workspace(tmp_path / "ws")
     p = snakemake(ws, "-n", "--touch", "results/ci/modulate_fusion/r1_adversarial.json")
-    assert p.returncode == 0 and "verified, not touched" not in p.stderr, p.stderr
+    out = p.stdout + p.stderr  # (a dry run logs to stdout)
+    assert p.returncode == 0 and "verified, not touched" not in out and "r1_adversarial" in p.stdout, out
 
 
 # ---------------------------------------------------------------- items 4, 6, 3: a killed run, the verdicts
@@ -190,7 +191,7 @@ def test_killed_run_recovers_with_unlock_and_the_same_command(tmp_path):
 
 
 # ---------------------------------------------------------------- item 8: replay, the global scale only
-GLOBAL_SCALE_ONLY = '''
+GLOBAL_SCALE_ONLY = """
 
 _Fused = ModulateFusedProducer
 
@@ -201,7 +202,7 @@ class ModulateFusedProducer(_Fused):  # the global scale one ulp high; every blo
 
     def quantize_rows(self, inp, g, r0, r1, q, s):
         _Fused.quantize_rows(self, inp, torch.nextafter(g, torch.tensor(0.0)), r0, r1, q, s)
-'''
+"""
 
 
 def test_replay_shows_the_global_scales_when_only_they_differ(tmp_path):
