@@ -164,23 +164,30 @@ def test_attempts_count_including_killed_ones(tmp_path):
 
 # ------------------------------------------------------------------ the sampling engine (CPU)
 class _Clock:
-    """A fake side: each call sleeps `base` seconds (a sleep, unlike a busy-wait, keeps its length on a
-    loaded CPU)."""
+    """A fake side on a fake clock: each call advances `now` by `base` seconds (plus a little noise), so the
+    gate's CPU path measures exactly that, whatever else the machine is doing."""
+
+    now = [0.0]
 
     def __init__(self, base, rng):
         self.base, self.rng, self.calls = base, rng, 0
 
     def __call__(self):
-        import time as _t
-
         import torch
 
         self.calls += 1
-        _t.sleep(self.base * (1 + abs(self.rng.gauss(0, 0.01))))
+        _Clock.now[0] += self.base * (1 + abs(self.rng.gauss(0, 0.01)))
         return torch.zeros(2)
 
 
-def test_run_pairs_discards_the_switch_call_and_times_calls_per_side():
+@pytest.fixture
+def fake_clock(monkeypatch):
+    from h3gates.rungs import timing as T
+
+    monkeypatch.setattr(T.time, "perf_counter", lambda: _Clock.now[0])
+
+
+def test_run_pairs_discards_the_switch_call_and_times_calls_per_side(fake_clock):
     from h3gates.rungs import timing as T
 
     rng = random.Random(0)
@@ -193,13 +200,13 @@ def test_run_pairs_discards_the_switch_call_and_times_calls_per_side():
     assert a.calls == 1 + 1 + 2 * 4  # prepare's eager run, one warm-up, then 4 calls per pair (one switch + 3)
 
 
-def test_the_gate_decides_a_planted_cpu_gain_over_two_local_processes():
+def test_the_gate_decides_a_planted_cpu_gain_over_two_local_processes(fake_clock):
     from h3gates.rungs import timing as T
 
     rng = random.Random(1)
     procs = []
     for first in ("baseline", "candidate"):
-        sides = T.prepare(_Clock(0.004, rng), _Clock(0.002, rng), "cpu", "eager", 1, first)
+        sides = T.prepare(_Clock(0.004, rng), _Clock(0.0036, rng), "cpu", "eager", 1, first)
         procs.append(T.Local(sides, "cpu", T.Monitor("cpu"), first))
     t = T.gate(
         procs,

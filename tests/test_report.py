@@ -62,8 +62,12 @@ def test_report_of_one_candidate(climbed):
     assert record["verdict"] in entry["caption"]
     assert not any("qkv_ring" in k or "swiglu_fusion" in k for k in entries)
     # status shows rung 4's attempts as the report does
-    st = subprocess.run([sys.executable, "-m", "h3gates", "status"], cwd=ws, env=env(), capture_output=True, text=True, timeout=300)
-    assert re.search(r"modulate_fusion rung 4: block 0 attempt 1/2 \w+ \((graph|eager), not enforced\)", st.stdout), st.stdout
+    st = subprocess.run(
+        [sys.executable, "-m", "h3gates", "status"], cwd=ws, env=env(), capture_output=True, text=True, timeout=300
+    )
+    assert re.search(r"modulate_fusion rung 4: block 0 attempt 1/2 \w+ \((graph|eager), not enforced\)", st.stdout), (
+        st.stdout
+    )
     # the front page tabulates every entry's verdict
     assert html.count("promoted (rehearsal, not deployable)") >= 2
 

@@ -21,15 +21,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import jsonschema
 import torch
 
+from h3gates.core.fsutil import atomic_write
 from h3gates.fc2 import cublaslt as C
 from h3gates.fc2 import spec as S
 from h3gates.model.reference import Reference
@@ -552,10 +551,4 @@ def write(path, doc: dict) -> None:
     """Stamp, validate and write atomically."""
     doc = {**doc, "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     validate(doc)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix="." + path.name, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(doc, f, indent=1, sort_keys=True, allow_nan=False)
-        f.write("\n")
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n")

@@ -195,9 +195,11 @@ def _to_cpu(v):
 
 def dump_replay(path: Path, **tensors) -> str:
     """Save failing inputs so a mismatch can be replayed; returns the file name."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    torch.save(_to_cpu(tensors), tmp)
-    tmp.replace(path)
-    return path.name
+    import io
+
+    from h3gates.core.fsutil import atomic_write
+
+    buf = io.BytesIO()
+    torch.save(_to_cpu(tensors), buf)
+    atomic_write(path, buf.getbuffer())
+    return Path(path).name

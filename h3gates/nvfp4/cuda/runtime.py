@@ -16,13 +16,13 @@ import functools
 import hashlib
 import json
 import os
-import socket
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from h3gates.core.errors import NVFP4InputError
+from h3gates.core.fsutil import atomic_write
 
 COMMON = Path(__file__).resolve().parents[3] / "kernels" / "common"
 THREADS = 256
@@ -162,14 +162,11 @@ def _store(key: str, mod, names) -> None:
     if d is None or sym is None or not isinstance(code, (bytes, bytearray)) or not all(n in sym for n in names):
         return
     try:
-        d.mkdir(parents=True, exist_ok=True)
         for name, data in (
             (f"{key}.cubin", bytes(code)),
             (f"{key}.json", json.dumps({"symbols": sym, "cubin_sha256": hashlib.sha256(code).hexdigest()}).encode()),
         ):
-            tmp = d / f".{name}.{socket.gethostname()}.{os.getpid()}.tmp"  # a cache shared by several hosts
-            tmp.write_bytes(data)
-            tmp.replace(d / name)  # the index last: a reader that finds it finds the whole cubin
+            atomic_write(d / name, data)  # the index last: a reader that finds it finds the whole cubin
     except OSError:
         pass  # a read-only or full cache: compile next time
 
