@@ -18,6 +18,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from securesystemslib.dsse import Envelope
+from workflow_util import import_blocked
 
 from h3gates.core import attest as A
 from h3gates.core.errors import AttestationError
@@ -455,16 +456,6 @@ def test_statement_refuses_no_subject_and_bad_digests(home):
 
 def test_the_module_imports_without_torch_or_numpy():
     """Verify imports attest: it must not need the numerics (the same blocking as tests/test_layers.py)."""
-    code = (
-        "import sys, importlib.abc\n"
-        "class Block(importlib.abc.MetaPathFinder):\n"
-        "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name.split('.')[0] in ('torch', 'numpy', 'comfy_kitchen'):\n"
-        "            raise ImportError(f'{name} is blocked in this test')\n"
-        "sys.meta_path.insert(0, Block())\n"
-        "import h3gates.core.attest\n"
-        "print('ok', sorted(m for m in sys.modules if m.split('.')[0] == 'h3gates'))\n"
-    )
-    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    p = import_blocked("h3gates.core.attest")
     assert p.returncode == 0 and p.stdout.startswith("ok"), p.stderr[-3000:]
     assert "h3gates.core.fingerprints" not in p.stdout  # a leaf of the core: errors and fsutil only

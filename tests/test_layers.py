@@ -13,9 +13,10 @@ fingerprints a rung by its import closure, so an upward import or a cycle reruns
 from __future__ import annotations
 
 import ast
-import subprocess
 import sys
 from pathlib import Path
+
+from workflow_util import import_blocked
 
 ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "h3gates"
@@ -112,18 +113,7 @@ def test_the_core_imports_without_torch():
     """Every core module imports with torch made unimportable (what the Snakefile, tokens, promotion
     and verify need); the numerics, the model and the rungs are the ones allowed to need it."""
     core = sorted(_module(f) for f in (PKG / "core").glob("*.py"))
-    code = (
-        "import sys, importlib.abc\n"
-        "class Block(importlib.abc.MetaPathFinder):\n"
-        "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name.split('.')[0] in ('torch', 'numpy', 'comfy_kitchen'):\n"
-        "            raise ImportError(f'{name} is blocked in this test')\n"
-        "sys.meta_path.insert(0, Block())\n"
-        f"for m in {core!r}:\n"
-        "    __import__(m)\n"
-        "print('ok', len(sys.modules))\n"
-    )
-    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    p = import_blocked(*core)
     assert p.returncode == 0 and p.stdout.startswith("ok"), p.stderr[-3000:]
 
 

@@ -88,3 +88,23 @@ def pending(ws: Path, *targets) -> set[str]:
 def copy_workspace(src: Path, dest: Path) -> Path:
     shutil.copytree(src, dest, symlinks=True)  # copy2 keeps mtimes, so nothing looks newer
     return dest
+
+
+BLOCKED = ("torch", "numpy", "comfy_kitchen")
+
+
+def import_blocked(*modules: str, blocked=BLOCKED) -> subprocess.CompletedProcess:
+    """Import `modules` in a fresh Python where `blocked` packages cannot be imported; stdout lists the
+    h3gates modules it loaded (the core must not need the numerics)."""
+    code = (
+        "import sys, importlib.abc\n"
+        "class Block(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        f"        if name.split('.')[0] in {tuple(blocked)!r}:\n"
+        "            raise ImportError(f'{name} is blocked in this test')\n"
+        "sys.meta_path.insert(0, Block())\n"
+        f"for m in {list(modules)!r}:\n"
+        "    __import__(m)\n"
+        "print('ok', sorted(m for m in sys.modules if m.split('.')[0] == 'h3gates'))\n"
+    )
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)

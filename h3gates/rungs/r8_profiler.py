@@ -118,6 +118,19 @@ def run(ctx, out, block=None, upstream=()):
             f"block {block} peak memory {cand[key]} B exceeds baseline {base[key]} B by more than {tol * 100:.0f}%"
         )
     ns = None
+
+    def measured(ns) -> dict:
+        return {
+            "block": block,
+            "baseline": base,
+            "candidate": cand,
+            "peak_memory_key": key,
+            "memory_tolerance": tol,
+            "gpu_counters": _counters(gate, ns),
+            "bytes_compared": 0,
+            "bytes_differing": 0,
+        }
+
     if gate.device == "cuda":
         gate.drop_model()  # free the model before the profiled children build theirs
         torch.cuda.empty_cache()
@@ -130,33 +143,14 @@ def run(ctx, out, block=None, upstream=()):
                 shared = capture_of(gate)
             except ArtifactError as e:  # the shared capture cannot be trusted here: a failing report, not a crash
                 gate.fail(str(e))
-                meas = {
-                    "block": block,
-                    "baseline": base,
-                    "candidate": cand,
-                    "peak_memory_key": key,
-                    "memory_tolerance": tol,
-                    "gpu_counters": _counters(gate, None),
-                    "bytes_compared": 0,
-                    "bytes_differing": 0,
-                }
-                return gate.write(out, meas)
+                return gate.write(out, measured(None))
         ns = _nsight(ctx, Path(out), shared)
         if shared is not None:
             ns["baseline_from"] = ctx.baseline_artifact
         for side in ("baseline", "candidate"):
             if not ns[side]["available"]:
                 gate.note(f"Nsight Compute unavailable for the {side}: {ns[side]['reason']}")
-    meas = {
-        "block": block,
-        "baseline": base,
-        "candidate": cand,
-        "peak_memory_key": key,
-        "memory_tolerance": tol,
-        "gpu_counters": _counters(gate, ns),
-        "bytes_compared": 0,
-        "bytes_differing": 0,
-    }
+    meas = measured(ns)
     timing = {} if ns is None else {"nsight": ns}
     timing["gain_explained"] = explain_gain(gate, block, ns)
     if timing["gain_explained"].get("note"):
