@@ -130,6 +130,21 @@ def _fail_unreached(gate, kind: str, role: str, unreached: list[str], cells: int
         )
 
 
+def _declared(role: str, paths, hits: dict) -> list[dict]:
+    """Each declared path of a role with how many units and cases hit it."""
+    return [
+        {
+            "role": role,
+            "path": p.name,
+            "when": p.when,
+            "reachable": p.reachable,
+            "hits": hits[p.name][0],
+            "cases": hits[p.name][1],
+        }
+        for p in paths
+    ]
+
+
 def path_cases(gate, out) -> tuple[list[dict], dict, dict]:
     """The path cases and the value cases of each role through the scheduled candidate -> (case
     entries, coverage: hits of every declared path and the declared paths no case hit, values: the
@@ -173,17 +188,7 @@ def path_cases(gate, out) -> tuple[list[dict], dict, dict]:
                     role=role,
                     level="schedule",
                 )
-        declared += [
-            {
-                "role": role,
-                "path": p.name,
-                "when": p.when,
-                "reachable": p.reachable,
-                "hits": hits[p.name][0],
-                "cases": hits[p.name][1],
-            }
-            for p in paths
-        ]
+        declared += _declared(role, paths, hits)
         if not paths:
             gate.note(
                 f"{type(prod).__name__} ({role}) declares no kernel paths: rung 1 cannot show its branches are exercised"
@@ -366,17 +371,7 @@ def gemm_cases(gate, out, inputs) -> tuple[list[dict], dict]:
             "unreached": unreached,
         }
         _fail_unreached(gate, "GEMM", role, unreached, values[role]["cells"])
-        declared += [
-            {
-                "role": role,
-                "path": path.name,
-                "when": path.when,
-                "reachable": path.reachable,
-                "hits": hits[path.name][0],
-                "cases": hits[path.name][1],
-            }
-            for path in paths
-        ]
+        declared += _declared(role, paths, hits)
     unhit = [d for d in declared if not d["cases"] and d["reachable"]]
     for d in unhit:
         gate.fail(f"declared GEMM path {d['role']}:{d['path']} ({d['when']}) was hit by none of rung 1's GEMM cases")
