@@ -540,3 +540,33 @@ def test_fc2_algo_keeps_the_bf16_path_without_fp4_mma(fake_nvmath, monkeypatch):
     heur = next(c for c in fake_nvmath.calls if c[0] == "heuristic")
     assert {fake_nvmath.layouts[h][0] for h in heur[2]} == {BF16}  # bf16 operands, as before
     assert heur[3] == {"MAX_WORKSPACE_BYTES": 32 << 20, "REDUCTION_SCHEME_MASK": 7 & ~4}  # FP32 reductions only
+
+
+# ------------------------------------------------------------------ the choice in the workflow's identity
+def test_the_gemm_reference_is_part_of_every_context_and_key(monkeypatch):
+    """The DAG chooses the GEMM reference from nvidia-smi's compute capabilities (no torch): it is in every
+    rung context (so every config digest), every baseline key and capture key; a capability neither side
+    of the rule knows, or two kinds on one host, is refused before any job."""
+    import pytest as _pytest
+    import yaml
+
+    from h3gates.core import config as C
+    from h3gates.core import context as X
+    from h3gates.core import jobs
+    from h3gates.core.errors import ConfigError
+    from workflow_util import ROOT
+
+    cfg = C.validate_config({**yaml.safe_load((ROOT / "config/config.yaml").read_text()), "device": "cuda"})
+    caps = {"now": ((9, 0),)}
+    monkeypatch.setattr(jobs, "gpu_answers", lambda: True)
+    monkeypatch.setattr(X, "gpu_capabilities", lambda: caps["now"])
+    h200 = X.RungContext.from_config(cfg, "qkv_ring", 5)
+    assert h200.gemm_reference == "emulated"
+    caps["now"] = ((12, 1),)  # GB10
+    gb10 = X.RungContext.from_config(cfg, "qkv_ring", 5)
+    assert gb10.gemm_reference == "fp4_mma" and gb10.config_digest() != h200.config_digest()
+    assert gb10.baseline_artifact != h200.baseline_artifact and gb10.capture_context() != h200.capture_context()
+    for bad in (((11, 0),), ((9, 0), (10, 0))):
+        caps["now"] = bad
+        with _pytest.raises(ConfigError):
+            X.shared_context(cfg)

@@ -207,3 +207,21 @@ def test_the_report_in_a_headless_browser(climbed, tmp_path):
         timeout=120,
     )
     assert p.returncode == 0 and Path(shot).stat().st_size > 10_000, p.stderr[-2000:]
+
+
+def test_a_record_made_under_another_gemm_reference_is_refused(climbed, tmp_path):
+    """A record whose reports were gated against another GEMM reference (e.g. made on a Blackwell machine,
+    checked on this one) is refused by verify, naming both references."""
+    from h3gates.core.report import content_sha256
+
+    ws = _copy(climbed, tmp_path)
+    rec_path = ws / "results/ci/promotion/modulate_fusion.json"
+    rec = json.loads(rec_path.read_text())
+    assert rec["reference"]["gemm"]["reference"] == "emulated"
+    rec["reference"]["gemm"]["reference"] = "fp4_mma"
+    rec["content_sha256"] = content_sha256(rec)
+    rec_path.write_text(json.dumps(rec, indent=1, sort_keys=True))
+    p = _h3gates(ws, "verify", "results/ci/promotion/modulate_fusion.json")
+    assert p.returncode == 1 and "made under the fp4_mma GEMM reference, this machine's is emulated" in p.stderr, (
+        p.stderr
+    )

@@ -21,19 +21,14 @@ from dataclasses import dataclass, field
 
 from h3gates.core import registry
 from h3gates.core.config import cand_config, enforce_perf
+from h3gates.core.errors import ConfigError
 from h3gates.core.fingerprints import ROOT, digest, files_digest, imported, with_loads
-from h3gates.core.jobs import configured_device
+from h3gates.core.jobs import FP4_MMA_MAJORS, configured_device, gpu_capabilities
 from h3gates.core.outputs import RESULTS
 
-SHARED_KEYS = ("profile", "user_profiles", "device", "semantics", "rcp_table", "seed", "baseline")
-CAPTURE_KEYS = (
-    "profile",
-    "user_profiles",
-    "device",
-    "semantics",
-    "rcp_table",
-    "seed",
-)  # the captures run the library path: no baseline
+SHARED_KEYS = ("profile", "user_profiles", "device", "semantics", "rcp_table", "seed", "gemm_reference", "baseline")
+# the captures run the library path (its GEMMs included): no baseline
+CAPTURE_KEYS = ("profile", "user_profiles", "device", "semantics", "rcp_table", "seed", "gemm_reference")
 CAPTURES = 0  # the "rung" of the captured block inputs (rungs 3, 4 and 8 read them)
 ARTIFACT_RUNGS = (5, 6, 7, 8)
 ENTRY = (
@@ -70,8 +65,35 @@ def shared_context(config: dict) -> dict:
         "semantics": config["semantics"],
         "rcp_table": config["rcp_table"],
         "seed": config["seed"],
+        "gemm_reference": gemm_reference(config),
         "baseline": {"accepted": acc, "candidates": {a: cand_config(config, a) for a in acc}},
     }
+
+
+def gemm_reference(config: dict) -> str:
+    """The GEMM reference this machine's rungs compare against (ladder.md, "Reference by hardware"): Comfy
+    Kitchen's scaled_mm_nvfp4 where the GPU has FP4 MMA (capability 10.x, 12.x), the exact emulation
+    elsewhere (the H200, CPUs). Part of every context, so of every report's config digest, every baseline
+    key and every record; a job on a machine that would choose otherwise is refused
+    (h3gates.model.reference)."""
+    if configured_device(config) != "cuda":
+        return "emulated"
+    kinds = set()
+    for cap in gpu_capabilities():
+        if cap[0] in FP4_MMA_MAJORS:
+            kinds.add("fp4_mma")
+        elif cap < (10, 0):
+            kinds.add("emulated")
+        else:
+            raise ConfigError(
+                f"a GPU of compute capability {cap[0]}.{cap[1]}: neither FP4 MMA (10.x, 12.x) nor without it (< 10.0), "
+                "so neither GEMM reference is known to hold there (docs/hardware.md)"
+            )
+    if len(kinds) > 1:
+        raise ConfigError(
+            f"GPUs of capabilities {list(gpu_capabilities())} on one host need different GEMM references: lease one kind"
+        )
+    return kinds.pop() if kinds else "emulated"
 
 
 def candidate_config(config: dict, candidate: str) -> dict:
@@ -169,6 +191,7 @@ class RungContext:
     semantics: str
     rcp_table: str
     seed: int
+    gemm_reference: str  # "emulated" or "fp4_mma" (gemm_reference)
     baseline: dict  # {"accepted": [...], "candidates": {name: config}}
     candidate: str
     candidate_config: dict

@@ -38,6 +38,31 @@ def gpu_answers() -> bool:
         return False
 
 
+FP4_MMA_MAJORS = (10, 12)  # the compute capability majors whose tensor cores run block-scaled FP4 (sm_100f, sm_120f)
+
+
+@functools.lru_cache(maxsize=1)
+def gpu_capabilities() -> tuple[tuple[int, int], ...]:
+    """The compute capabilities nvidia-smi reports for this host's GPUs (none without a GPU; no torch)."""
+    if not gpu_answers():
+        return ()
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    caps = set()
+    for line in out.stdout.splitlines() if out.returncode == 0 else []:
+        major, _, minor = line.strip().partition(".")
+        if major.isdigit():
+            caps.add((int(major), int(minor or 0)))
+    return tuple(sorted(caps))
+
+
 def configured_device(config: dict) -> str:
     """The config's `device`, with `auto` resolved at DAG time: cuda when a GPU answers nvidia-smi."""
     if config["device"] != "auto":

@@ -19,7 +19,7 @@ from pathlib import Path
 from h3gates.core import pins as P
 from h3gates.core import registry, report
 from h3gates.core.config import diff, enforce_perf, validate_config
-from h3gates.core.context import RungContext, candidate_config
+from h3gates.core.context import RungContext, candidate_config, gemm_reference
 from h3gates.core.errors import ConfigError, Refusal, RegistryError, ReportError
 from h3gates.core.fingerprints import ROOT, file_sha256, provenance
 from h3gates.core.jobs import configured_device
@@ -396,6 +396,12 @@ def verify(
         if revoke_flag:
             revoke(flag)
         raise Refusal(reasons + [line.strip() for line in str(e).splitlines()[1:]]) from None
+    made, here = ((rec.get("reference") or {}).get("gemm") or {}).get("reference"), gemm_reference(cfg)
+    if made != here:  # (its reports would also read as stale: the reference is part of every rung's context)
+        reasons.append(
+            f"the record was made under the {made or 'unnamed'} GEMM reference, this machine's is {here}: "
+            "its bytes were gated against another reference (docs/hardware.md); promote here"
+        )
     results, more = check_candidate(cfg, rec["candidate"])
     reasons += more
     for p, h in rec["reports"].items():

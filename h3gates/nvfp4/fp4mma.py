@@ -30,8 +30,8 @@ from dataclasses import dataclass
 import torch
 
 from h3gates.core.errors import NVFP4InputError
+from h3gates.core.jobs import FP4_MMA_MAJORS  # one rule: the DAG's choice and the job's
 
-FP4_MMA_MAJORS = (10, 12)  # the capability majors whose tensor cores run block-scaled FP4 (sm_100f, sm_120f)
 FIRST_FP4_CAPABILITY = (10, 0)  # comfy's own test: every predicate of comfy-kitchen 0.2.40 is cap >= (10, 0)
 COMFY_FUNCTION = "comfy_kitchen.scaled_mm_nvfp4"
 FP4_MMA = "fp4_mma"
