@@ -455,10 +455,13 @@ def test_edited_report_with_mtime_preserved_is_refused(ws):
 
 
 def test_kernel_edit_then_touch_is_refused_and_the_next_run_heals(ws):
-    """--touch makes stale reports look current to Snakemake; promotion refuses them, moves them aside
-    and prints the one command that fixes it; that command then recomputes exactly those rungs."""
+    """--touch over a promotion is refused with one line; touching the reports makes them look current to
+    Snakemake, and promotion refuses them, moves them aside and prints the one command that fixes it;
+    that command then recomputes exactly those rungs."""
     _edit(ws / "kernels/modulate_fusion/cpu.py")
-    snakemake(ws, "--touch", "promote_modulate_fusion", check=True)
+    p = snakemake(ws, "--touch", "promote_modulate_fusion")
+    assert p.returncode != 0 and "--touch marks files current without running them" in p.stdout + p.stderr
+    snakemake(ws, "--touch", f"{RES}/modulate_fusion/r8_profile.json", check=True)
     p = snakemake(ws, "promote_modulate_fusion")
     _refused(
         p,
