@@ -16,7 +16,7 @@ EXIT_CODES = """exit codes:
   2  usage or configuration error, or a command that needs a GPU run without one; nothing was checked
   other: h3gates itself failed (a traceback says where)"""
 
-USER = ("status", "verify", "replay", "check-config", "candidates", "doctor", "fc2")
+USER = ("status", "verify", "replay", "check-config", "candidates", "doctor", "keys", "fc2")
 # the Snakefile's own configfile: snakemake always loads it first and merges every --configfile over it
 WORKFLOW_CONFIG = "config/config.yaml"
 OVERLAYS = f"overlays merged in order over {WORKFLOW_CONFIG}, key by key, as snakemake --configfile merges them"
@@ -130,6 +130,10 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["keys"]:  # the signing key and the trusted keys (h3gates/keys.py)
+        from h3gates.keys import main as keys_main
+
+        return keys_main(argv[1:])
     if argv[:1] == ["doctor"]:  # what a user runs first on a new machine (h3gates/doctor.py)
         from h3gates.doctor import main as doctor_main
 

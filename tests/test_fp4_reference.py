@@ -549,12 +549,12 @@ def test_the_gemm_reference_is_part_of_every_context_and_key(monkeypatch):
     of the rule knows, or two kinds on one host, is refused before any job."""
     import pytest as _pytest
     import yaml
+    from workflow_util import ROOT
 
     from h3gates.core import config as C
     from h3gates.core import context as X
     from h3gates.core import jobs
     from h3gates.core.errors import ConfigError
-    from workflow_util import ROOT
 
     cfg = C.validate_config({**yaml.safe_load((ROOT / "config/config.yaml").read_text()), "device": "cuda"})
     caps = {"now": ((9, 0),)}

@@ -20,7 +20,18 @@ from workflow_util import import_blocked
 
 ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "h3gates"
-LAYERS = {"core": 0, "nvfp4": 1, "model": 2, "rungs": 3, "fc2": 3, "cli": 4, "doctor": 4, "__main__": 4, "__init__": 4}
+LAYERS = {
+    "core": 0,
+    "nvfp4": 1,
+    "model": 2,
+    "rungs": 3,
+    "fc2": 3,
+    "cli": 4,
+    "doctor": 4,
+    "keys": 4,
+    "__main__": 4,
+    "__init__": 4,
+}
 
 
 def _module(path: Path) -> str:
