@@ -1,0 +1,106 @@
+"""The README's stated times, measured: each of its timed commands from an empty results/ in a fresh
+clone, repeated in rounds (one run of every command per round, in a rotated order, so that a change in
+the machine's load falls on all of them alike), with the machine's load average and core count beside
+every run. Writes evidence/<run>/times.json and prints the median and the range of each command.
+
+    python studies/readme_times/time_readme.py --out studies/readme_times/evidence/cpu_<date> [--rounds 3] [--pytest-rounds 1]
+
+Run it with the venv the README installs active (its python and snakemake are the ones timed). The clone
+is made from this checkout's HEAD (`git clone`), so uncommitted changes are not timed. The signing key of
+the promotions is made under a temporary XDG_CONFIG_HOME, so your own key and trusted list are not
+touched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+COMMANDS = {  # name: (command, what the README says of it)
+    "quickstart_cores1": ("snakemake --cores 1 promote_modulate_fusion", "the quick start, --cores 1"),
+    "quickstart_cores2": ("snakemake --cores 2 promote_modulate_fusion", "the quick start, --cores 2"),
+    "ci_overlay": ("snakemake --cores 2 all --configfile config/ci.yaml", "the CI overlay, every enabled candidate"),
+}
+PYTEST = ("python -m pytest -q", "the README's test command (two xdist workers, pyproject's addopts)")
+
+
+def loadavg() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def run_once(clone: Path, cmd: str, env: dict, log: Path) -> dict:
+    for d in ("results", ".snakemake"):  # from an empty results/ and no Snakemake metadata, as a new user
+        shutil.rmtree(clone / d, ignore_errors=True)
+    before = loadavg()
+    t0 = time.monotonic()
+    with log.open("w") as fh:
+        rc = subprocess.run(cmd, shell=True, cwd=clone, env=env, stdout=fh, stderr=subprocess.STDOUT).returncode
+    wall = time.monotonic() - t0
+    return {"wall_s": round(wall, 2), "rc": rc, "loadavg_before": before, "loadavg_after": loadavg()}
+
+
+def summary(runs: list[dict]) -> dict:
+    w = [r["wall_s"] for r in runs if r["rc"] == 0]
+    if not w:
+        return {"n": 0}
+    return {"n": len(w), "median_s": round(statistics.median(w), 1), "min_s": min(w), "max_s": max(w)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--pytest-rounds", type=int, default=1)
+    a = ap.parse_args()
+    a.out.mkdir(parents=True, exist_ok=True)
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    work = Path(tempfile.mkdtemp(prefix="h3gates-times-"))
+    clone = work / "h3gates"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    env = {**os.environ, "XDG_CONFIG_HOME": str(work / "config")}
+    runs: dict[str, list[dict]] = {k: [] for k in COMMANDS}
+    runs["pytest"] = []
+    names = list(COMMANDS)
+    for r in range(max(a.rounds, a.pytest_rounds)):
+        order = names[r % len(names) :] + names[: r % len(names)]
+        if r < a.pytest_rounds:
+            order.append("pytest")
+        for name in order if r < a.rounds else ["pytest"]:
+            cmd = PYTEST[0] if name == "pytest" else COMMANDS[name][0]
+            res = run_once(clone, cmd, env, a.out / f"{name}.{r}.log")
+            res["round"] = r
+            runs[name].append(res)
+            print(f"round {r} {name}: {res['wall_s']} s rc={res['rc']} load {res['loadavg_before']}", flush=True)
+    doc = {
+        "commit": commit,
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": {
+            "cores": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+        },
+        "commands": {k: v[0] for k, v in {**COMMANDS, "pytest": PYTEST}.items()},
+        "what": {k: v[1] for k, v in {**COMMANDS, "pytest": PYTEST}.items()},
+        "runs": runs,
+        "summary": {k: summary(v) for k, v in runs.items()},
+    }
+    (a.out / "times.json").write_text(json.dumps(doc, indent=1) + "\n")
+    for k, s in doc["summary"].items():
+        print(f"{k}: {s}")
+    shutil.rmtree(work, ignore_errors=True)
+    return 0 if all(r["rc"] == 0 for v in runs.values() for r in v) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
