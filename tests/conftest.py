@@ -3,8 +3,16 @@ import os
 if os.environ.get("PYTEST_XDIST_WORKER"):  # two workers on two cores: more threads would only spin against each other
     os.environ["OMP_NUM_THREADS"] = "1"
 os.environ.setdefault("OMP_NUM_THREADS", "2")
-# promotion signs with a key created on first use under $XDG_CONFIG_HOME/h3gates: the tests' own, never the user's
-os.environ["XDG_CONFIG_HOME"] = __import__("tempfile").mkdtemp(prefix="h3gates-test-config.")
+# promotion signs with a key created on first use under $XDG_CONFIG_HOME/h3gates: the tests' own, never the
+# user's; one for the whole run, shared by the xdist workers (a workspace one worker built and signed is
+# verified by tests on the other), created safely by whichever process comes first
+_run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+if _run:
+    _cfg = os.path.join(__import__("tempfile").gettempdir(), f"h3gates-test-config.{_run}")
+    os.makedirs(_cfg, mode=0o700, exist_ok=True)
+    os.environ["XDG_CONFIG_HOME"] = _cfg
+else:
+    os.environ["XDG_CONFIG_HOME"] = __import__("tempfile").mkdtemp(prefix="h3gates-test-config.")
 os.environ.pop("H3GATES_KEY", None)
 os.environ.pop("H3GATES_TRUSTED_KEYS", None)
 

@@ -18,18 +18,23 @@ import time
 from pathlib import Path
 
 import pytest
-from workflow_util import env, make_workspace, snakemake
+from workflow_util import copy_workspace, env, shared_workspace, snakemake
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("report")]
 
 HINT = "h3gates: .snakemake/locks holds a lock"
 
 
-@pytest.fixture(scope="module")
-def climbed(tmp_path_factory) -> Path:
-    ws = make_workspace(tmp_path_factory.mktemp("report") / "ws")
-    snakemake(ws, "promote_modulate_fusion", check=True)
-    return ws
+@pytest.fixture(scope="session")
+def shared_climb(tmp_path_factory, worker_id) -> Path:
+    """modulate_fusion promoted alone, built once per test run and shared by the workers: never changed."""
+    return shared_workspace(tmp_path_factory, worker_id, "report", "promote_modulate_fusion")
+
+
+@pytest.fixture
+def climbed(shared_climb, tmp_path) -> Path:
+    """A copy of it, for a test to change (writing report.html is a change)."""
+    return copy_workspace(shared_climb, tmp_path / "climbed")
 
 
 def report_entries(html: str) -> dict:

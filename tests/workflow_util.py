@@ -85,6 +85,30 @@ def pending(ws: Path, *targets) -> set[str]:
     return out
 
 
+def shared_workspace(tmp_path_factory, worker_id: str, name: str, *targets) -> Path:
+    """A workspace where `snakemake <targets>` has run, built once per test run: pytest-xdist workers
+    share it (the first builds it under a lock, the others wait and read it). Tests that change anything
+    work on a copy (copy_workspace)."""
+    if worker_id == "master":
+        ws = make_workspace(tmp_path_factory.mktemp(name) / "ws")
+        snakemake(ws, *targets, check=True)
+        return ws
+    import fcntl
+
+    shared = tmp_path_factory.getbasetemp().parent / f"{name}_shared"
+    shared.mkdir(exist_ok=True)
+    with open(shared / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        ws = shared / "ws"
+        if not (shared / "built").exists():
+            if ws.exists():
+                shutil.rmtree(ws)  # a build that failed in another worker
+            make_workspace(ws)
+            snakemake(ws, *targets, check=True)
+            (shared / "built").touch()
+    return ws
+
+
 def copy_workspace(src: Path, dest: Path) -> Path:
     shutil.copytree(src, dest, symlinks=True)  # copy2 keeps mtimes, so nothing looks newer
     return dest
