@@ -10,6 +10,8 @@ import json
 import os
 import sys
 
+from h3gates.core.config import WORKFLOW_CONFIG, configfiles  # noqa: F401 (configfiles: also the CLI's API)
+
 EXIT_CODES = """exit codes:
   0  done: the check passed, the record verified, the report was written (a failing gate still writes its report and exits 0)
   1  refused: a gate, a pass token, a promotion or a verification said no; the reasons and the fix are printed
@@ -18,7 +20,6 @@ EXIT_CODES = """exit codes:
 
 USER = ("status", "verify", "replay", "check-config", "candidates", "doctor", "keys", "fc2")
 # the Snakefile's own configfile: snakemake always loads it first and merges every --configfile over it
-WORKFLOW_CONFIG = "config/config.yaml"
 OVERLAYS = f"overlays merged in order over {WORKFLOW_CONFIG}, key by key, as snakemake --configfile merges them"
 
 
@@ -181,15 +182,6 @@ def format_verified(rec: dict) -> str:
     if not v["deployable"]:
         lines.append("  NOT deployable: " + "; ".join(v["why_not"]))
     return "\n".join(lines)
-
-
-def configfiles(overlays) -> list[str]:
-    """The files a snakemake run with `--configfile <overlays>` merges: the Snakefile's own config/config.yaml
-    first, then the overlays in order (a leading config/config.yaml is not repeated)."""
-    overlays = [str(f) for f in overlays or []]
-    if overlays and os.path.abspath(overlays[0]) == os.path.abspath(WORKFLOW_CONFIG):
-        return overlays
-    return [WORKFLOW_CONFIG, *overlays]
 
 
 def files_text(files) -> str:

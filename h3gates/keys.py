@@ -4,6 +4,11 @@ trusts (h3gates.core.attest).
     python -m h3gates keys show                 # this machine's signing key (created on first use) and the trusted list
     python -m h3gates keys export [--out FILE]  # its public entry, to trust it where records are verified
     python -m h3gates keys trust FILE [--name N]   # trust another machine's key (its exported entry or a PEM public key)
+
+The paths are the ones promotion and verify use: --key / --trusted-keys, else the workflow's
+`attestation.key` / `attestation.trusted_keys` (config/config.yaml in the current folder, with the
+--configfile overlays merged over it as Snakemake does), else $H3GATES_KEY / $H3GATES_TRUSTED_KEYS, else
+~/.config/h3gates/.
 """
 
 from __future__ import annotations
@@ -22,18 +27,29 @@ def main(argv=None) -> int:
         "--trusted-keys",
         help="the trusted list's path (default: $H3GATES_TRUSTED_KEYS, else ~/.config/h3gates/trusted_keys.json)",
     )
+    cfg = argparse.ArgumentParser(add_help=False)
+    cfg.add_argument(
+        "--configfile",
+        nargs="+",
+        default=[],
+        help="config overlays merged over config/config.yaml, as snakemake's --configfile (their attestation keys)",
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("show", help="the signing key and the trusted keys")
-    e = sub.add_parser("export", help="the signing key's public entry (JSON)")
+    sub.add_parser("show", help="the signing key and the trusted keys", parents=[cfg])
+    e = sub.add_parser("export", help="the signing key's public entry (JSON)", parents=[cfg])
     e.add_argument("--out", help="write it to this file (default: stdout)")
-    t = sub.add_parser("trust", help="add a public key (an exported entry or a PEM file) to the trusted list")
+    t = sub.add_parser(
+        "trust", help="add a public key (an exported entry or a PEM file) to the trusted list", parents=[cfg]
+    )
     t.add_argument("file")
     t.add_argument("--name", help="the name verify prints for it (default: the entry's, or the file's stem)")
     a = ap.parse_args(argv)
     from h3gates.core import attest
-    from h3gates.core.errors import AttestationError
+    from h3gates.core.errors import AttestationError, ConfigError
 
     try:
+        key, trusted_keys = _paths(a)
+        a.key, a.trusted_keys = key, trusted_keys
         if a.cmd == "show":
             signer = attest.signing_key(a.key, trusted_keys=a.trusted_keys)
             entry = attest.public_key_entry(signer)
@@ -51,4 +67,24 @@ def main(argv=None) -> int:
     except AttestationError as e:
         print(f"h3gates keys: {e}", file=sys.stderr)
         return 1
+    except ConfigError as e:
+        print(f"h3gates keys: {e}", file=sys.stderr)
+        return 2
     return 0
+
+
+def _paths(a) -> tuple[str | None, str | None]:
+    """The signing key's and the trusted list's paths as promotion finds them: the arguments, else the
+    workflow config's `attestation` (its raw keys: the rest of the config is not validated here), else
+    None (attest then reads the environment, then the default)."""
+    from pathlib import Path
+
+    from h3gates.core.config import WORKFLOW_CONFIG, configfiles, merge, read_config_file
+
+    att: dict = {}
+    if a.configfile or Path(WORKFLOW_CONFIG).is_file():
+        merged: dict = {}
+        for f in configfiles(a.configfile):
+            merged = merge(merged, read_config_file(f))
+        att = merged.get("attestation") or {}
+    return a.key or att.get("key"), a.trusted_keys or att.get("trusted_keys")

@@ -135,6 +135,12 @@ def test_a_key_or_trusted_list_under_results_is_refused(home):
     signer = A.signing_key(home / "k" / "me.key", trusted_keys=home / "t.json")
     with pytest.raises(AttestationError, match="trusted key list .*is under results/"):
         A.trust(A.public_key_entry(signer), path=Path("results").resolve() / "trusted.json")
+    # reading one there is refused too: verify must not trust a list that whoever writes results can edit
+    planted = Path("results") / "trusted.json"
+    planted.parent.mkdir()
+    planted.write_text(json.dumps({"keys": {}}))
+    with pytest.raises(AttestationError, match="trusted key list results/trusted.json is under results/"):
+        A.trusted(planted)
 
 
 def test_a_foreign_pem_key_signs_and_is_trusted_by_its_public_pem(home):

@@ -35,3 +35,38 @@ def test_show_export_trust(tmp_path):
     bad.write_text("{}")
     p = _keys(tmp_path, "laptop", "trust", str(bad))
     assert p.returncode == 1 and p.stderr.startswith("h3gates keys:")
+
+
+def test_the_paths_come_from_the_workflow_config_as_promotion_reads_them(tmp_path):
+    """`keys` finds the key promotion signs with: attestation.key / trusted_keys of config/config.yaml in
+    the current folder, with --configfile overlays merged over it; an argument wins over both."""
+    ws = tmp_path / "ws"
+    (ws / "config").mkdir(parents=True)
+    ci_key, ci_trusted = tmp_path / "secrets" / "ci.key", tmp_path / "secrets" / "trusted.json"
+    (ws / "config" / "config.yaml").write_text(
+        f"profile: tiny\nattestation:\n  key: {ci_key}\n  trusted_keys: {ci_trusted}\n"
+    )
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "home")}
+    env.pop("H3GATES_KEY", None)
+    env.pop("H3GATES_TRUSTED_KEYS", None)
+
+    def keys(*args):
+        return subprocess.run(
+            [sys.executable, "-m", "h3gates", "keys", *args], cwd=ws, env=env, capture_output=True, text=True
+        )
+
+    p = keys("show")
+    assert p.returncode == 0 and f"signing key: {ci_key} (ci," in p.stdout and f"trusted keys: {ci_trusted}" in p.stdout
+    assert ci_key.exists() and not (tmp_path / "home" / "h3gates").exists()  # nothing made in the user's config
+    other = tmp_path / "other.key"
+    (ws / "config" / "other.yaml").write_text(f"attestation:\n  key: {other}\n")
+    p = keys("show", "--configfile", "config/other.yaml")
+    assert (
+        p.returncode == 0 and f"signing key: {other} (other," in p.stdout and f"trusted keys: {ci_trusted}" in p.stdout
+    )
+    arg = tmp_path / "arg.key"
+    p = keys("--key", str(arg), "show")
+    assert p.returncode == 0 and f"signing key: {arg} (arg," in p.stdout
+    (ws / "config" / "bad.yaml").write_text("attestation: [\n")
+    p = keys("show", "--configfile", "config/bad.yaml")
+    assert p.returncode == 2 and "config file config/bad.yaml, line" in p.stderr, p.stderr

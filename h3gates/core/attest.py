@@ -177,8 +177,9 @@ def _sslib_key(entry: dict) -> SSlibKey:
 # ------------------------------------------------------------------ the trusted list
 def trusted(path=None) -> dict[str, dict]:
     """{keyid: public entry} of the trusted list (empty when it does not exist). Raises AttestationError
-    for a list that is not one or that others may write (they could add their own key)."""
-    p = trusted_path(path)
+    for a list that is not one, that others may write or that lies under results/ (whoever can write
+    there could add their own key)."""
+    p = _outside_results(trusted_path(path), "trusted key list")
     if not p.exists():
         return {}
     mode = p.stat().st_mode & 0o777

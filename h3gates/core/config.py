@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from pathlib import Path
 
 import jsonschema
@@ -182,6 +183,18 @@ def climbable(config: dict, device: str | None = None, root=None) -> tuple[list[
         else:
             climb.append(cand)
     return climb, left
+
+
+WORKFLOW_CONFIG = "config/config.yaml"  # the Snakefile's own config, which snakemake always loads first
+
+
+def configfiles(overlays) -> list[str]:
+    """The files a snakemake run with `--configfile <overlays>` merges: the Snakefile's own config/config.yaml
+    first, then the overlays in order (a leading config/config.yaml is not repeated)."""
+    overlays = [str(f) for f in overlays or []]
+    if overlays and os.path.abspath(overlays[0]) == os.path.abspath(WORKFLOW_CONFIG):
+        return overlays
+    return [WORKFLOW_CONFIG, *overlays]
 
 
 def load_config(files, root=None) -> dict:
