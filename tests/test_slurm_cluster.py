@@ -212,7 +212,7 @@ def test_a_cancelled_rung_is_recovered_by_the_same_command(climbed, tmp_path):
     promotion."""
     ws = copy_workspace(climbed[0], tmp_path / "ws")
     cfg = yaml.safe_load((ws / "config/config.yaml").read_text())
-    cfg["timing"].update(min_rounds=24, max_rounds=24)  # twice the rounds: a wider window to cancel in
+    cfg["timing"].update(min_pairs=12, max_pairs=12)  # four times the pairs: a wider window to cancel in
     (ws / "config/config.yaml").write_text(yaml.safe_dump(cfg))
     report, rung_log = ws / RES / CAND / "r4_block/block0.json", ws / "logs/ci" / CAND / "r4_block_block0.log"
     rung_log.unlink()  # it reappears when the rung's command starts inside the job
