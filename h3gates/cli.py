@@ -41,7 +41,9 @@ def parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ap.add_argument("--version", action="version", version=f"h3gates {_version()}")
-    sub = ap.add_subparsers(dest="cmd", required=True, metavar="{status,verify,replay,check-config,candidates,fc2}")
+    sub = ap.add_subparsers(
+        dest="cmd", required=True, metavar="{status,verify,replay,check-config,candidates,doctor,keys,fc2}"
+    )
     s = sub.add_parser("status", help="candidate x rung table: pass / fail / stale / missing / invalid, with reasons")
     s.add_argument("--configfile", nargs="+", default=[], help=f"{OVERLAYS} (default: none)")
     s.add_argument("--json", action="store_true")
@@ -80,6 +82,11 @@ def parser() -> argparse.ArgumentParser:
     k.add_argument("configfile", nargs="*", help=OVERLAYS)
     c = sub.add_parser("candidates", help="the registered candidates (kernels/<name>/candidate.py)")
     c.add_argument("--markdown", action="store_true", help="the README's table")
+    for name, what in (
+        ("doctor", "what a user runs first on a new machine: GPU, libraries, references, a self-check (--json)"),
+        ("keys", "the key that signs promotion records and the keys verify trusts: show, export, trust"),
+    ):  # (main() hands both to their own modules before this parser runs; listed for --help)
+        sub.add_parser(name, help=what, add_help=False).add_argument("args", nargs=argparse.REMAINDER)
     f = sub.add_parser(
         "fc2",
         help="the FC2 cuBLASLt scheduling study (seed 003): characterize, sweep, selected, profile (needs a GPU)",

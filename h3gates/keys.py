@@ -19,13 +19,19 @@ import sys
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="h3gates keys", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        prog="h3gates keys",
+        description="The key that signs this machine's promotion records, and the keys verify trusts.",
+    )
     ap.add_argument(
-        "--key", help="the signing key's path (default: $H3GATES_KEY, else ~/.config/h3gates/keys/<user>@<host>.key)"
+        "--key",
+        help="the signing key's path (default: the config's attestation.key, else $H3GATES_KEY, else "
+        "$XDG_CONFIG_HOME/h3gates/keys/<user>@<host>.key, ~/.config/h3gates/... without XDG_CONFIG_HOME)",
     )
     ap.add_argument(
         "--trusted-keys",
-        help="the trusted list's path (default: $H3GATES_TRUSTED_KEYS, else ~/.config/h3gates/trusted_keys.json)",
+        help="the trusted list's path (default: the config's attestation.trusted_keys, else $H3GATES_TRUSTED_KEYS, "
+        "else $XDG_CONFIG_HOME/h3gates/trusted_keys.json)",
     )
     cfg = argparse.ArgumentParser(add_help=False)
     cfg.add_argument(
@@ -50,12 +56,16 @@ def main(argv=None) -> int:
     try:
         key, trusted_keys = _paths(a)
         a.key, a.trusted_keys = key, trusted_keys
-        if a.cmd == "show":
-            signer = attest.signing_key(a.key, trusted_keys=a.trusted_keys)
-            entry = attest.public_key_entry(signer)
-            print(f"signing key: {signer.path} ({entry['name']}, {entry['scheme']}, keyid {entry['keyid'][:16]})")
-            print(f"trusted keys: {attest.trusted_path(a.trusted_keys)}")
-            for keyid, k in sorted(attest.trusted(a.trusted_keys).items(), key=lambda kv: kv[1]["name"]):
+        if a.cmd == "show":  # (shows only: the first promotion, or keys export, creates a missing key)
+            path = attest.key_path(a.key)
+            if path.exists():
+                entry = attest.public_key_entry(attest.signing_key(a.key, trusted_keys=a.trusted_keys))
+                print(f"signing key: {path} ({entry['name']}, {entry['scheme']}, keyid {entry['keyid'][:16]})")
+            else:
+                print(f"signing key: {path} (none yet: the first promotion, or keys export, creates it)")
+            keys = attest.trusted(a.trusted_keys)
+            print(f"trusted keys: {attest.trusted_path(a.trusted_keys)}" + ("" if keys else " (none)"))
+            for keyid, k in sorted(keys.items(), key=lambda kv: kv[1]["name"]):
                 print(f"  {k['name']:30s} {k['scheme']:16s} {keyid[:16]}")
         elif a.cmd == "export":
             entry = attest.export_public(a.out, a.key, trusted_keys=a.trusted_keys)

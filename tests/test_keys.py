@@ -55,6 +55,10 @@ def test_the_paths_come_from_the_workflow_config_as_promotion_reads_them(tmp_pat
             [sys.executable, "-m", "h3gates", "keys", *args], cwd=ws, env=env, capture_output=True, text=True
         )
 
+    p = keys("show")  # shows, creates nothing
+    assert p.returncode == 0 and f"signing key: {ci_key} (none yet" in p.stdout and f"{ci_trusted} (none)" in p.stdout
+    assert not ci_key.exists()
+    assert keys("export", "--out", str(tmp_path / "ci.pub.json")).returncode == 0  # export creates it
     p = keys("show")
     assert p.returncode == 0 and f"signing key: {ci_key} (ci," in p.stdout and f"trusted keys: {ci_trusted}" in p.stdout
     assert ci_key.exists() and not (tmp_path / "home" / "h3gates").exists()  # nothing made in the user's config
@@ -62,11 +66,13 @@ def test_the_paths_come_from_the_workflow_config_as_promotion_reads_them(tmp_pat
     (ws / "config" / "other.yaml").write_text(f"attestation:\n  key: {other}\n")
     p = keys("show", "--configfile", "config/other.yaml")
     assert (
-        p.returncode == 0 and f"signing key: {other} (other," in p.stdout and f"trusted keys: {ci_trusted}" in p.stdout
+        p.returncode == 0
+        and f"signing key: {other} (none yet" in p.stdout
+        and f"trusted keys: {ci_trusted}" in p.stdout
     )
     arg = tmp_path / "arg.key"
     p = keys("--key", str(arg), "show")
-    assert p.returncode == 0 and f"signing key: {arg} (arg," in p.stdout
+    assert p.returncode == 0 and f"signing key: {arg} (none yet" in p.stdout
     (ws / "config" / "bad.yaml").write_text("attestation: [\n")
     p = keys("show", "--configfile", "config/bad.yaml")
     assert p.returncode == 2 and "config file config/bad.yaml, line" in p.stderr, p.stderr

@@ -230,3 +230,37 @@ def test_a_record_made_under_another_gemm_reference_is_refused(climbed, tmp_path
     assert p.returncode == 1 and "made under the fp4_mma GEMM reference, this machine's is emulated" in p.stderr, (
         p.stderr
     )
+
+
+def test_a_record_signed_by_a_colleagues_key_is_trusted_or_promoted_here_in_one_step(climbed, tmp_path):
+    """A record that stands in every other respect, signed by a key this machine does not trust (a
+    colleague's, a CI runner's): verify refuses, naming both ways out, and each works in one step:
+    trusting the key (keys trust), or the fix's command, which promotes it here with this machine's key."""
+    import base64
+
+    from h3gates.core import attest
+
+    ws = _copy(climbed, tmp_path)
+    env_path = ws / "results/ci/promotion/modulate_fusion.intoto.jsonl"
+    stmt = json.loads(base64.b64decode(json.loads(env_path.read_text())["payload"]))  # unchanged
+    colleague = attest.signing_key(tmp_path / "keys" / "colleague.key", trusted_keys=tmp_path / "keys" / "theirs.json")
+    attest.write_envelope(env_path, attest.sign(stmt, colleague))
+    p = _h3gates(ws, "verify", "results/ci/promotion/modulate_fusion.json")
+    assert p.returncode == 1 and "signed by a key not in the trusted list" in p.stderr, p.stderr
+    assert f"attestation {env_path.relative_to(ws)}: signed by" in p.stderr  # the path once
+    fix = next(line.strip() for line in p.stderr.splitlines() if line.strip().startswith("fix:"))
+    assert "python -m h3gates keys trust FILE" in fix and fix.endswith("--forcerun promotion_record"), fix
+
+    other = _copy(ws, tmp_path / "promote_here")  # the second way out, on a copy
+    pub = tmp_path / "colleague.pub.json"
+    attest.export_public(pub, tmp_path / "keys" / "colleague.key", trusted_keys=tmp_path / "keys" / "theirs.json")
+    assert _h3gates(ws, "keys", "trust", str(pub)).returncode == 0
+    p = _h3gates(ws, "verify", "results/ci/promotion/modulate_fusion.json")
+    assert p.returncode == 0 and "signed by colleague" in p.stdout, p.stdout + p.stderr
+
+    cmd = fix.split("promote it here, signed with this machine's key: ")[1].split()
+    assert cmd[:3] == ["snakemake", "--cores", "1"] or cmd[0] == "snakemake", cmd
+    p = snakemake(other, *[c for c in cmd[1:] if c not in ("--cores", "1")])
+    assert p.returncode == 0, p.stderr[-3000:]
+    p = _h3gates(other, "verify", "results/ci/promotion/modulate_fusion.json")
+    assert p.returncode == 0 and "signed by colleague" not in p.stdout, p.stdout + p.stderr

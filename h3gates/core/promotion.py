@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import re
 import shlex
+import sys
 import time
 from pathlib import Path
 
@@ -229,7 +230,15 @@ def _signer(config: dict):
     from h3gates.core import attest
 
     a = config.get("attestation") or {}
-    return attest.signing_key(a.get("key"), trusted_keys=a.get("trusted_keys"))
+    first = not attest.key_path(a.get("key")).exists()
+    signer = attest.signing_key(a.get("key"), trusted_keys=a.get("trusted_keys"))
+    if first:
+        print(
+            f"h3gates: created the signing key {signer.path} (first use; it signs this machine's promotion records "
+            f"and is trusted here; python -m h3gates keys show, docs/results.md)",
+            file=sys.stderr,
+        )
+    return signer
 
 
 def _subjects(flag: str, record: str, kernels: dict) -> dict:
@@ -334,8 +343,8 @@ def _check_attestation(rec: dict, record: str, flag: str, f: dict, config: dict)
     trusted = attest.trusted((config.get("attestation") or {}).get("trusted_keys"))
     try:
         stmt, who = attest.verify_envelope(path, trusted)
-    except AttestationError as e:
-        return [f"attestation {path}: {e}"], None
+    except AttestationError as e:  # (its message names the file already where it is about the file)
+        return [f"attestation {e}" if str(e).startswith(path) else f"attestation {path}: {e}"], None
     reasons = [
         f"attestation {path}: {r}"
         for r in attest.check_subjects(
@@ -439,12 +448,20 @@ def verify(
             f"{want_text.strip().splitlines()[-1]}): edited or forged"
         )
     more, who = _check_attestation(rec, record, flag, f, cfg)
+    untrusted_only = not reasons and more and all("not in the trusted list" in r for r in more)
     reasons += more
     if reasons:
         if revoke_flag:
             revoke(flag)
         moved = quarantine(results, rec["candidate"], rec["profile"]) if heal else []
-        raise Refusal(reasons, fix=_fix(rec["candidate"], rec["config"]["files"], moved))
+        fix = _fix(rec["candidate"], rec["config"]["files"], moved)
+        if untrusted_only:  # everything stands but whose key signed: trust that key, or sign it anew here
+            fix = (
+                "trust the key that signed it (where that key is: python -m h3gates keys export --out FILE; "
+                f"here: python -m h3gates keys trust FILE), or promote it here, signed with this machine's key: "
+                f"{fix} --forcerun promotion_record"
+            )
+        raise Refusal(reasons, fix=fix)
     return {**rec, "verified": {**f, "signed_by": who}}
 
 
