@@ -38,6 +38,14 @@ CANDS = tuple(
 )
 
 
+# The gate enforced on the CI profile, over 12 pairs per process rather than ci.yaml's 3. A loaded CPU
+# times one side up to 2x faster in one process than in the other; the lag-1 estimate, taken around the
+# overall mean, counts that process effect as serial correlation, and its small-sample correction
+# (r + (1 + 4r) / pairs per process) left n_eff below 1 at 3 pairs: a 70% gain and a 5x slowdown came
+# out undecided in CI. The gate is conservative there by design; the tests need a decision.
+ENFORCED_TIMING = {"enforce": {"ci": True}, "min_pairs": 12, "max_pairs": 12}
+
+
 @pytest.fixture(scope="session")
 def ladder(tmp_path_factory, worker_id):
     """The CI ladder of the three candidates, climbed once per test run and shared by the workers."""
@@ -413,7 +421,7 @@ def _slow(self, inp):
 
 ModulateFusedProducer.produce = _slow
 """
-    _plant(ws, "modulate_fusion", append=slow, config={"timing": {"enforce": {"ci": True}}})
+    _plant(ws, "modulate_fusion", append=slow, config={"timing": ENFORCED_TIMING})
     rung, err = _climb(ws, "modulate_fusion")
     assert rung == 4 and "performance gate" in err and "block" in err
     rep = json.loads((ws / RES / "modulate_fusion/r4_block/block0.json").read_text())
@@ -677,11 +685,7 @@ def test_overlay_promotion_is_verified_by_plain_verify(ws):
         shutil.copytree(FIXTURES / name, ws / "kernels" / name, dirs_exist_ok=True)
     overlay = {
         "deployable_profiles": ["ci"],
-        # 12 pairs per process, not ci.yaml's 3: a loaded CPU times the library path up to 2x faster in
-        # one process than in the other; the lag-1 estimate, taken around the overall mean, counts that
-        # process effect as serial correlation, and its small-sample correction (r + (1 + 4r) / pairs)
-        # then left n_eff near 1 and a 70% gain undecided at 3 and at 6 pairs per process (seen in CI)
-        "timing": {"enforce": {"ci": True}, "min_pairs": 12, "max_pairs": 12},
+        "timing": ENFORCED_TIMING,
         "baseline": {"accepted": ["aa_slow"]},
         "candidates": {"aa_slow": {"params": {"delay_ms": 40}}, "library_path": {}},
     }
