@@ -428,21 +428,21 @@ def resolve(problem: Problem, spec: dict) -> tuple[np.ndarray, dict, Found | Non
     return algo, spec, None
 
 
-class AlgoGemm:
-    """`mm_alpha` with one named cuBLASLt algorithm: (a bf16 [m,k], b bf16 [n,k], alpha fp32) -> bf16 [m,n].
+class _NamedAlgoGemm:
+    """What both named-algorithm GEMMs share: the parsed spec (`auto` refused with the subclass's reason),
+    the device, the workspace (spec's workspace_mib, owned by the object or passed in, reused by every
+    call) and the plan per (m, n, k): the algorithm resolved and AlgoCheck'ed once."""
 
-    The algorithm is resolved and AlgoCheck'ed once per (m, n, k); the workspace (spec's workspace_mib)
-    is owned by this object, or passed in, and reused by every call.
-    """
+    PROBLEM: type = Problem
+    KIND = ""  # in AlgoCheck refusals: "" (bf16) or "FP4 "
+    AUTO = "`auto` names no algorithm until a sweep picks one (h3gates.fc2.study.select_auto)"
 
     def __init__(self, algorithm, *, device="cuda", workspace: torch.Tensor | None = None):
         self.spec = algorithm if isinstance(algorithm, dict) else S.parse(algorithm)
         if self.spec["source"] == "auto":
-            raise S.SpecError("`auto` names no algorithm until a sweep picks one (h3gates.fc2.study.select_auto)")
+            raise S.SpecError(self.AUTO)
         self.device = torch.device(device)
-        if (
-            self.device.type == "cuda" and self.device.index is None
-        ):  # "cuda" means the current device, as tensors name it
+        if self.device.type == "cuda" and self.device.index is None:  # "cuda": the current device, as tensors name it
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.workspace_bytes = self.spec["workspace_mib"] * MIB
         if workspace is None:
@@ -463,16 +463,24 @@ class AlgoGemm:
     def plan(self, m: int, n: int, k: int) -> tuple[Problem, np.ndarray, dict]:
         key = (m, n, k)
         if key not in self._plans:
-            problem = Problem(m, n, k)
+            problem = self.PROBLEM(m, n, k)
             algo, spec, _ = resolve(problem, self.spec)
             check = problem.check(algo, self.workspace_bytes)
             if check["status"] != "ok":
                 raise AlgoError(
-                    f"AlgoCheck refuses {S.describe(spec)} for {m}x{n}x{k}: {check['status']}"
+                    f"AlgoCheck refuses {S.describe(spec)} for {self.KIND}{m}x{n}x{k}: {check['status']}"
                     + (f" ({check['error']})" if check["error"] else f" (needs {check['workspace_bytes']} bytes)")
                 )
             self._plans[key] = (problem, algo, spec)
         return self._plans[key]
+
+
+class AlgoGemm(_NamedAlgoGemm):
+    """`mm_alpha` with one named cuBLASLt algorithm: (a bf16 [m,k], b bf16 [n,k], alpha fp32) -> bf16 [m,n].
+
+    The algorithm is resolved and AlgoCheck'ed once per (m, n, k); the workspace (spec's workspace_mib)
+    is owned by this object, or passed in, and reused by every call.
+    """
 
     def describe(self, m: int, n: int, k: int) -> dict:
         problem, algo, spec = self.plan(m, n, k)
@@ -783,49 +791,16 @@ def enumerate_fp4(m: int, n: int, k: int, workspace_mib: int = FP4_WORKSPACE_MIB
     ]
 
 
-class Fp4AlgoGemm:
+class Fp4AlgoGemm(_NamedAlgoGemm):
     """comfy's scaled_mm_nvfp4 cuBLASLt call with one named algorithm: (Packed, Weight) -> bf16 [rows, N].
     The algorithm is resolved and AlgoCheck'ed once per padded (m, n, k); the workspace is owned or given."""
 
-    def __init__(self, algorithm, *, device="cuda", workspace: torch.Tensor | None = None):
-        self.spec = algorithm if isinstance(algorithm, dict) else S.parse(algorithm)
-        if self.spec["source"] == "auto":
-            raise S.SpecError(
-                "`auto` reads the bf16 FC2 sweep (h3gates.fc2.study), which times no FP4 algorithm: on FP4 MMA "
-                "hardware name heuristic0, enumerate:<budget_mib>:<index> or a JSON spec of a block-scaled FP4 algorithm"
-            )
-        self.device = torch.device(device)
-        if self.device.type == "cuda" and self.device.index is None:
-            self.device = torch.device("cuda", torch.cuda.current_device())
-        self.workspace_bytes = self.spec["workspace_mib"] * MIB
-        if workspace is None:
-            workspace = (
-                torch.empty(self.workspace_bytes, dtype=torch.uint8, device=self.device)
-                if self.workspace_bytes
-                else None
-            )
-        elif (
-            workspace.dtype != torch.uint8
-            or workspace.numel() < self.workspace_bytes
-            or workspace.device != self.device
-        ):
-            raise ValueError(f"workspace must be a uint8 tensor of >= {self.workspace_bytes} bytes on {self.device}")
-        self.workspace = workspace
-        self._plans: dict[tuple[int, int, int], tuple[Fp4Problem, np.ndarray, dict]] = {}
-
-    def plan(self, m: int, n: int, k: int) -> tuple[Fp4Problem, np.ndarray, dict]:
-        key = (m, n, k)
-        if key not in self._plans:
-            problem = Fp4Problem(m, n, k)
-            algo, spec, _ = resolve(problem, self.spec)
-            check = problem.check(algo, self.workspace_bytes)
-            if check["status"] != "ok":
-                raise AlgoError(
-                    f"AlgoCheck refuses {S.describe(spec)} for FP4 {m}x{n}x{k}: {check['status']}"
-                    + (f" ({check['error']})" if check["error"] else f" (needs {check['workspace_bytes']} bytes)")
-                )
-            self._plans[key] = (problem, algo, spec)
-        return self._plans[key]
+    PROBLEM = Fp4Problem
+    KIND = "FP4 "
+    AUTO = (
+        "`auto` reads the bf16 FC2 sweep (h3gates.fc2.study), which times no FP4 algorithm: on FP4 MMA "
+        "hardware name heuristic0, enumerate:<budget_mib>:<index> or a JSON spec of a block-scaled FP4 algorithm"
+    )
 
     def describe(self, m: int, n: int, k: int) -> dict:
         problem, algo, spec = self.plan(m, n, k)
