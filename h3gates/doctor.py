@@ -31,7 +31,6 @@ import argparse
 import json
 import os
 import platform
-import shutil
 import subprocess
 import sys
 import time
@@ -95,18 +94,10 @@ def _driver_version() -> str | None:
         return v.decode() if isinstance(v, bytes) else str(v)
     except Exception:  # noqa: BLE001 -- no nvidia-ml-py or no driver: try nvidia-smi, else None
         pass
-    if not shutil.which("nvidia-smi"):
-        return None
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
-    except (OSError, subprocess.SubprocessError):
-        return None
+    from h3gates.core.jobs import nvidia_smi_query
+
+    versions = nvidia_smi_query("driver_version", timeout=10)
+    return versions[0] if versions else None
 
 
 # --------------------------------------------------------------------------------------------- versions

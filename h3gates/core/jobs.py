@@ -41,23 +41,30 @@ def gpu_answers() -> bool:
 FP4_MMA_MAJORS = (10, 12)  # the compute capability majors whose tensor cores run block-scaled FP4 (sm_100f, sm_120f)
 
 
+def nvidia_smi_query(field: str, timeout: float = 20) -> list[str] | None:
+    """One `nvidia-smi --query-gpu=<field>` value per GPU, or None (no nvidia-smi, or it failed)."""
+    if not shutil.which("nvidia-smi"):
+        return None
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else None
+
+
 @functools.lru_cache(maxsize=1)
 def gpu_capabilities() -> tuple[tuple[int, int], ...]:
     """The compute capabilities nvidia-smi reports for this host's GPUs (none without a GPU; no torch)."""
     if not gpu_answers():
         return ()
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return ()
     caps = set()
-    for line in out.stdout.splitlines() if out.returncode == 0 else []:
-        major, _, minor = line.strip().partition(".")
+    for line in nvidia_smi_query("compute_cap") or []:
+        major, _, minor = line.partition(".")
         if major.isdigit():
             caps.add((int(major), int(minor or 0)))
     return tuple(sorted(caps))
