@@ -460,19 +460,16 @@ def self_check(ref, device: str) -> dict:
     dep_bad = [e for e in dep if not e["deployed_vs_emulation"]["equal"]]
     ind_bad = [e for e in ind if not e["emulation_vs_independent"]["equal"]]
     if compare_deployed:
-        deployed_summary = {
-            "compared": len(dep),
-            "agree": len(dep) - len(dep_bad),
-            "disagree": [f"{e['case']} x {e['weight']}" for e in dep_bad],
-            "verdict": (
-                "the emulation equals FP4 MMA byte for byte on every case: a valid oracle here"
-                if dep and not dep_bad
-                else f"the emulation differs from FP4 MMA on {len(dep_bad)} of {len(dep)} cases: NOT a valid oracle "
-                "here (the workflow's reference here is FP4 MMA)"
-                if dep
-                else "no case ran through FP4 MMA"
-            ),
-        }
+        deployed_summary = _agreement(
+            dep,
+            dep_bad,
+            "the emulation equals FP4 MMA byte for byte on every case: a valid oracle here"
+            if dep and not dep_bad
+            else f"the emulation differs from FP4 MMA on {len(dep_bad)} of {len(dep)} cases: NOT a valid oracle "
+            "here (the workflow's reference here is FP4 MMA)"
+            if dep
+            else "no case ran through FP4 MMA",
+        )
     else:
         deployed_summary = {"compared": 0, "agree": 0, "disagree": [], "verdict": NOTHING_TO_COMPARE}
     return {
@@ -480,19 +477,26 @@ def self_check(ref, device: str) -> dict:
         "deployed_gemm": getattr(deployed, "name", type(deployed).__name__),
         "emulation": emulation.name,
         "deployed_vs_emulation": deployed_summary,
-        "emulation_vs_independent": {
-            "compared": len(ind),
-            "agree": len(ind) - len(ind_bad),
-            "disagree": [f"{e['case']} x {e['weight']}" for e in ind_bad],
-            "verdict": (
-                "the emulation equals the independent fp64 decode-and-matmul on every case"
-                if ind and not ind_bad
-                else f"the emulation differs from the independent decode on {len(ind_bad)} of {len(ind)} cases"
-            ),
-        },
+        "emulation_vs_independent": _agreement(
+            ind,
+            ind_bad,
+            "the emulation equals the independent fp64 decode-and-matmul on every case"
+            if ind and not ind_bad
+            else f"the emulation differs from the independent decode on {len(ind_bad)} of {len(ind)} cases",
+        ),
         "errors": errors,
         "seconds": {k: round(v, 3) for k, v in seconds.items()} | {"total": round(time.perf_counter() - t0, 3)},
         "per_case": cases,
+    }
+
+
+def _agreement(compared: list, bad: list, verdict: str) -> dict:
+    """One comparison's summary: how many cases, how many agree, which disagree, what that means."""
+    return {
+        "compared": len(compared),
+        "agree": len(compared) - len(bad),
+        "disagree": [f"{e['case']} x {e['weight']}" for e in bad],
+        "verdict": verdict,
     }
 
 
