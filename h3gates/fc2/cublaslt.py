@@ -162,10 +162,16 @@ class Problem:
     def layouts(self) -> tuple[int, int, int, int]:
         return self.lt_a, self.lt_b, self.lt_d, self.lt_d  # C is D: beta is 0
 
+    def preference_reduction_mask(self) -> int | None:
+        """The REDUCTION_SCHEME_MASK the heuristic query sets (None: none): FP32 reductions only."""
+        return fp32_reduction_mask()
+
     def heuristics(self, workspace_bytes: int, limit: int = HEURISTIC_LIMIT) -> list[Found]:
-        """cublasLtMatmulAlgoGetHeuristic within a workspace budget, in the library's order."""
+        """cublasLtMatmulAlgoGetHeuristic within a workspace budget (and the problem's reduction mask, if
+        any), in the library's order."""
         lt = lib().lt
         pref = lt.matmul_preference_create()
+        mask = self.preference_reduction_mask()
         try:
             P = lt.MatmulPreferenceAttribute
             _set(
@@ -175,13 +181,14 @@ class Problem:
                 lt.get_matmul_preference_attribute_dtype(P.MAX_WORKSPACE_BYTES),
                 workspace_bytes,
             )
-            _set(
-                lt.matmul_preference_set_attribute,
-                pref,
-                P.REDUCTION_SCHEME_MASK,
-                lt.get_matmul_preference_attribute_dtype(P.REDUCTION_SCHEME_MASK),
-                fp32_reduction_mask(),
-            )
+            if mask is not None:
+                _set(
+                    lt.matmul_preference_set_attribute,
+                    pref,
+                    P.REDUCTION_SCHEME_MASK,
+                    lt.get_matmul_preference_attribute_dtype(P.REDUCTION_SCHEME_MASK),
+                    mask,
+                )
             res = np.zeros(limit, dtype=lt.matmul_heuristic_result_dtype)
             count = np.zeros(1, dtype=np.int32)
             lt.matmul_algo_get_heuristic(
@@ -720,45 +727,9 @@ class Fp4Problem(Problem):
         _set(lt.matmul_desc_set_attribute, self.desc, A.A_SCALE_POINTER, dtype(A.A_SCALE_POINTER), weight_scales)
         _set(lt.matmul_desc_set_attribute, self.desc, A.B_SCALE_POINTER, dtype(A.B_SCALE_POINTER), activation_scales)
 
-    def heuristics(self, workspace_bytes: int, limit: int = HEURISTIC_LIMIT) -> list[Found]:
-        """cublasLtMatmulAlgoGetHeuristic as comfy asks it (MAX_WORKSPACE_BYTES; a reduction mask only
-        when this problem was given one), in the library's order."""
-        lt = lib().lt
-        pref = lt.matmul_preference_create()
-        try:
-            P = lt.MatmulPreferenceAttribute
-            _set(
-                lt.matmul_preference_set_attribute,
-                pref,
-                P.MAX_WORKSPACE_BYTES,
-                lt.get_matmul_preference_attribute_dtype(P.MAX_WORKSPACE_BYTES),
-                workspace_bytes,
-            )
-            if self.reduction_mask is not None:
-                _set(
-                    lt.matmul_preference_set_attribute,
-                    pref,
-                    P.REDUCTION_SCHEME_MASK,
-                    lt.get_matmul_preference_attribute_dtype(P.REDUCTION_SCHEME_MASK),
-                    self.reduction_mask,
-                )
-            res = np.zeros(limit, dtype=lt.matmul_heuristic_result_dtype)
-            count = np.zeros(1, dtype=np.int32)
-            lt.matmul_algo_get_heuristic(
-                handle(), self.desc, *self.layouts, pref, limit, res.ctypes.data, count.ctypes.data
-            )
-        finally:
-            lt.matmul_preference_destroy(pref)
-        return [
-            Found(
-                index=i,
-                algo=np.ascontiguousarray(res["algo"][i : i + 1]),
-                workspace_bytes=int(res["workspace_size"][i]),
-                waves_count=_finite(res["waves_count"][i]),
-                state=int(res["state"][i]),
-            )
-            for i in range(int(count[0]))
-        ]
+    def preference_reduction_mask(self) -> int | None:
+        """As comfy asks the heuristic: a reduction mask only when this problem was given one."""
+        return self.reduction_mask
 
     def algo_init(self, algo_id: int) -> np.ndarray:
         """AlgoInit for FP4 A and B, bf16 C and D (GetIds does not see the scale modes: an id must also
