@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 from inprocess import make_artifact
-from workflow_util import CI_CONFIG, ROOT, merge
+from workflow_util import CI_CONFIG, ROOT, code_edit, merge
 
 from h3gates.core import config as C
 from h3gates.core import context as X
@@ -79,12 +79,10 @@ def test_editing_an_accepted_kernel_or_a_module_it_runs_changes_the_key(tmp_path
     before = X.artifact_key(bctx, str(tmp_path))
     files = X.artifact_files(bctx, str(tmp_path))
     assert "kernels/modulate_fusion/cpu.py" in files and "h3gates/model/h3.py" in files
-    with open(tmp_path / "kernels/modulate_fusion/cpu.py", "a") as f:
-        f.write("\n# an edit\n")
+    code_edit(tmp_path / "kernels/modulate_fusion/cpu.py")
     assert X.artifact_key(bctx, str(tmp_path)) != before
     mid = X.artifact_key(bctx, str(tmp_path))
-    with open(tmp_path / "h3gates/model/h3.py", "a") as f:
-        f.write("\n# an edit\n")
+    code_edit(tmp_path / "h3gates/model/h3.py")
     assert X.artifact_key(bctx, str(tmp_path)) != mid
     registry.discover.cache_clear()
     P.imported.cache_clear()
@@ -112,8 +110,7 @@ def test_a_comment_in_a_report_writing_or_cli_module_reruns_no_baseline_artifact
             f.write("\n# a comment\n")
         P.imported.cache_clear()
         assert [X.artifact_key(c, root) for c in ctxs] == before, module
-    with open(tmp_path / "h3gates/model/roles.py", "a") as f:  # and one in what computes them does rerun them
-        f.write("\n# a comment\n")
+    code_edit(tmp_path / "h3gates/model/roles.py")  # and a code edit in what computes them does rerun them
     P.imported.cache_clear()
     assert all(a != b for a, b in zip((X.artifact_key(c, root) for c in ctxs), before))
     P.imported.cache_clear()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from workflow_util import code_edit, cosmetic_edit
 
 from h3gates.core import config as C
 from h3gates.core import fingerprints as P
@@ -106,14 +107,51 @@ def test_editing_one_cuda_source_reruns_only_the_candidates_using_it(tree, edit,
     """The rules' fingerprint param (kernel files + the modules they and the rung import) per
     candidate on a GPU: an edit changes it exactly for the candidates that run the file."""
     before = _fingerprints(tree, "cuda")
-    with open(tree / edit, "a") as f:
-        f.write("\n// an edit\n" if edit.endswith((".cu", ".cuh")) else "\n# an edit\n")
+    code_edit(tree / edit)
     after = _fingerprints(tree, "cuda")
     # the shipped candidates' expectations; a candidate added to kernels/ changes only if it runs the file
     runs = {c for c in before if edit in P.kernel_files(RungContext.from_config(_cfg(tree, "cuda"), c, 1), str(tree))}
     assert {c for c in before if before[c] != after[c]} == (changed & set(before)) | runs
     cpu_before = _fingerprints(tree, "cpu")
     assert cpu_before == _fingerprints(tree, "cpu")  # no CPU rung imports CUDA code
+
+
+def test_comments_docstrings_and_layout_anywhere_change_no_fingerprint(tree):
+    """Fingerprints follow behaviour (h3gates.core.sourcedigest): a comment, a docstring or a reformatting in
+    any module of h3gates or any candidate's Python or CUDA file leaves every rung's fingerprint, on a CPU
+    and on a GPU, as it was; so does a change to a user command (the CLI is in no job's fingerprint)."""
+    before = {d: _fingerprints(tree, d) for d in ("cpu", "cuda")}
+    files = sorted(tree.glob("h3gates/**/*.py")) + sorted(tree.glob("kernels/**/*.py"))
+    files += sorted(p for p in tree.glob("kernels/**/*") if p.suffix in (".cu", ".cuh"))
+    for f in files:
+        cosmetic_edit(f)
+    commands = [tree / "h3gates/cli.py", *sorted(tree.glob("h3gates/commands/*.py"))]
+    for f in commands:  # a user command's code, not only its text
+        code_edit(f)
+    P.imported.cache_clear()
+    assert {d: _fingerprints(tree, d) for d in ("cpu", "cuda")} == before
+
+
+def test_one_token_in_the_shared_header_reruns_every_cuda_rung_compiling_it_and_no_cpu_rung(tree):
+    """kernels/common/nvfp4.cuh: one number changed. Every rung (1-8) of a candidate whose CUDA build
+    includes it gets a new fingerprint; no CPU rung does, and no CUDA rung of a candidate that does not
+    compile it."""
+    cpu, cuda = _fingerprints(tree, "cpu"), _fingerprints(tree, "cuda")
+    header = tree / "kernels/common/nvfp4.cuh"
+    text = header.read_text()
+    assert "0x7fff7fffu" in text  # the abs-max mask of the amax reduction: one token
+    header.write_text(text.replace("0x7fff7fffu", "0x7fff7ffeu", 1))
+    compiles = {
+        c
+        for c in cuda
+        if "kernels/common/nvfp4.cuh" in P.kernel_files(RungContext.from_config(_cfg(tree, "cuda"), c, 1), str(tree))
+    }
+    assert {"modulate_fusion", "swiglu_fusion", "qkv_ring"} <= compiles
+    after = _fingerprints(tree, "cuda")
+    for c in cuda:
+        changed = [a != b for a, b in zip(cuda[c], after[c])]
+        assert changed == [c in compiles] * 8, (c, changed)
+    assert _fingerprints(tree, "cpu") == cpu
 
 
 def test_module_lists_are_what_each_rung_imports():

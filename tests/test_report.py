@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from workflow_util import copy_workspace, env, shared_workspace, snakemake
+from workflow_util import code_edit, copy_workspace, env, shared_workspace, snakemake
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("report")]
 
@@ -127,8 +127,7 @@ def test_the_report_shows_a_stale_rung_as_stale_after_a_kernel_edit(climbed, tmp
     """`status` says stale after a kernel edit; the HTML report says the same (it used to show every rung
     passing and the candidate promoted), and its record entry says what verify says now."""
     ws = _copy(climbed, tmp_path)
-    with open(ws / "kernels/modulate_fusion/cpu.py", "a") as f:
-        f.write("\n# an edit\n")
+    code_edit(ws / "kernels/modulate_fusion/cpu.py")
     p = snakemake(ws, "--report", "report.html")
     assert p.returncode == 0, p.stderr[-3000:]
     entries = report_entries((ws / "report.html").read_text())

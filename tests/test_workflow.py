@@ -17,6 +17,8 @@ import yaml
 from workflow_util import (
     CI_CONFIG,
     ROOT,
+    code_edit,
+    cosmetic_edit,
     copy_workspace,
     h3gates,
     merge,
@@ -143,7 +145,10 @@ def test_report_and_plots_build(ws):
 
 
 # ------------------------------------------------------------------ what reruns
-def _edit(path: Path, text: str = "\n# an edit\n"):
+def _edit(path: Path, text: str | None = None):
+    if text is None:
+        code_edit(path)
+        return
     with open(path, "a") as f:
         f.write(text)
 
@@ -151,6 +156,31 @@ def _edit(path: Path, text: str = "\n# an edit\n"):
 def test_touch_reruns_nothing(ws):
     for f in ["kernels/modulate_fusion/cpu.py", "h3gates/rungs/gate.py", "config/config.yaml"]:
         os.utime(ws / f)
+    assert pending(ws, "all") == set()
+
+
+def test_comments_docstrings_layout_and_user_commands_rerun_no_gate(ws):
+    """Fingerprints follow behaviour: comments, docstrings and layout edited in every module of h3gates and
+    every candidate's Python and CUDA file, and the user commands' code changed, and the whole climbed
+    ladder still stands: nothing to run, status all pass, the promotions verify."""
+    files = sorted(ws.glob("h3gates/**/*.py")) + sorted(ws.glob("kernels/**/*.py"))
+    files += sorted(p for p in ws.glob("kernels/**/*") if p.suffix in (".cu", ".cuh"))
+    for f in files:
+        cosmetic_edit(f)
+    for f in [ws / "h3gates/cli.py", *sorted(ws.glob("h3gates/commands/*.py"))]:
+        code_edit(f)
+    assert pending(ws, "all") == set()
+    st = h3gates(ws, "status", "--json")
+    assert st.returncode == 0, st.stderr
+    assert {v["state"] for row in json.loads(st.stdout) for v in row["rungs"].values()} == {"pass"}
+    for cand in ("modulate_fusion", "swiglu_fusion"):
+        v = h3gates(ws, "verify", f"{RES}/promotion/{cand}.json")
+        assert v.returncode == 0, v.stderr
+
+
+def test_one_token_in_the_shared_cuda_header_reruns_no_cpu_rung(ws):
+    header = ws / "kernels/common/nvfp4.cuh"
+    header.write_text(header.read_text().replace("0x7fff7fffu", "0x7fff7ffeu", 1))
     assert pending(ws, "all") == set()
 
 

@@ -32,6 +32,18 @@ def make_workspace(dest: Path, config_overrides: dict | None = None) -> Path:
     return dest
 
 
+# Edits that change behaviour (a token the code runs), and edits that do not (comments, docstrings, layout):
+# fingerprints follow the first kind only (h3gates.core.sourcedigest).
+CODE_EDIT_PY = "\n_H3GATES_TEST_EDIT = 1\n"
+CODE_EDIT_C = "\nstatic const int h3gates_test_edit = 1;\n"
+
+
+def code_edit(path: Path) -> None:
+    """Append a statement (Python) or a declaration (CUDA/C++): an edit a fingerprint must see."""
+    with open(path, "a") as f:
+        f.write(CODE_EDIT_C if str(path).endswith((".cu", ".cuh", ".h", ".cpp")) else CODE_EDIT_PY)
+
+
 def merge(a, b):
     out = dict(a)
     for k, v in b.items():
@@ -132,3 +144,22 @@ def import_blocked(*modules: str, blocked=BLOCKED) -> subprocess.CompletedProces
         "print('ok', sorted(m for m in sys.modules if m.split('.')[0] == 'h3gates'))\n"
     )
     return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+
+
+def cosmetic_edit(path: Path) -> None:
+    """Edit what a fingerprint must not see: a comment, a docstring, the layout (Python: a comment line, the
+    module docstring reworded, blank lines; CUDA/C++: line and block comments, indentation widened)."""
+    import ast
+    import re
+
+    text = path.read_text()
+    if path.suffix == ".py":
+        if ast.get_docstring(ast.parse(text)) is not None and text.lstrip().startswith(('"""', "'''")):
+            q = text.lstrip()[:3]
+            text = text.replace(q, q + "Reworded. ", 1)
+        text = "# a comment added by a test\n" + text.replace("\n\n", "\n\n\n", 3) + "\n# and one at the end\n"
+    else:
+        text = "// a comment\n/* and a\n   block comment */\n" + re.sub(
+            r"\n([ \t]+)", lambda m: "\n" + m.group(1) + " ", text
+        )
+    path.write_text(text)

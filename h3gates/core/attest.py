@@ -241,12 +241,37 @@ def import_public(file, name: str | None = None, *, trusted_keys=None) -> dict:
 
 
 # ------------------------------------------------------------------ the statement
+SOURCE_DIGEST = "h3gates-source-sha256"  # a source file's behaviour digest (h3gates.core.sourcedigest)
+
+
+def source_digest(hexdigest: str) -> str:
+    """A subject value for a source file: digested by its behaviour (comments and layout left out), not
+    its bytes, under its own algorithm name in the statement's DigestSet."""
+    return f"{SOURCE_DIGEST}:{hexdigest}"
+
+
+def _split(value) -> tuple[str, str] | None:
+    if not isinstance(value, str):
+        return None
+    alg, _, h = value.rpartition(":")
+    alg = alg or "sha256"
+    return (alg, h) if alg in ("sha256", SOURCE_DIGEST) and _SHA256.fullmatch(h) else None
+
+
 def _descriptors(files: dict[str, str], what: str) -> list[dict]:
-    """in-toto ResourceDescriptors ({name, digest: {sha256}}), sorted by name."""
-    bad = [n for n, h in files.items() if not isinstance(h, str) or not _SHA256.fullmatch(h)]
+    """in-toto ResourceDescriptors ({name, digest: {algorithm: hex}}), sorted by name; a value is a hex
+    sha256 of the file's bytes, or `source_digest(...)` of a source file."""
+    bad = [n for n, h in files.items() if _split(h) is None]
     if bad:
         raise ValueError(f"{what} {bad[0]}: not a sha256 hex digest: {files[bad[0]]!r}")
-    return [{"name": n, "digest": {"sha256": h}} for n, h in sorted(files.items())]
+    return [{"name": n, "digest": dict([_split(h)])} for n, h in sorted(files.items())]
+
+
+def _value(digest: dict) -> str:
+    """The subject value of a DigestSet, as `_descriptors` took it."""
+    if SOURCE_DIGEST in digest:
+        return source_digest(digest[SOURCE_DIGEST])
+    return digest["sha256"]
 
 
 def predicate(
@@ -373,7 +398,7 @@ def _statement_of(payload: bytes, where: str) -> dict:
 
 
 def _subjects(stmt: dict) -> dict[str, str]:
-    return {s["name"]: s["digest"]["sha256"] for s in stmt["subject"]}
+    return {s["name"]: _value(s["digest"]) for s in stmt["subject"]}
 
 
 def _materials(stmt: dict) -> dict[str, str]:
@@ -390,9 +415,14 @@ def _compare(kind: str, attested: dict[str, str], here: dict[str, str]) -> list[
             reasons.append(f"{kind} {p}: in the attestation but not here (missing, or another promotion's)")
         elif attested[p] != here[p]:
             reasons.append(
-                f"{kind} {p}: sha256 {here[p][:12]} is not the attested {attested[p][:12]} (edited, or another promotion's)"
+                f"{kind} {p}: {_short(here[p])} is not the attested {_short(attested[p])} (edited, or another promotion's)"
             )
     return reasons
+
+
+def _short(value: str) -> str:
+    alg, h = _split(value) or ("sha256", str(value))
+    return f"{'sha256' if alg == 'sha256' else 'source digest'} {h[:12]}"
 
 
 def check_subjects(statement: dict, files: dict[str, str], materials: dict[str, str] | None = None) -> list[str]:
@@ -425,6 +455,7 @@ __all__ = [
     "predicate",
     "public_key_entry",
     "sign",
+    "source_digest",
     "signing_key",
     "statement",
     "trust",

@@ -172,13 +172,14 @@ def reads_baseline_artifact(rung: int, device: str) -> bool:
 
 def artifact_meta(actx: dict, root=None) -> dict:
     """What the computing job writes into an artifact besides its outputs: the context, the key and the
-    SHA-256 of each file it was computed from (the CLI passes it: the computing module needs no key code)."""
-    from h3gates.core.fingerprints import file_sha256
+    behaviour digest of each file it was computed from (h3gates.core.sourcedigest; the CLI passes it: the
+    computing module needs no key code)."""
+    from h3gates.core.sourcedigest import source_sha256
 
     return {
         "context": actx,
         "key": artifact_key(actx, root),
-        "files": {f: file_sha256(ROOT / f) for f in artifact_files(actx, root)},
+        "files": {f: source_sha256(ROOT / f) for f in artifact_files(actx, root)},
     }
 
 

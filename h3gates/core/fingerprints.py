@@ -1,8 +1,14 @@
 """What a report was produced from, besides its context (h3gates.core.context): the kernel files of the
 candidate and of every accepted candidate under it, and the h3gates modules the rung and those kernels
 actually import (derived from the source, not kept by hand: the import graph is the rerun policy, a
-wider closure reruns more). A rung writes `provenance(ctx)` into its report; promotion, verify and
-status recompute it for the current tree and config and compare. No torch import (the Snakefile uses it).
+wider closure reruns more), plus the job entry every job runs (ALWAYS). A rung writes `provenance(ctx)`
+into its report; promotion, verify and status recompute it for the current tree and config and compare.
+
+Every file is digested by its behaviour (h3gates.core.sourcedigest): Python by its syntax tree without
+docstrings, CUDA/C++ by its token stream without comments, so a comment, a docstring or a reformatting
+reruns nothing and a changed token reruns exactly what imports or compiles the file. docs/ladder.md,
+"What a fingerprint covers", says what each fingerprint covers and why. No torch import (the Snakefile
+uses it).
 """
 
 from __future__ import annotations
@@ -15,14 +21,15 @@ from pathlib import Path
 
 from h3gates.core import registry
 from h3gates.core.outputs import rung_module
+from h3gates.core.sourcedigest import source_sha256
 
 ROOT = registry.ROOT
 PACKAGE = "h3gates"
 ALWAYS = (
     "h3gates/__init__.py",
     "h3gates/__main__.py",
-    "h3gates/cli.py",
-)  # the entry point of every `python -m h3gates` job
+    "h3gates/job.py",
+)  # the entry of every job (`python -m h3gates rung|baseline ...`): the job runner, never the user CLI
 # CUDA sources a module of the package compiles at run time (an import statement does not show them):
 # a CUDA rung whose import closure holds the module fingerprints these files too (a CPU rung never
 # compiles them, so editing one reruns no CPU gate). The producers' sources are the candidates' own
@@ -59,12 +66,13 @@ def _content_sha_cached(path: str, mtime_ns: int, size: int) -> bytes:
 
 
 def files_digest(files, root=None) -> str:
-    """SHA-256 over the names and contents of files: a rule param that reruns a gate on an edit,
-    never on a touch; and the code fingerprint reports record."""
+    """SHA-256 over the names and behaviour digests (h3gates.core.sourcedigest) of source files: a rule
+    param that reruns a gate on an edit that changes code, never on a touch, a comment or a docstring;
+    and the code fingerprint reports record."""
     h = hashlib.sha256()
     for f in files:
         h.update(str(f).encode())
-        h.update(_content_sha(Path(root or ROOT, f)))
+        h.update(bytes.fromhex(source_sha256(Path(root or ROOT, f))))
     return h.hexdigest()
 
 
@@ -98,7 +106,7 @@ def provenance(ctx, root=None) -> dict:
     """The three fields every report records and every check recomputes."""
     base = root or ROOT
     return {
-        "kernel_fingerprint": {f: file_sha256(Path(base, f)) for f in kernel_files(ctx, root)},
+        "kernel_fingerprint": {f: source_sha256(Path(base, f)) for f in kernel_files(ctx, root)},
         "code_fingerprint": files_digest(code_files(ctx, root), base),
         "config_digest": ctx.config_digest(),
     }

@@ -57,7 +57,7 @@ def check_report(path, candidate: str, rung: int, expected: dict) -> tuple[str, 
             reasons.append(f"{p}: stale: kernel {f} was used when the gate ran but is not now")
         elif now[f] != then[f]:
             reasons.append(
-                f"{p}: stale: kernel {f} changed since the gate ran (sha256 {then[f][:12]} -> {now[f][:12]})"
+                f"{p}: stale: kernel {f} changed since the gate ran (source digest {then[f][:12]} -> {now[f][:12]})"
             )
     if d["code_fingerprint"] != expected["code_fingerprint"]:
         reasons.append(f"{p}: stale: h3gates modules changed since the gate ran")
@@ -242,7 +242,15 @@ def _signer(config: dict):
 
 
 def _subjects(flag: str, record: str, kernels: dict) -> dict:
-    return {flag: file_sha256(flag), record: file_sha256(record), **kernels}
+    """The attested files: the flag and the record by their bytes, the kernel sources by their behaviour
+    digests (the record's kernel_fingerprint: a comment edit leaves a promotion standing)."""
+    return {flag: file_sha256(flag), record: file_sha256(record), **_sources(kernels)}
+
+
+def _sources(kernels: dict) -> dict:
+    from h3gates.core import attest
+
+    return {f: attest.source_digest(h) for f, h in kernels.items()}
 
 
 def promote(config: dict, candidate: str, record: str, flag: str, configfiles: list[str]) -> None:
@@ -351,7 +359,7 @@ def _check_attestation(rec: dict, record: str, flag: str, f: dict, config: dict)
             stmt,
             _subjects(flag, record, rec["kernel_fingerprint"])
             if Path(flag).exists()
-            else {record: file_sha256(record), **rec["kernel_fingerprint"]},
+            else {record: file_sha256(record), **_sources(rec["kernel_fingerprint"])},
             materials=rec["reports"],
         )
     ]
