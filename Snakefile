@@ -35,13 +35,13 @@ if REPORT_ONLY:
 # verifies now (`python -m h3gates status --verdicts` prints the same).
 onsuccess:
     if workflow.is_main_process and not REPORT_ONLY:
-        from h3gates.cli import print_verdicts
+        from h3gates.core.verdicts import print_verdicts
 
         print_verdicts(config)
 
 
 onerror:
     if workflow.is_main_process and not REPORT_ONLY:
-        from h3gates.cli import print_verdicts
+        from h3gates.core.verdicts import print_verdicts
 
         print_verdicts(config)

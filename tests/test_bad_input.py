@@ -94,7 +94,7 @@ def test_cli_overlays_merge_over_the_workflow_config_as_snakemake_does():
     ]
     p = _cli("check-config", "config/ci.yaml")
     assert p.returncode == 0 and p.stdout.startswith("config OK: config/config.yaml + config/ci.yaml: profile ci,")
-    from h3gates.cli import configfiles
+    from h3gates.core.config import configfiles
 
     assert configfiles(["config/ci.yaml"]) == ["config/config.yaml", "config/ci.yaml"]
     assert configfiles(["config/config.yaml", "config/ci.yaml"]) == ["config/config.yaml", "config/ci.yaml"]

@@ -101,6 +101,7 @@ def test_a_comment_in_a_report_writing_or_cli_module_reruns_no_baseline_artifact
     for module in (
         "h3gates/core/report.py",
         "h3gates/cli.py",
+        "h3gates/commands/status.py",
         "h3gates/core/promotion.py",
         "h3gates/core/config.py",
         "h3gates/core/workflow.py",
@@ -229,7 +230,7 @@ def test_the_profiled_target_of_the_rung8_artifact_runs_one_baseline_block(monke
     (run here on the CPU, the range stubbed)."""
     import contextlib
 
-    from h3gates import cli
+    from h3gates import job
     from h3gates.model import h3
     from h3gates.rungs import nsight
 
@@ -245,7 +246,7 @@ def test_the_profiled_target_of_the_rung8_artifact_runs_one_baseline_block(monke
     monkeypatch.setattr(
         h3.H3Model, "block_forward", lambda self, i, *a, **k: blocks.append(i) or real(self, i, *a, **k)
     )
-    assert cli.main(["profile-target", "--context", json.dumps(actx), "--side", "baseline-artifact"]) == 0
+    assert job.main(["profile-target", "--context", json.dumps(actx), "--side", "baseline-artifact"]) == 0
     assert ranges == [1] and blocks == [3] * 3  # from the captured input: two warm-up calls and the profiled one
 
 
@@ -283,7 +284,8 @@ def test_captured_inputs_are_the_traversals_and_are_checked_when_read(tmp_path, 
     environment."""
     import torch
 
-    from h3gates.model import build, load_profile
+    from h3gates.core.shapes import load_profile
+    from h3gates.model.h3 import build
     from h3gates.rungs.gate import Gate
 
     ctx = ctx_of(BASE, "modulate_fusion", 3)
@@ -316,17 +318,17 @@ def test_captured_inputs_are_the_traversals_and_are_checked_when_read(tmp_path, 
         artifacts.load_capture(outs[0], cctx, 0, "cpu")
 
 
-def test_capture_cli_pairs_blocks_and_outputs(tmp_path, monkeypatch):
-    from h3gates import cli
+def test_capture_job_pairs_blocks_and_outputs(tmp_path, monkeypatch):
+    from h3gates import job
 
     monkeypatch.chdir(tmp_path)
     cctx = X.capture_context(X.shared_context(BASE))
     with pytest.raises(ValueError, match=r"each output needs its own block .*got blocks \[0, 3\] for 1 output"):
-        cli.main(["baseline", "--context", json.dumps(cctx), "--blocks", "0", "3", "--out", "a.pt"])
+        job.main(["baseline", "--context", json.dumps(cctx), "--blocks", "0", "3", "--out", "a.pt"])
     with pytest.raises(ValueError, match="outside the model"):
-        cli.main(["baseline", "--context", json.dumps(cctx), "--blocks", "4", "--out", "a.pt"])
+        job.main(["baseline", "--context", json.dumps(cctx), "--blocks", "4", "--out", "a.pt"])
     assert (
-        cli.main(["baseline", "--context", json.dumps(cctx), "--blocks", "3", "--out", "b3.pt"]) == 0
+        job.main(["baseline", "--context", json.dumps(cctx), "--blocks", "3", "--out", "b3.pt"]) == 0
         and Path("b3.pt").is_file()
     )
 

@@ -3,6 +3,7 @@ codes documented, --version, and a status table with whole rung names."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -101,3 +102,40 @@ def test_output_cut_off_by_the_reader_is_not_a_traceback():
     p.stdout.close()  # before the command writes: its first write finds no reader
     err = p.stderr.read().decode()
     assert p.wait(timeout=120) == 1 and "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_a_job_runs_without_the_users_cli():
+    """`python -m h3gates <job>` (what the rules and rungs run) reaches h3gates.job without importing
+    h3gates.cli or a user command, and torch only where the job itself needs it: a job's code fingerprint
+    covers the job runner (h3gates.core.fingerprints.ALWAYS), never a user command."""
+    code = (
+        "import runpy, sys\n"
+        "sys.argv = ['h3gates', 'plot', '--help']\n"
+        "try:\n"
+        "    runpy.run_module('h3gates', run_name='__main__')\n"
+        "except SystemExit as e:\n"
+        "    assert e.code == 0, e.code\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('h3gates', 'torch')))\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    loaded = set(ast.literal_eval(p.stdout.splitlines()[-1]))
+    assert "h3gates.job" in loaded and loaded <= {"h3gates", "h3gates.job", "h3gates.core", "h3gates.core.errors"}, (
+        loaded
+    )
+
+
+def test_the_job_runner_lists_its_jobs_once():
+    from h3gates import job
+
+    choices = next(a for a in job.parser()._actions if a.dest == "cmd").choices
+    assert tuple(choices) == job.JOBS
+
+
+def test_a_jobs_refusal_is_exit_1_with_its_reasons():
+    """A job's Refusal is handled as a user command's (h3gates.core.errors.exit_status): exit 1, the
+    reasons on stderr, no traceback."""
+    p = _h3gates("token", "--out", "never.token", "no-such-report.json")
+    assert p.returncode == 1 and p.stderr.startswith("h3gates token: REFUSED\n  - no-such-report.json: missing"), (
+        p.stderr
+    )

@@ -16,7 +16,7 @@ import pytest
 import torch
 from workflow_util import ROOT
 
-from h3gates import doctor
+from h3gates.commands import doctor
 from h3gates.model.reference import Reference
 from h3gates.model.roles import ReferenceGemm
 from h3gates.nvfp4 import catalogue

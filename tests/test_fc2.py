@@ -13,6 +13,7 @@ import torch
 from h3gates.fc2 import spec as S
 from h3gates.fc2 import study
 from h3gates.fc2.commands import main
+from h3gates.fc2.select import select_auto
 
 FULL = {
     "algo_id": 70,
@@ -405,10 +406,10 @@ def test_write_stamps_validates_and_refuses(tmp_path):
 
 def test_select_auto():
     doc = synthetic("sweep")
-    assert study.select_auto(doc) == doc["fastest_exact"]["spec"]
+    assert select_auto(doc) == doc["fastest_exact"]["spec"]
     doc["fastest_exact"] = None
     with pytest.raises(S.SpecError, match="no byte-exact algorithm"):
-        study.select_auto(doc)
+        select_auto(doc)
 
 
 def test_percentile_and_shapes():
@@ -565,7 +566,7 @@ def test_gpu_small_study_reports_validate(tmp_path):
     study.write(tmp_path / "c.json", ch)
     sw = study.sweep(100, 256, 512, max_candidates=3, max_explicit=2, rounds=2, iters=1)
     study.write(tmp_path / "s.json", sw)
-    spec = study.select_auto(sw) if sw["fastest_exact"] else S.parse("heuristic0")
+    spec = select_auto(sw) if sw["fastest_exact"] else S.parse("heuristic0")
     sel = study.selected(spec, 100, 256, 512, rounds=2, iters=1)
     study.write(tmp_path / "sel.json", sel)
     if sel["pin"]:

@@ -6,10 +6,11 @@ import pytest
 import torch
 from conftest import requires_cuda
 
-from h3gates import nvfp4
 from h3gates.nvfp4 import catalogue as C
 from h3gates.nvfp4 import oracle
 from h3gates.nvfp4 import rcp as R
+from h3gates.nvfp4.gemm import alpha, emulated_gemm
+from h3gates.nvfp4.quantize import block_values, global_scale, quantize
 
 pytestmark = [pytest.mark.gpu, requires_cuda]
 
@@ -18,7 +19,7 @@ def _assert_fused_exact(produced, materialized):
     """A fused producer's (g, qdata, scales) equal the global scale and comfy-kitchen's CUDA quantize
     of the materialized bf16 activation, bit for bit."""
     g, q, s = produced
-    gr = nvfp4.global_scale(materialized)
+    gr = global_scale(materialized)
     ref = oracle.comfy_quantize(materialized, gr, backend="cuda")
     assert torch.equal(g.view(torch.int32), gr.reshape(1).view(torch.int32))
     assert torch.equal(q, ref[0]) and torch.equal(s, ref[1])
@@ -51,7 +52,7 @@ def test_cuda_model_equals_comfy_cuda(case):
     x = case.tensor().cuda()
     g = C.global_scale_for(case, x).cuda()
     ref = oracle.comfy_quantize(x, g, backend="cuda")
-    mine = nvfp4.quantize(x, g, semantics="cuda")
+    mine = quantize(x, g, semantics="cuda")
     assert torch.equal(mine[0], ref[0]) and torch.equal(mine[1], ref[1])
 
 
@@ -91,7 +92,7 @@ def test_nan_reaches_the_global_scale_in_every_producer():
 
     x = torch.randn(64, 64, device="cuda").to(torch.bfloat16)
     x[7, 9] = float("nan")
-    assert torch.isnan(K.global_scale(x)).all() and torch.isnan(nvfp4.global_scale(x))
+    assert torch.isnan(K.global_scale(x)).all() and torch.isnan(global_scale(x))
     one = torch.zeros(1, 64, dtype=torch.bfloat16, device="cuda")
     g, _, _ = _cuda_impl("modulate_fusion").modulate_produce(x, one, one, ((0, 64),))
     assert torch.isnan(g).all()
@@ -100,13 +101,13 @@ def test_nan_reaches_the_global_scale_in_every_producer():
 def test_emulated_gemm_cuda_matches_fp32_formulation():
     a = C.random_tensor("normal", (512, 1024), seed=5, device="cuda")
     b = C.random_tensor("normal", (768, 1024), seed=6, device="cuda") * 0.05
-    ga, gb = nvfp4.global_scale(a), nvfp4.global_scale(b)
+    ga, gb = global_scale(a), global_scale(b)
     aq, as_ = oracle.comfy_quantize(a, ga, backend="cuda")
     bq, bs = oracle.comfy_quantize(b, gb, backend="cuda")
-    out = nvfp4.emulated_gemm(aq, as_, ga, bq, bs, gb, 512, 768)
-    av, bv = nvfp4.block_values(aq, as_, 512), nvfp4.block_values(bq, bs, 768)
+    out = emulated_gemm(aq, as_, ga, bq, bs, gb, 512, 768)
+    av, bv = block_values(aq, as_, 512), block_values(bq, bs, 768)
     torch.backends.cuda.matmul.allow_tf32 = False
-    assert torch.equal(out, ((av.float() @ bv.float().t()) * nvfp4.gemm.alpha(ga, gb).cuda()).to(torch.bfloat16))
+    assert torch.equal(out, ((av.float() @ bv.float().t()) * alpha(ga, gb).cuda()).to(torch.bfloat16))
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
@@ -153,7 +154,7 @@ def test_cuda_producers_write_every_scale_byte():
     from h3gates.nvfp4.cuda import producers as K
 
     x = C.random_tensor("normal", (200, 80), seed=9, device="cuda")
-    g = nvfp4.global_scale(x)
+    g = global_scale(x)
     ref = oracle.comfy_quantize(x, g, backend="cuda")
     q, s = (
         torch.full(F.qdata_shape(200, 80), 255, dtype=torch.uint8, device="cuda"),

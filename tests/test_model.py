@@ -3,50 +3,53 @@ import dataclasses
 import pytest
 import torch
 
-from h3gates import model as M
-from h3gates.model.roles import ReferenceProducer
+from h3gates.core.errors import CheckpointError
+from h3gates.core.shapes import load_profile
+from h3gates.model.checkpoint import load_checkpoint, save_checkpoint
+from h3gates.model.h3 import build
+from h3gates.model.roles import ReferenceProducer, Role, SwiGLU, materialize
 
 
 @pytest.fixture(scope="module")
 def tiny():
-    return M.build(M.load_profile("tiny"), seed=0)
+    return build(load_profile("tiny"), seed=0)
 
 
 @pytest.fixture(scope="module")
 def small_cfg():
-    return dataclasses.replace(M.load_profile("tiny"), name="tiny2", blocks=2)
+    return dataclasses.replace(load_profile("tiny"), name="tiny2", blocks=2)
 
 
 def test_profiles():
-    c = M.load_profile("canonical")
+    c = load_profile("canonical")
     assert (c.blocks, c.hidden, c.heads, c.head_dim, c.ffn, c.rows) == (50, 5376, 56, 128, 14336, 37810)
     assert c.gemm_shapes() == {"qkv": (21504, 5376), "out": (5376, 7168), "fc1": (28672, 5376), "fc2": (5376, 14336)}
-    t = M.load_profile("tiny")
+    t = load_profile("tiny")
     assert t.blocks == 50 and t.rows % 16 and len(t.segments) == 3
-    user = M.load_profile(
+    user = load_profile(
         "mine", {"mine": {**__import__("h3gates.core.shapes").core.shapes.PROFILES["tiny"], "blocks": 3}}
     )
     assert user.blocks == 3
     with pytest.raises(KeyError, match="unknown profile"):
-        M.load_profile("huge")
+        load_profile("huge")
 
 
 def test_twelve_step_trajectory_bit_identical_across_runs(tiny):
     v1, a1 = tiny.trajectory(12)
-    v2, a2 = M.build(M.load_profile("tiny"), seed=0).trajectory(12)
+    v2, a2 = build(load_profile("tiny"), seed=0).trajectory(12)
     assert v1.dtype == torch.bfloat16 and torch.equal(v1, v2) and torch.equal(a1, a2)
-    v3, _ = M.build(M.load_profile("tiny"), seed=1).trajectory(1)
+    v3, _ = build(load_profile("tiny"), seed=1).trajectory(1)
     assert not torch.equal(v3, tiny.trajectory(1)[0])
 
 
 def test_segment_modulation_row_changes_only_that_segment(tiny):
     cap = tiny.capture(0)
-    before = M.materialize(cap.inputs["qkv"])
+    before = materialize(cap.inputs["qkv"])
     b0 = tiny.blocks[0]
     saved = b0.adaln.clone()
     try:
         b0.adaln[0, 2, 0] += 0.5  # audio tag, shift_msa
-        after = M.materialize(tiny.capture(0).inputs["qkv"])
+        after = materialize(tiny.capture(0).inputs["qkv"])
     finally:
         b0.adaln.copy_(saved)
     diff_rows = (before != after).any(dim=1).nonzero().flatten()
@@ -57,7 +60,7 @@ def test_segment_modulation_row_changes_only_that_segment(tiny):
 class SwappedSwiGLU(ReferenceProducer):
     def produce(self, inp):
         f = inp.u.shape[1] // 2
-        yield from super().produce(M.SwiGLU(torch.cat([inp.u[:, f:], inp.u[:, :f]], 1)))
+        yield from super().produce(SwiGLU(torch.cat([inp.u[:, f:], inp.u[:, :f]], 1)))
 
 
 def test_structural_choices_change_the_output(tiny, monkeypatch):
@@ -65,7 +68,7 @@ def test_structural_choices_change_the_output(tiny, monkeypatch):
     ref = tiny.block_forward(0, x)
     assert torch.equal(ref, tiny.block_forward(0, x))
     assert not torch.equal(
-        ref, tiny.block_forward(0, x, 0, {"fc2": M.Role(SwappedSwiGLU(tiny.reference), tiny.baseline["fc2"].gemm)})
+        ref, tiny.block_forward(0, x, 0, {"fc2": Role(SwappedSwiGLU(tiny.reference), tiny.baseline["fc2"].gemm)})
     )
     monkeypatch.setattr(tiny, "rope", lambda t: t)
     assert not torch.equal(ref, tiny.block_forward(0, x))
@@ -82,11 +85,11 @@ def test_structural_choices_change_the_output(tiny, monkeypatch):
 
 
 def test_checkpoint_roundtrip_reproduces_outputs(tmp_path, small_cfg):
-    m = M.build(small_cfg, seed=3)
+    m = build(small_cfg, seed=3)
     for marker in ("comfy_quant", "header"):
         p = tmp_path / f"ck_{marker}.safetensors"
-        M.save_checkpoint(m, p, marker=marker)
-        loaded = M.load_checkpoint(p, small_cfg, seed=3)
+        save_checkpoint(m, p, marker=marker)
+        loaded = load_checkpoint(p, small_cfg, seed=3)
         x = m.initial_hidden(0)
         assert torch.equal(m.step_forward(x), loaded.step_forward(x))
 
@@ -94,7 +97,7 @@ def test_checkpoint_roundtrip_reproduces_outputs(tmp_path, small_cfg):
 def _write_broken(m, path, mutate):
     from safetensors.torch import load_file, save_file
 
-    M.save_checkpoint(m, path)
+    save_checkpoint(m, path)
     t = load_file(str(path))
     mutate(t)
     save_file(t, str(path))
@@ -126,15 +129,15 @@ def _write_broken(m, path, mutate):
     ],
 )
 def test_checkpoint_problems_name_layer_and_problem(tmp_path, small_cfg, mutate, msg):
-    m = M.build(small_cfg, seed=3)
+    m = build(small_cfg, seed=3)
     p = tmp_path / "bad.safetensors"
     _write_broken(m, p, mutate)
-    with pytest.raises(M.CheckpointError, match=msg):
-        M.load_checkpoint(p, small_cfg)
+    with pytest.raises(CheckpointError, match=msg):
+        load_checkpoint(p, small_cfg)
 
 
 def test_checkpoint_reports_every_problem_at_once(tmp_path, small_cfg):
-    m = M.build(small_cfg, seed=3)
+    m = build(small_cfg, seed=3)
     p = tmp_path / "bad.safetensors"
     _write_broken(
         m,
@@ -144,6 +147,6 @@ def test_checkpoint_reports_every_problem_at_once(tmp_path, small_cfg):
             t.pop("model.diffusion_model.blocks.1.norm2.weight"),
         ),
     )
-    with pytest.raises(M.CheckpointError) as e:
-        M.load_checkpoint(p, small_cfg)
+    with pytest.raises(CheckpointError) as e:
+        load_checkpoint(p, small_cfg)
     assert len(e.value.problems) == 2

@@ -4,9 +4,10 @@ Byte identity with the H200 itself is shown by studies/producers/gpu_evidence.py
 import pytest
 import torch
 
-from h3gates import nvfp4
 from h3gates.nvfp4 import catalogue as C
+from h3gates.nvfp4 import formats
 from h3gates.nvfp4 import rcp as R
+from h3gates.nvfp4.quantize import NVFP4InputError, global_scale, quantize, rcp_sensitive
 
 
 def _f(bits):
@@ -49,7 +50,7 @@ def test_sm90_table_statistics_match_its_metadata():
 
 
 def _q(x, g, sem):
-    return nvfp4.quantize(x, torch.as_tensor(g, dtype=torch.float32), semantics=sem)
+    return quantize(x, torch.as_tensor(g, dtype=torch.float32), semantics=sem)
 
 
 def test_documented_differences():
@@ -59,13 +60,13 @@ def test_documented_differences():
     x = torch.ones(16, 32, dtype=torch.bfloat16)
     x[:, :16] = 2688.0
     x[:, 16:] = 1e-4
-    qc, sc = _q(x, nvfp4.global_scale(x), "cuda")
-    qe, se = _q(x, nvfp4.global_scale(x), "eager")
+    qc, sc = _q(x, global_scale(x), "cuda")
+    qe, se = _q(x, global_scale(x), "eager")
     assert sc.view(-1)[1] == 0 and se.view(-1)[1] == 0
     assert (qc[:, 8:] == 0x77).all() and (qe[:, 8:] == 0).all()
     # all-zero tensor: g = 0 -> CUDA writes 0x7E scales, eager NaN scales
     zero = torch.zeros(16, 16, dtype=torch.bfloat16)
-    g0 = nvfp4.global_scale(zero)
+    g0 = global_scale(zero)
     assert g0.item() == 0
     assert _q(zero, g0, "cuda")[1].view(-1)[0] == 0x7E and _q(zero, g0, "eager")[1].view(-1)[0] & 0x7F == 0x7F  # NaN
     # NaN element: CUDA gives code 0x7 and ignores it in amax
@@ -75,15 +76,15 @@ def test_documented_differences():
 
 
 def test_fp32_refused_by_cuda_semantics():
-    with pytest.raises(nvfp4.NVFP4InputError, match="float32 not accepted by the cuda quantizer"):
-        nvfp4.quantize(torch.randn(16, 16), torch.tensor(1.0), semantics="cuda")
+    with pytest.raises(NVFP4InputError, match="float32 not accepted by the cuda quantizer"):
+        quantize(torch.randn(16, 16), torch.tensor(1.0), semantics="cuda")
 
 
 def test_random_bf16_eager_and_cuda_agree():
     # nvfp4.md: random bf16 and quarter-grid inputs agree on every byte
     for kind in ("normal", "quarter_grid"):
         x = C.random_tensor(kind, (512, 256), seed=9)
-        g = nvfp4.global_scale(x)
+        g = global_scale(x)
         assert all(torch.equal(a, b) for a, b in zip(_q(x, g, "eager"), _q(x, g, "cuda")))
 
 
@@ -91,10 +92,10 @@ def test_rcp_sensitive_elements_are_where_division_differs():
     c = C.case("midpoints_scale_1.875")
     x = c.tensor()
     g = C.global_scale_for(c, x)
-    sens = nvfp4.rcp_sensitive(x, g)
+    sens = rcp_sensitive(x, g)
     qc = _q(x, g, "cuda")[0]
     qe = _q(x, g, "eager")[0]
-    differing = nvfp4.formats.unpack_hi_first(qc) != nvfp4.formats.unpack_hi_first(qe)
+    differing = formats.unpack_hi_first(qc) != formats.unpack_hi_first(qe)
     assert differing.any()
     assert not (differing & ~sens).any(), "every eager/cuda code difference here must be rcp-sensitive"
 

@@ -2,11 +2,11 @@
 
 import torch
 
-from h3gates import nvfp4
 from h3gates.nvfp4 import catalogue as C
 from h3gates.nvfp4 import formats as F
 from h3gates.nvfp4 import oracle
-from h3gates.nvfp4.quantize import quantize_blocks
+from h3gates.nvfp4.compare import compare_packed
+from h3gates.nvfp4.quantize import dequantize, global_scale, quantize, quantize_blocks
 
 
 def _catalogue_inputs():
@@ -19,13 +19,13 @@ def _catalogue_inputs():
 
 def test_swapped_nibble_order_is_caught_by_dequantize_against_comfy():
     x = C.random_tensor("normal", (64, 64), seed=1)
-    g = nvfp4.global_scale(x)
-    q, s = nvfp4.quantize(x, g)
+    g = global_scale(x)
+    q, s = quantize(x, g)
     swapped = (q << 4) | (q >> 4)
     ref = oracle.comfy_dequantize(q, s, g, backend="eager")
-    assert torch.equal(nvfp4.dequantize(q, s, g, (64, 64)), ref)
-    assert not torch.equal(nvfp4.dequantize(swapped, s, g, (64, 64)), ref)
-    cmp = nvfp4.compare_packed(
+    assert torch.equal(dequantize(q, s, g, (64, 64)), ref)
+    assert not torch.equal(dequantize(swapped, s, g, (64, 64)), ref)
+    cmp = compare_packed(
         {"qdata": swapped, "scales": s, "global_scale": g}, {"qdata": q, "scales": s, "global_scale": g}, 64, 64
     )
     assert (
@@ -53,7 +53,7 @@ def test_exact_division_instead_of_reciprocal_is_caught_on_the_catalogue():
 
 def test_scale_rounded_toward_zero_is_caught_against_comfy_eager():
     x = C.random_tensor("normal", (128, 128), seed=2)
-    g = nvfp4.global_scale(x)
+    g = global_scale(x)
     rq, rs = oracle.comfy_quantize(x, g, backend="eager")
     xb = x.reshape(128, 8, 16)
     d = (torch.amax(xb.abs(), -1).float() / 6 / g).clamp(max=448)

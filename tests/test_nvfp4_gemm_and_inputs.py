@@ -1,24 +1,26 @@
 import pytest
 import torch
 
-from h3gates import nvfp4
 from h3gates.nvfp4 import catalogue as C
+from h3gates.nvfp4.compare import compare_outputs
+from h3gates.nvfp4.gemm import emulated_gemm
+from h3gates.nvfp4.quantize import NVFP4InputError, block_values, global_scale, quantize, quantize_into
 
 
 def _operands(m, n, k, seed=0):
     a = C.random_tensor("normal", (m, k), seed=seed)
     b = C.random_tensor("normal", (n, k), seed=seed + 1) * 0.05
-    ga, gb = nvfp4.global_scale(a), nvfp4.global_scale(b)
-    return (*nvfp4.quantize(a, ga), ga, *nvfp4.quantize(b, gb), gb)
+    ga, gb = global_scale(a), global_scale(b)
+    return (*quantize(a, ga), ga, *quantize(b, gb), gb)
 
 
 def test_emulated_gemm_within_one_bf16_ulp_of_fp64():
     m, n, k = 77, 96, 512
     aq, as_, ga, bq, bs, gb = _operands(m, n, k)
-    out = nvfp4.emulated_gemm(aq, as_, ga, bq, bs, gb, m, n)
+    out = emulated_gemm(aq, as_, ga, bq, bs, gb, m, n)
     assert out.dtype == torch.bfloat16 and out.shape == (m, n)
-    a = nvfp4.block_values(aq, as_, m).double()
-    b = nvfp4.block_values(bq, bs, n).double()
+    a = block_values(aq, as_, m).double()
+    b = block_values(bq, bs, n).double()
     exact = (a @ b.t()) * ga.double() * gb.double()
     r = exact.to(torch.bfloat16)
     ulp = (torch.nextafter(r, torch.full_like(r, float("inf"))).double() - r.double()).abs()
@@ -28,20 +30,20 @@ def test_emulated_gemm_within_one_bf16_ulp_of_fp64():
 
 def test_emulated_gemm_bit_stable():
     ops = _operands(50, 64, 256, seed=4)
-    a = nvfp4.emulated_gemm(*ops, 50, 64)
+    a = emulated_gemm(*ops, 50, 64)
     for _ in range(3):
-        assert torch.equal(a, nvfp4.emulated_gemm(*ops, 50, 64))
+        assert torch.equal(a, emulated_gemm(*ops, 50, 64))
 
 
 def test_emulated_gemm_rejects_mismatches():
     aq, as_, ga, bq, bs, gb = _operands(32, 32, 64)
     _, _, _, bq2, bs2, _ = _operands(32, 32, 128)
-    with pytest.raises(nvfp4.NVFP4InputError, match="K mismatch"):
-        nvfp4.emulated_gemm(aq, as_, ga, bq2, bs2, gb, 32, 32)
-    with pytest.raises(nvfp4.NVFP4InputError, match="swizzled byte layout"):
-        nvfp4.emulated_gemm(aq, as_[:, :2], ga, bq, bs, gb, 32, 32)
-    with pytest.raises(nvfp4.NVFP4InputError, match="outside"):
-        nvfp4.emulated_gemm(aq, as_, ga, bq, bs, gb, 33, 32)
+    with pytest.raises(NVFP4InputError, match="K mismatch"):
+        emulated_gemm(aq, as_, ga, bq2, bs2, gb, 32, 32)
+    with pytest.raises(NVFP4InputError, match="swizzled byte layout"):
+        emulated_gemm(aq, as_[:, :2], ga, bq, bs, gb, 32, 32)
+    with pytest.raises(NVFP4InputError, match="outside"):
+        emulated_gemm(aq, as_, ga, bq, bs, gb, 33, 32)
 
 
 @pytest.mark.parametrize(
@@ -57,18 +59,18 @@ def test_emulated_gemm_rejects_mismatches():
     ],
 )
 def test_bad_inputs_name_the_constraint(x, sem, pad, msg):
-    with pytest.raises(nvfp4.NVFP4InputError, match=msg):
-        nvfp4.quantize(x, torch.tensor(1.0), semantics=sem, pad_16x=pad)
+    with pytest.raises(NVFP4InputError, match=msg):
+        quantize(x, torch.tensor(1.0), semantics=sem, pad_16x=pad)
 
 
 def test_quantize_into_refuses_wrong_buffers():
     x = torch.randn(32, 64).bfloat16()
-    with pytest.raises(nvfp4.NVFP4InputError, match="qdata buffer"):
-        nvfp4.quantize_into(
+    with pytest.raises(NVFP4InputError, match="qdata buffer"):
+        quantize_into(
             x, torch.tensor(1.0), torch.empty(32, 16, dtype=torch.uint8), torch.empty(128, 4, dtype=torch.uint8)
         )
-    with pytest.raises(nvfp4.NVFP4InputError, match="do not fit"):
-        nvfp4.quantize_into(
+    with pytest.raises(NVFP4InputError, match="do not fit"):
+        quantize_into(
             x,
             torch.tensor(1.0),
             torch.empty(32, 32, dtype=torch.uint8),
@@ -134,15 +136,15 @@ def test_compare_outputs_digests(monkeypatch):
     b = a.clone()
     b.view(torch.int16)[5, 7] ^= 1
     digest = lambda t: hashlib.sha256(t.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
-    same, diff = nvfp4.compare_outputs(a, a.clone()), nvfp4.compare_outputs(a, b)
+    same, diff = compare_outputs(a, a.clone()), compare_outputs(a, b)
     assert same["equal"] and same["candidate_sha256"] == same["reference_sha256"] == digest(a)
     assert not diff["equal"] and (diff["candidate_sha256"], diff["reference_sha256"]) == (digest(a), digest(b))
     assert diff["first_mismatch"]["index"] == [5, 7] and diff["elements_differing"] == 1
     calls = []
     monkeypatch.setattr(cmp_mod, "sha256", lambda t: calls.append(t) or "x")
-    nvfp4.compare_outputs(a, a.clone())
+    compare_outputs(a, a.clone())
     assert len(calls) == 1
-    bare = nvfp4.compare_outputs(a, b, digests=False)
+    bare = compare_outputs(a, b, digests=False)
     assert len(calls) == 1 and "candidate_sha256" not in bare and not bare["equal"] and bare["bytes_differing"] == 1
 
 

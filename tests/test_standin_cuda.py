@@ -6,19 +6,20 @@ chain, and a tiny model's block with and without them. The GPU tests skip cleanl
 cannot run (no GPU, no cuda.core / NVRTC); the CPU tests check what a CPU can (the E2M1 formula, the
 fingerprint closure, the layout checks)."""
 
-import importlib
 import re
 import struct
 
 import pytest
 import torch
 
-from h3gates import model as M
 from h3gates.core import config as C
 from h3gates.core import fingerprints as provenance
 from h3gates.core import registry
 from h3gates.core.context import RungContext
+from h3gates.core.shapes import load_profile
+from h3gates.model.h3 import build, rms_norm
 from h3gates.nvfp4 import formats as F
+from h3gates.nvfp4 import quantize as Q
 from h3gates.nvfp4.cuda import standin as standin_cuda
 from h3gates.nvfp4.quantize import block_values, block_values_reference, block_values_torch
 
@@ -130,7 +131,7 @@ def _tables(rows: int, rope_dims: int):
 @pytest.mark.parametrize("rows,heads", [(3001, 56), (1000, 2), (0, 2)])
 def test_qk_norm_rope_equals_the_torch_chain(rows, heads):
     """q and k of a canonical-width (56 heads) and a tiny qkv, RoPE tables of `rows` positions, and no rows."""
-    model = M.build(M.load_profile("tiny"), seed=0, device="cuda")
+    model = build(load_profile("tiny"), seed=0, device="cuda")
     c = model.config
     qkv = _qkv(max(rows, 3), heads, c.head_dim, seed=rows)[:rows]
     attn = heads * c.head_dim
@@ -139,7 +140,7 @@ def test_qk_norm_rope_equals_the_torch_chain(rows, heads):
         x = qkv[:, part * attn : (part + 1) * attn]
         w = (1 + 0.05 * torch.randn(c.head_dim, device="cuda")).to(torch.bfloat16)
         assert standin_cuda.qk_norm_rope_fits(x, c.head_dim, c.rope_dims, w, *model._rope)
-        want = model.rope(M.h3.rms_norm(x.reshape(rows, heads, c.head_dim), w, c.eps))
+        want = model.rope(rms_norm(x.reshape(rows, heads, c.head_dim), w, c.eps))
         got = standin_cuda.qk_norm_rope(x, c.head_dim, w, c.eps, *model._rope, c.rope_dims)
         assert got.shape == want.shape and got.is_contiguous() and want.is_contiguous()
         diff = (_bits(got) != _bits(want)).nonzero()
@@ -149,12 +150,12 @@ def test_qk_norm_rope_equals_the_torch_chain(rows, heads):
 @requires_kernels
 @pytest.mark.gpu
 def test_qk_norm_rope_nan_row_equals_the_torch_chain():
-    model = M.build(M.load_profile("tiny"), seed=0, device="cuda")
+    model = build(load_profile("tiny"), seed=0, device="cuda")
     c = model.config
     qkv = _qkv(c.rows, c.heads, c.head_dim, seed=5)
     qkv[3, 7] = float("nan")
     x, w = qkv[:, : c.attn], model.blocks[0].q_norm
-    want = model.rope(M.h3.rms_norm(x.reshape(c.rows, c.heads, c.head_dim), w, c.eps))
+    want = model.rope(rms_norm(x.reshape(c.rows, c.heads, c.head_dim), w, c.eps))
     got = standin_cuda.qk_norm_rope(x, c.head_dim, w, c.eps, *model._rope, c.rope_dims)
     assert torch.equal(_bits(got), _bits(want))
 
@@ -164,7 +165,7 @@ def test_qk_norm_rope_nan_row_equals_the_torch_chain():
 def test_norm_rope_outside_the_kernels_layouts_runs_the_torch_chain():
     """Views the kernel does not index (a row stride not a multiple of 8 values, a misaligned start, a
     float32 weight) are refused by fits, and the model's norm_rope then runs the torch chain."""
-    model = M.build(M.load_profile("tiny"), seed=0, device="cuda")
+    model = build(load_profile("tiny"), seed=0, device="cuda")
     c = model.config
     rows = c.rows
     base = _qkv(rows, c.heads, c.head_dim, seed=9)
@@ -177,14 +178,14 @@ def test_norm_rope_outside_the_kernels_layouts_runs_the_torch_chain():
         (base[:, : c.attn], w.float()),
     ):
         assert not standin_cuda.qk_norm_rope_fits(x, c.head_dim, c.rope_dims, weight, *model._rope)
-        want = model.rope(M.h3.rms_norm(x.reshape(rows, c.heads, c.head_dim), weight, c.eps))
+        want = model.rope(rms_norm(x.reshape(rows, c.heads, c.head_dim), weight, c.eps))
         assert torch.equal(_bits(model.norm_rope(x, weight)), _bits(want))
 
 
 @requires_kernels
 @pytest.mark.gpu
 def test_tiny_block_is_the_same_with_the_standin_kernels(monkeypatch):
-    model = M.build(M.load_profile("tiny"), seed=0, device="cuda")
+    model = build(load_profile("tiny"), seed=0, device="cuda")
     assert standin_cuda.active()
     calls = {"qk": 0, "bv": 0}
     for name, key in (("qk_norm_rope", "qk"), ("block_values", "bv")):
@@ -221,7 +222,6 @@ def test_a_wrong_library_dequantization_fails_rung_1(tmp_path, monkeypatch):
     lib = json.loads(good.read_text())["measurements"]["library"]["block_values"]
     assert lib["differing"] == [] and lib["operands"] > 20 and lib["bytes_compared"] > 0
 
-    Q = importlib.import_module("h3gates.nvfp4.quantize")
     real = Q.block_values_torch
     monkeypatch.setattr(
         Q, "block_values_torch", lambda q, s, rows=None: real(q, s, rows).unflatten(-1, (-1, 2)).flip(-1).flatten(-2)

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from h3gates import nvfp4
 from h3gates.core.registry import load_module
 from h3gates.model.roles import ReferenceGemm, Weight
 from h3gates.nvfp4 import formats as F
+from h3gates.nvfp4.compare import compare_outputs, compare_packed
 from h3gates.nvfp4.layout import Packed
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -245,7 +245,7 @@ def test_owned_gemm_bytes_equal_the_emulated_gemm(rows, n, k, tile_n, b_operand,
         cuda.OwnedGemm(ReferenceGemm(), tile_n, b_operand=b_operand, prefetch=prefetch)(p, w),
         ReferenceGemm()(p, w),
     )
-    assert nvfp4.compare_outputs(got, want)["equal"]
+    assert compare_outputs(got, want)["equal"]
 
 
 @gpu
@@ -256,7 +256,7 @@ def test_a_wrong_scale_layout_is_caught():
     p, w = _gpu_case(256, 64, 128, seed=3, scale_hi=0x7F)
     shifted = Packed(p.global_scale, p.qdata, torch.roll(p.scales, 128, dims=0), p.rows)
     got, want = cuda.OwnedGemm(ReferenceGemm(), 256)(shifted, w), ReferenceGemm()(p, w)
-    assert not nvfp4.compare_outputs(got, want)["equal"]
+    assert not compare_outputs(got, want)["equal"]
 
 
 def _modulated(rows, k, seed):
@@ -288,12 +288,12 @@ def test_p1_exported_tiles_and_projection_equal_the_library_path(rows, k, modula
     inp = _modulated(rows, k, seed=rows) if modulated else Plain(CAT.random_tensor("wide", (rows, k), seed=rows).cuda())
     got = next(role.producer.produce(inp))[1]
     want = next(base["qkv"].producer.produce(inp))[1]
-    assert nvfp4.compare_packed(got.as_dict(), want.as_dict(), rows, k)["equal"]
+    assert compare_packed(got.as_dict(), want.as_dict(), rows, k)["equal"]
     assert torch.equal(got.qdata[:rows], want.qdata[:rows]) and torch.equal(
         F.unswizzle(got.scales, rows, k // 16), F.unswizzle(want.scales, rows, k // 16)
     )
     w = weight(768, k, "cuda", ref, "normal", seed=1)
-    assert nvfp4.compare_outputs(role.project(inp, w), base["qkv"].project(inp, w))["equal"]
+    assert compare_outputs(role.project(inp, w), base["qkv"].project(inp, w))["equal"]
 
 
 @needs_dsl

@@ -14,6 +14,9 @@ What each one means for a user:
 
 from __future__ import annotations
 
+import os
+import sys
+
 
 class ConfigError(ValueError):
     pass
@@ -70,3 +73,24 @@ class NcuError(RuntimeError):
 
 class LeaseError(RuntimeError):
     pass
+
+
+def exit_status(cmd: str, run, *args) -> int:
+    """Run one `python -m h3gates` command (a user's, h3gates.cli, or a job's, h3gates.job) and turn what it
+    raises on purpose into its exit status: a Refusal is 1, its reasons and fix on stderr; a ConfigError
+    is 2, its one line on stderr; a reader that went away (`status | head -1`) ends it quietly with 1."""
+    try:
+        return run(*args)
+    except Refusal as e:
+        print(f"h3gates {cmd}: REFUSED", file=sys.stderr)
+        for reason in e.reasons:
+            print(f"  - {reason}", file=sys.stderr)
+        if e.fix:
+            print(f"  fix: {e.fix}", file=sys.stderr)
+        return 1
+    except ConfigError as e:
+        print(f"h3gates {cmd}: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # the reader went away: stop quietly, as other commands do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that the exit's flush cannot fail again
+        return 1

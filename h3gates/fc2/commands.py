@@ -40,10 +40,17 @@ def _positive(text: str) -> int:
     return v
 
 
+DESCRIPTION = "FC2 cuBLASLt algorithm study (seed 003) on the emulated NVFP4 GEMM"
+
+
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
-        prog=PROG, description="FC2 cuBLASLt algorithm study (seed 003) on the emulated NVFP4 GEMM"
-    )
+    ap = argparse.ArgumentParser(prog=PROG, description=DESCRIPTION)
+    arguments(ap)
+    return ap
+
+
+def arguments(ap: argparse.ArgumentParser) -> None:
+    """The study's modes and options, in its own parser or as `h3gates fc2` (h3gates.commands.fc2)."""
     sub = ap.add_subparsers(dest="mode", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--rows", type=_positive, default=37810, help="activation rows (logical M)")
@@ -76,7 +83,6 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--sweep", help="the sweep report `auto` selects from")
     pr = sub.add_parser("profile", parents=[common], help="one GEMM inside cudaProfilerStart/Stop")
     pr.add_argument("--algorithm", required=True, help="SPEC")
-    return ap
 
 
 def _fail(msg: str, code: int = 2) -> int:
@@ -86,7 +92,11 @@ def _fail(msg: str, code: int = 2) -> int:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    a = parser().parse_args(argv)
+    return run(parser().parse_args(argv), argv)
+
+
+def run(a: argparse.Namespace, argv: list[str]) -> int:
+    """One mode of the study; `argv`: its arguments as given (the report records the command)."""
     algorithm = None
     if getattr(a, "algorithm", None) is not None:
         try:
@@ -96,7 +106,7 @@ def main(argv=None) -> int:
                     return _fail(
                         "--algorithm auto needs --sweep REPORT (selected only): auto is the fastest byte-exact algorithm of a sweep"
                     )
-                from h3gates.fc2.study import select_auto
+                from h3gates.fc2.select import select_auto
 
                 algorithm = select_auto(json.loads(Path(a.sweep).read_text()))
         except (SpecError, OSError, json.JSONDecodeError) as e:

@@ -31,12 +31,13 @@ import torch
 from h3gates.core.fsutil import atomic_write
 from h3gates.fc2 import cublaslt as C
 from h3gates.fc2 import spec as S
+from h3gates.fc2.select import fastest_exact
 from h3gates.model.reference import Reference
-from h3gates.nvfp4 import block_values, global_scale
 from h3gates.nvfp4 import formats as F
 from h3gates.nvfp4.compare import sha256
 from h3gates.nvfp4.gemm import alpha as gemm_alpha
 from h3gates.nvfp4.gemm import mm_alpha
+from h3gates.nvfp4.quantize import block_values, global_scale
 
 SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "fc2.schema.json"
 SCHEMA_VERSION = 1
@@ -402,7 +403,7 @@ def sweep(
         if spec["heuristic_index"] is not None and rec.get("error") is None:
             rec["rebuild"] = _rebuild_check(spec, found[spec["heuristic_index"]], rec, ops)
         doc["candidates"].append(rec)
-    best = _fastest_exact(doc["candidates"])
+    best = fastest_exact(doc["candidates"])
     doc["fastest_exact"] = (
         None
         if best is None
@@ -433,19 +434,6 @@ def _rebuild_check(spec: dict, found: C.Found, rec: dict, ops: Operands) -> dict
         "heuristic_struct_sha256": digest,
         "bytes_equal": digest == rec["sha256"],
     }
-
-
-def _fastest_exact(cands: list[dict]) -> dict | None:
-    exact = [c for c in cands if c.get("error") is None and c["exact"]]
-    return min(exact, key=lambda c: c["timing"]["candidate_p50_ms"], default=None)
-
-
-def select_auto(sweep_report: dict) -> dict:
-    """`auto`: the fastest byte-exact algorithm of a sweep report."""
-    best = sweep_report.get("fastest_exact")
-    if not best:
-        raise S.SpecError("the sweep found no byte-exact algorithm: `auto` has nothing to select")
-    return S.normalize(best["spec"], "auto")
 
 
 def selected(

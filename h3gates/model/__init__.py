@@ -1,43 +1,4 @@
-"""h3gates.model: the MiniMax-H3 stand-in (h3-model.md); its projections are roles (h3gates.model.roles) candidates plug into."""
-
-from h3gates.core.shapes import H3Config, Segment, load_profile
-from h3gates.model.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from h3gates.model.h3 import ROLES, Block, Capture, H3Model, build
-from h3gates.model.roles import (
-    Modulated,
-    Packed,
-    Plain,
-    ReferenceProducer,
-    Role,
-    SwiGLU,
-    Weight,
-    materialize,
-    modulate,
-    reference_roles,
-    swiglu,
-)
-
-__all__ = [
-    "ROLES",
-    "Block",
-    "Capture",
-    "CheckpointError",
-    "H3Config",
-    "H3Model",
-    "Modulated",
-    "Packed",
-    "Plain",
-    "ReferenceProducer",
-    "Role",
-    "Segment",
-    "SwiGLU",
-    "Weight",
-    "build",
-    "load_checkpoint",
-    "load_profile",
-    "materialize",
-    "modulate",
-    "reference_roles",
-    "save_checkpoint",
-    "swiglu",
-]
+"""h3gates.model: the MiniMax-H3 stand-in (h3-model.md); its projections are roles (h3gates.model.roles)
+candidates plug into. `h3` builds the model, `roles` and `reference` are the roles and the reference,
+`checkpoint` loads and saves checkpoints. This package's __init__ imports nothing, so a module of it
+carries only its own imports into a fingerprint."""

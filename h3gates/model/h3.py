@@ -10,12 +10,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from h3gates import nvfp4
 from h3gates.core.shapes import H3Config
 from h3gates.model.reference import Reference
 from h3gates.model.roles import Modulated, Plain, SwiGLU, Weight, reference_roles
 from h3gates.nvfp4.cuda import standin as standin_cuda
 from h3gates.nvfp4.gemm import pin_matmul_precision
+from h3gates.nvfp4.quantize import global_scale
 
 ROLES = ("qkv", "out", "fc1", "fc2")
 ADALN = ("shift_msa", "scale_msa", "gate_msa", "shift_mlp", "scale_mlp", "gate_mlp")
@@ -220,7 +220,7 @@ def generate_block(config: H3Config, i: int, seed: int, device, reference: Refer
     weights = {}
     for role, (n, k) in c.gemm_shapes().items():
         w = _randn((n, k), _seed(seed, i, role), device, std=1.0 / math.sqrt(k))
-        g = nvfp4.global_scale(w)
+        g = global_scale(w)
         q, s = reference.quantize(w, g)
         weights[role] = Weight(q, s, g, n, k)
         del w

@@ -17,8 +17,8 @@ from functools import cached_property
 
 import torch
 
-from h3gates import nvfp4
-from h3gates.nvfp4 import fp4mma, oracle
+from h3gates.nvfp4 import fp4mma, oracle, rcp
+from h3gates.nvfp4 import quantize as Q
 
 
 class GemmReferenceMismatch(RuntimeError):
@@ -40,7 +40,7 @@ class Reference:
         self.device = torch.device(device)
         if semantics == "auto":
             semantics = "cuda" if self.device.type == "cuda" else "eager"
-        if semantics not in nvfp4.SEMANTICS:
+        if semantics not in Q.SEMANTICS:
             raise ValueError(f"semantics must be auto, eager or cuda, got {semantics!r}")
         self.semantics = semantics
         self.table = table
@@ -68,13 +68,13 @@ class Reference:
         """Reference (qdata, scales uint8) of activation x with global scale g, padded to 16."""
         if self.semantics == "eager" or self.device.type == "cuda":
             return oracle.comfy_quantize(x, g, pad_16x=True, backend=self.semantics)
-        return nvfp4.quantize(x, g, semantics="cuda", table=self.table)
+        return Q.quantize(x, g, semantics="cuda", table=self.table)
 
     def describe(self) -> dict:
         return {
             "semantics": self.semantics,
             "oracle": self.oracle,
             "comfy_kitchen": oracle.comfy_version(),
-            "rcp_table": nvfp4.rcp.table_info(self.table) if self.semantics == "cuda" else None,
+            "rcp_table": rcp.table_info(self.table) if self.semantics == "cuda" else None,
             "gemm": self.gemm_choice.describe(),
         }

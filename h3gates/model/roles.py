@@ -21,9 +21,9 @@ from typing import Iterator, Protocol
 
 import torch
 
-from h3gates import nvfp4
 from h3gates.model.reference import Reference
 from h3gates.nvfp4 import fp4mma
+from h3gates.nvfp4 import quantize as Q
 from h3gates.nvfp4.fp4mma import Fp4MmaReference
 from h3gates.nvfp4.gemm import alpha, mm_alpha
 from h3gates.nvfp4.layout import Packed
@@ -168,7 +168,7 @@ class ReferenceProducer(RowProducer):
         self.ref = ref
 
     def global_scale(self, inp):
-        return nvfp4.global_scale(materialize(inp))
+        return Q.global_scale(materialize(inp))
 
     def quantize_rows(self, inp, g, r0, r1, q, s):
         qr, sr = self.ref.quantize(materialize_rows(inp, r0, r1), g)
@@ -177,7 +177,7 @@ class ReferenceProducer(RowProducer):
 
     def produce(self, inp):
         x = materialize(inp)
-        g = nvfp4.global_scale(x) if inp.static_scale is None else inp.static_scale
+        g = Q.global_scale(x) if inp.static_scale is None else inp.static_scale
         q, s = self.ref.quantize(x, g)
         yield 0, Packed(g, q, s, x.shape[0])
 
@@ -195,7 +195,7 @@ class Weight:
 
     def block_values(self) -> torch.Tensor:
         if self.values is None:
-            self.values = nvfp4.block_values(self.qdata, self.scales, self.n)
+            self.values = Q.block_values(self.qdata, self.scales, self.n)
         return self.values
 
 
@@ -207,13 +207,13 @@ class ReferenceGemm:
     def __call__(self, p: Packed, w: Weight) -> torch.Tensor:
         check_k(p, w)
         return mm_alpha(
-            nvfp4.block_values(p.qdata, p.scales, p.rows), w.block_values(), alpha(p.global_scale, w.global_scale)
+            Q.block_values(p.qdata, p.scales, p.rows), w.block_values(), alpha(p.global_scale, w.global_scale)
         )
 
 
 def check_k(p: Packed, w: Weight) -> None:
     if p.cols != w.qdata.shape[1] * 2:
-        raise nvfp4.NVFP4InputError(f"activation K {p.cols} != weight K {w.qdata.shape[1] * 2}")
+        raise Q.NVFP4InputError(f"activation K {p.cols} != weight K {w.qdata.shape[1] * 2}")
 
 
 @dataclass

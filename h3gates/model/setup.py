@@ -42,7 +42,7 @@ class Sides:
     @property
     def model(self):
         if self._model is None:
-            from h3gates.model import build
+            from h3gates.model.h3 import build
 
             progress(
                 f"building the {self.profile.name} model on {self.device}"

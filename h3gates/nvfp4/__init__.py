@@ -1,43 +1,8 @@
 """h3gates.nvfp4: Comfy Kitchen's NVFP4 bytes, reproduced exactly, with Comfy Kitchen as the oracle.
 
-Public entry points: `global_scale`, `quantize`, `dequantize`, `emulated_gemm`; building blocks for
-producers: `quantize_into`, `quantize_blocks`, `rcp_sensitive`; reports: `compare_packed`,
-`compare_outputs`; the adversarial `catalogue`.
+One module each, imported by name (this package's __init__ imports nothing, so a module of it carries
+only its own imports into a fingerprint): `quantize` (global_scale, quantize, dequantize, quantize_into,
+quantize_blocks, block_values, rcp_sensitive), `gemm` (emulated_gemm), `compare` (compare_packed,
+compare_outputs, the replay dumps), `catalogue` (the adversarial cases), `formats`, `layout`, `rcp`,
+`fp4mma`, `oracle`, `explain`, and the CUDA runtime under `cuda/`.
 """
-
-from h3gates.nvfp4 import catalogue, formats, rcp
-from h3gates.nvfp4.compare import compare_outputs, compare_packed, dump_replay, sha256
-from h3gates.nvfp4.gemm import emulated_gemm
-from h3gates.nvfp4.quantize import (
-    SEMANTICS,
-    NVFP4InputError,
-    block_values,
-    check_input,
-    dequantize,
-    global_scale,
-    quantize,
-    quantize_blocks,
-    quantize_into,
-    rcp_sensitive,
-)
-
-__all__ = [
-    "SEMANTICS",
-    "NVFP4InputError",
-    "block_values",
-    "catalogue",
-    "check_input",
-    "compare_outputs",
-    "compare_packed",
-    "dequantize",
-    "dump_replay",
-    "emulated_gemm",
-    "formats",
-    "global_scale",
-    "quantize",
-    "quantize_blocks",
-    "quantize_into",
-    "rcp",
-    "rcp_sensitive",
-    "sha256",
-]

@@ -9,7 +9,6 @@ an fp32 product, then alpha, then one rounding.
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 import torch
@@ -148,12 +147,11 @@ def backend_info(device) -> dict:
         info["torch_allow_bf16_reduced_precision_reduction_now"] = (
             torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
         )
+        from h3gates.nvfp4.cuda import standin as standin_cuda
+
         # which dequantization fed the GEMM: both write the same bytes, the kernel in one pass
-        info["block_values"] = (
-            "cuda-kernel kernels/common/standin.cu"
-            if importlib.import_module("h3gates.nvfp4.cuda.standin").active(dev.index)
-            else "torch"
-        )
+        info["block_values"] = "cuda-kernel kernels/common/standin.cu" if standin_cuda.active(dev.index) else "torch"
+
     return info
 
 

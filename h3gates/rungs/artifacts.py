@@ -29,11 +29,11 @@ from pathlib import Path
 
 import torch
 
-from h3gates import nvfp4
 from h3gates.core.errors import ArtifactError
 from h3gates.core.fsutil import atomic_write
 from h3gates.core.jobs import progress
 from h3gates.model.setup import Sides
+from h3gates.nvfp4.compare import sha256
 
 KEEP_LIMIT = 64 << 20  # bytes of output tensors an artifact keeps (beyond: SHA-256 and shape only)
 
@@ -71,7 +71,7 @@ def compute(actx: dict, out: str, meta: dict) -> dict:
     _sync(sides.device)
     wall = time.perf_counter() - t0
     described = {
-        k: {"shape": list(v.shape), "dtype": str(v.dtype).replace("torch.", ""), "sha256": nvfp4.sha256(v)}
+        k: {"shape": list(v.shape), "dtype": str(v.dtype).replace("torch.", ""), "sha256": sha256(v)}
         for k, v in outputs.items()
     }
     meta = {
@@ -116,7 +116,7 @@ def compute_captures(cctx: dict, blocks: list[int], outs: list[str], meta: dict)
                 "environment": env,
                 "shape": list(x.shape),
                 "dtype": str(x.dtype).replace("torch.", ""),
-                "sha256": nvfp4.sha256(x),
+                "sha256": sha256(x),
             }
             save(want[i], {"meta": m, "x": x.cpu()})
             metas[i] = m
@@ -162,7 +162,7 @@ def load_capture(path: str, want: dict, block: int, device: str) -> torch.Tensor
             f"remove it (rm {p}) and rerun"
         )
     same_environment(p, meta.get("environment"), environment(want["device"]))
-    if list(x.shape) != meta["shape"] or nvfp4.sha256(x) != meta["sha256"]:
+    if list(x.shape) != meta["shape"] or sha256(x) != meta["sha256"]:
         raise ArtifactError(
             f"{p}: the input's bytes are not the ones its record names (edited or cut short); remove it (rm {p}) and rerun"
         )

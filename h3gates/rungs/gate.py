@@ -9,7 +9,6 @@ from pathlib import Path
 
 import torch
 
-from h3gates import nvfp4
 from h3gates.core import registry, report
 from h3gates.core.context import RungContext
 from h3gates.core.fingerprints import provenance
@@ -17,6 +16,7 @@ from h3gates.core.jobs import progress
 from h3gates.core.outputs import RUNG_NAMES
 from h3gates.model import candidates
 from h3gates.model.setup import Sides
+from h3gates.nvfp4.compare import dump_replay
 
 CURRENT: list = []  # the gate of this process, for the crash handler
 REPLAY_LIMIT = 24  # replay dumps a failing gate keeps (the first ones; the report still lists every failing case)
@@ -124,7 +124,7 @@ class Gate:
             self.replay_dropped += 1
             return
         self.replay.append(
-            nvfp4.dump_replay(
+            dump_replay(
                 out.parent / f"{out.stem}.replay.{tag}.pt",
                 kind=kind,
                 context=self.ctx.to_dict(),

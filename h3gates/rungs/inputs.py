@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from h3gates import nvfp4
 from h3gates.model.roles import Modulated, Plain, ReferenceProducer, SwiGLU, Weight
+from h3gates.nvfp4.quantize import global_scale
 
 
 def unit_gate(dtype):
@@ -57,7 +57,7 @@ def weight(n: int, k: int, device, reference, kind: str = "normal", seed: int = 
     else:
         w = C.random_tensor("normal", (n, k), seed=seed)
     w = w.to(device)
-    g = nvfp4.global_scale(w)
+    g = global_scale(w)
     q, s = reference.quantize(w, g)
     return Weight(q, s, g, n, k)
 

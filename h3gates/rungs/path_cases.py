@@ -43,10 +43,10 @@ from dataclasses import dataclass
 
 import torch
 
-from h3gates import nvfp4
 from h3gates.model import kernel_paths as V
 from h3gates.model.roles import Modulated, Plain, SwiGLU, materialize
 from h3gates.nvfp4 import catalogue as C
+from h3gates.nvfp4.quantize import global_scale
 
 ROWS = (1, 15, 16, 17, 129)
 COLS = (64, 72, 62)
@@ -106,7 +106,7 @@ def _swiglu(rows, f, seed, dtype, kind="random", static=None, device="cpu") -> S
 
 def _static(inp) -> torch.Tensor:
     """A checkpoint-like static scale: the computed one times 4 (blocks then clip at 448 less often)."""
-    return (nvfp4.global_scale(materialize(inp)) * 4).float().reshape(())
+    return (global_scale(materialize(inp)) * 4).float().reshape(())
 
 
 def cases(role: str, device, chunk_rows: int | None = None) -> list[tuple[str, object]]:

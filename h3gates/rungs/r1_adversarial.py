@@ -23,7 +23,6 @@ combined its chunk maxima with a NaN-ignoring max passed all eight rungs (tests/
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 import torch
@@ -34,6 +33,7 @@ from h3gates.model.roles import Plain
 from h3gates.nvfp4 import catalogue as C
 from h3gates.nvfp4 import formats as F
 from h3gates.nvfp4 import gemm as G
+from h3gates.nvfp4 import quantize as Q
 from h3gates.nvfp4.compare import compare_outputs
 from h3gates.rungs import path_cases as P
 from h3gates.rungs.gate import Gate
@@ -387,7 +387,6 @@ def library_cases(gate, inputs) -> dict:
     runs, the torch path elsewhere), against the plain fp32 decode (block_values_reference): every
     catalogue and random activation as the reference packs it, every QDATA byte with every scale byte
     (NaN, negative, subnormal, zero), and padded scale columns."""
-    Q = importlib.import_module("h3gates.nvfp4.quantize")  # the module (the package exports a function of that name)
     dev = gate.device
     table_q = torch.arange(256, dtype=torch.uint8).repeat(256, 1)  # row r: every byte; its scale byte r
     table_s = F.swizzle(torch.arange(256, dtype=torch.uint8).reshape(256, 1).repeat(1, 32))

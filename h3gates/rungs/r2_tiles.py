@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from h3gates.nvfp4 import catalogue as C
-from h3gates.nvfp4 import compare_outputs
+from h3gates.nvfp4.compare import compare_outputs
 from h3gates.nvfp4.layout import Packed
 from h3gates.rungs.gate import Gate
 from h3gates.rungs.inputs import role_input, weight

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from h3gates import nvfp4
+from h3gates.nvfp4.compare import compare_outputs, compare_packed
 from h3gates.nvfp4.layout import Packed
 from h3gates.rungs.gate import Gate
 from h3gates.rungs.side_by_side import compare_producers, run_producer
@@ -29,7 +29,7 @@ def run(ctx, out, block, upstream=()):
             for r0, p in rc:
                 sub = ref_full.row_slice(r0, r0 + p.qdata.shape[0])
                 sub.global_scale = ref_full.global_scale
-                c = nvfp4.compare_packed(p.as_dict(), sub.as_dict(), p.rows, cols)
+                c = compare_packed(p.as_dict(), sub.as_dict(), p.rows, cols)
                 chunks.append(
                     {
                         "row0": r0,
@@ -38,7 +38,7 @@ def run(ctx, out, block, upstream=()):
                         "bytes_differing": c["bytes_differing"],
                     }
                 )
-        ocmp = nvfp4.compare_outputs(cand.project(inp, w), ref.project(inp, w))
+        ocmp = compare_outputs(cand.project(inp, w), ref.project(inp, w))
         roles[role] = {"packed": cmp, "chunks": chunks, "output": ocmp}
         if not cmp["equal"] or not ocmp["equal"] or any(c["bytes_differing"] for c in chunks):
             bad = [c for c in chunks if c["bytes_differing"]]

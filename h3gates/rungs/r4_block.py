@@ -6,11 +6,11 @@ accounts for the serial correlation it measures and for every earlier attempt at
 
 from __future__ import annotations
 
-from h3gates import nvfp4
 from h3gates.core import perfgate as PG
 from h3gates.core.fingerprints import digest
 from h3gates.core.jobs import progress
 from h3gates.core.outputs import RESULTS
+from h3gates.nvfp4.compare import compare_outputs
 from h3gates.rungs import timing as T
 from h3gates.rungs.gate import Gate
 
@@ -42,7 +42,7 @@ def sides_of(gate, block: int):
 def run(ctx, out, block, upstream=()):
     gate = Gate(ctx, 4, block, upstream)
     base, cand = sides_of(gate, block)
-    cmp = nvfp4.compare_outputs(cand(), base())
+    cmp = compare_outputs(cand(), base())
     params = ctx.rung_params
     p = {k: params[k] for k in TIMING_KEYS if k in params}
     enforced = bool(params["enforce"])

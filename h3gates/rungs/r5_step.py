@@ -3,9 +3,9 @@ baseline side read from the shared baseline artifact, h3gates/rungs/artifacts.py
 
 from __future__ import annotations
 
-from h3gates import nvfp4
 from h3gates.core.errors import ArtifactError
 from h3gates.core.jobs import progress
+from h3gates.nvfp4.compare import compare_outputs, sha256
 from h3gates.rungs.gate import Gate
 
 
@@ -22,8 +22,8 @@ def run(ctx, out, block=None, upstream=()):
     yc = m.step_forward(x, 0, gate.with_candidate(), progress=every("candidate"))
     want = art["meta"]["outputs"]["step"]
     if "step" in art["tensors"]:
-        cmp = nvfp4.compare_outputs(yc, art["tensors"]["step"].to(yc.device))
-    elif nvfp4.sha256(yc) == want["sha256"] and list(yc.shape) == want["shape"]:
+        cmp = compare_outputs(yc, art["tensors"]["step"].to(yc.device))
+    elif sha256(yc) == want["sha256"] and list(yc.shape) == want["shape"]:
         n = yc.numel() * yc.element_size()
         cmp = {
             "equal": True,
@@ -39,11 +39,11 @@ def run(ctx, out, block=None, upstream=()):
         }
     else:  # the artifact keeps only the hash of a large output: recompute the baseline here to say where it differs
         yb = m.step_forward(x, 0, gate.baseline, progress=every("baseline (recomputed)"))
-        cmp = nvfp4.compare_outputs(yc, yb)
-        if nvfp4.sha256(yb) != want["sha256"]:
+        cmp = compare_outputs(yc, yb)
+        if sha256(yb) != want["sha256"]:
             gate.fail(
                 f"the baseline artifact does not reproduce here (its step output sha256 {want['sha256'][:12]}, recomputed "
-                f"{nvfp4.sha256(yb)[:12]}): remove {ctx['baseline_artifact']} and rerun"
+                f"{sha256(yb)[:12]}): remove {ctx['baseline_artifact']} and rerun"
             )
     if not cmp["equal"]:
         gate.fail(f"{m.config.blocks}-block step output differs in {cmp['elements_differing']} elements")

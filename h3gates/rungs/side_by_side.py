@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from h3gates import nvfp4
+from h3gates.nvfp4.compare import compare_outputs, compare_packed
 from h3gates.nvfp4.layout import Packed
+from h3gates.nvfp4.quantize import NVFP4InputError
 
 # What a candidate may raise to refuse an input (the reference refuses the same ones); anything else
 # it raises is a crash (crash.py).
-REFUSALS = (nvfp4.NVFP4InputError, ValueError, RuntimeError, AssertionError)
+REFUSALS = (NVFP4InputError, ValueError, RuntimeError, AssertionError)
 
 
 def run_producer(producer, inp):
@@ -34,7 +35,7 @@ def compare_producers(cand, ref, inp, rows, cols):
             rc,
             rr,
         )
-    out = nvfp4.compare_packed(Packed.join(rc, rows, cols).as_dict(), Packed.join(rr, rows, cols).as_dict(), rows, cols)
+    out = compare_packed(Packed.join(rc, rows, cols).as_dict(), Packed.join(rr, rows, cols).as_dict(), rows, cols)
     out["chunks"] = [{"row0": r0, "rows": p.rows} for r0, p in rc]
     return out, rc, rr
 
@@ -58,4 +59,4 @@ def compare_gemms(cand, ref, p, w) -> dict:
             "bytes_compared": 0,
             "bytes_differing": 0 if agree else 1,
         }
-    return nvfp4.compare_outputs(yc, yr, digests=False)  # rung 1 records bytes, not digests, of its hundreds of cases
+    return compare_outputs(yc, yr, digests=False)  # rung 1 records bytes, not digests, of its hundreds of cases

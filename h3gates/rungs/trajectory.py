@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import time
 
-from h3gates import nvfp4
 from h3gates.core.errors import ArtifactError
 from h3gates.core.jobs import progress
+from h3gates.nvfp4.compare import compare_outputs
 
 
 def _sync(device):
@@ -33,8 +33,8 @@ def trajectories(gate, steps):
     )
     _sync(gate.device)
     times = {"baseline": art["meta"]["wall_s"], "candidate": time.perf_counter() - t0}
-    video = nvfp4.compare_outputs(video_c, art["tensors"]["video"].to(video_c.device))
-    audio = nvfp4.compare_outputs(audio_c, art["tensors"]["audio"].to(audio_c.device))
+    video = compare_outputs(video_c, art["tensors"]["video"].to(video_c.device))
+    audio = compare_outputs(audio_c, art["tensors"]["audio"].to(audio_c.device))
     for what, c in (("video", video), ("audio", audio)):
         if not c["equal"]:
             gate.fail(

@@ -23,14 +23,14 @@ tested with a fake binding; never run on Blackwell hardware here (docs/hardware.
 import json
 from pathlib import Path
 
-from h3gates import nvfp4
 from h3gates.fc2 import cublaslt as C
 from h3gates.fc2 import spec as S
-from h3gates.fc2.study import select_auto
+from h3gates.fc2.select import select_auto
 from h3gates.model import kernel_paths as V
 from h3gates.model.roles import Role, check_k
 from h3gates.nvfp4 import formats as F
 from h3gates.nvfp4.gemm import alpha
+from h3gates.nvfp4.quantize import block_values
 
 
 def fp4_shape(rows: int, n: int, k: int) -> tuple[int, int, int]:
@@ -97,7 +97,7 @@ class AlgoFC2:
             return self.base(p, w)
         if self.fp4:  # comfy's FP4 call with the pinned algorithm (the reference here is that call with #0)
             return self.gemm(p, w)
-        a = nvfp4.block_values(p.qdata, p.scales, p.rows)
+        a = block_values(p.qdata, p.scales, p.rows)
         return self.gemm(a, w.block_values(), alpha(p.global_scale, w.global_scale))
 
     def pin(self) -> dict:

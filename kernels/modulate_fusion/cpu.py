@@ -9,10 +9,10 @@ Constraints: Modulated inputs (h [R, H] bf16, shift/scale [segments, H]); CHUNK 
 
 import torch
 
-from h3gates import nvfp4
 from h3gates.model import kernel_paths as V
 from h3gates.model.roles import Role, RowProducer, materialize_rows
 from h3gates.nvfp4 import formats as F
+from h3gates.nvfp4.quantize import quantize_into
 
 CHUNK = 64
 
@@ -35,7 +35,7 @@ class ModulateFusedProducer(RowProducer):
         s[: F.roundup(r1 - r0, 128)] = 0  # padding rows of the last tile (a ring buffer holds the previous chunk's)
         for a in range(r0, r1, CHUNK):  # pass 2: the same values again, quantized into the buffers
             b = min(a + CHUNK, r1)
-            nvfp4.quantize_into(
+            quantize_into(
                 materialize_rows(inp, a, b),
                 g,
                 q,

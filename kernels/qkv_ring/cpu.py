@@ -3,11 +3,11 @@ over the materialized activation; the schedule is ring.py."""
 
 from pathlib import Path
 
-from h3gates import nvfp4
 from h3gates.core.registry import load_module
 from h3gates.model import kernel_paths as V
 from h3gates.model.roles import RowProducer
 from h3gates.nvfp4 import formats as F
+from h3gates.nvfp4 import quantize as Q
 
 ring = load_module(Path(__file__).with_name("ring.py"))
 
@@ -19,11 +19,11 @@ class Quantize(RowProducer):
         self.ref = reference
 
     def global_scale(self, inp):
-        return nvfp4.global_scale(inp.x)
+        return Q.global_scale(inp.x)
 
     def quantize_rows(self, inp, g, r0, r1, q, s):
         s[: F.roundup(r1 - r0, 128)] = 0  # the previous chunk's scales in the last tile
-        nvfp4.quantize_into(inp.x[r0:r1], g, q, s, semantics=self.ref.semantics, table=self.ref.table)
+        Q.quantize_into(inp.x[r0:r1], g, q, s, semantics=self.ref.semantics, table=self.ref.table)
 
 
 def build(params, reference, base):

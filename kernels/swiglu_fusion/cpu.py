@@ -7,10 +7,10 @@ Constraints: SwiGLU inputs (u [R, 2F] = [gate; value] bf16); CHUNK a multiple of
 
 import torch
 
-from h3gates import nvfp4
 from h3gates.model import kernel_paths as V
 from h3gates.model.roles import Role, RowProducer, materialize_rows
 from h3gates.nvfp4 import formats as F
+from h3gates.nvfp4.quantize import quantize_into
 
 CHUNK = 64
 
@@ -33,7 +33,7 @@ class SwiGLUFusedProducer(RowProducer):
         s[: F.roundup(r1 - r0, 128)] = 0
         for a in range(r0, r1, CHUNK):
             b = min(a + CHUNK, r1)
-            nvfp4.quantize_into(
+            quantize_into(
                 materialize_rows(inp, a, b).contiguous(),
                 g,
                 q,

@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository r
 from h3gates.fc2 import cublaslt as C
 from h3gates.fc2 import spec as S
 from h3gates.fc2 import study
+from h3gates.fc2.select import select_auto
 from h3gates.nvfp4.compare import sha256
 from h3gates.nvfp4.gemm import mm_alpha
 
@@ -178,7 +179,7 @@ def main() -> int:
 
     sel = None
     if sw["fastest_exact"]:
-        spec = study.select_auto(sw)
+        spec = select_auto(sw)
         (out / "algorithm.json").write_text(json.dumps(spec, indent=1) + "\n")
         sel = study.selected(
             spec, a.rows, a.n, a.k, rounds=a.rounds, iters=a.iters, ops=ops, command=command + " [selected]"

@@ -11,8 +11,9 @@ import time
 sys.path.insert(0, sys.argv[1])
 import torch  # noqa: E402
 
-from h3gates import nvfp4  # noqa: E402
-from h3gates.model import build, load_profile  # noqa: E402
+from h3gates.core.shapes import load_profile  # noqa: E402
+from h3gates.model.h3 import build  # noqa: E402
+from h3gates.nvfp4.compare import sha256  # noqa: E402
 
 try:  # the tree before the layers (b14965d and earlier)
     from h3gates.reference import Reference  # noqa: E402
@@ -29,10 +30,10 @@ print(
     sys.argv[1],
     sem,
     "video",
-    nvfp4.sha256(v),
+    sha256(v),
     "audio",
-    nvfp4.sha256(a),
+    sha256(a),
     "block24",
-    nvfp4.sha256(x),
+    sha256(x),
     f"{time.time() - t:.0f}s",
 )

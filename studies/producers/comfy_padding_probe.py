@@ -19,8 +19,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for the imports below (E402)
 
 from h3gates.nvfp4 import formats as F  # noqa: E402
-from h3gates.nvfp4 import global_scale, oracle  # noqa: E402
+from h3gates.nvfp4 import oracle  # noqa: E402
 from h3gates.nvfp4.cuda import producers as K  # noqa: E402
+from h3gates.nvfp4.quantize import global_scale  # noqa: E402
 
 
 def unswizzle_index(rows_s: int, cols_s: int) -> torch.Tensor:

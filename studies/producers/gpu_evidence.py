@@ -33,7 +33,6 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for the imports below (E402)
 
-from h3gates import nvfp4  # noqa: E402
 from h3gates.core.registry import load_implementation  # noqa: E402
 from h3gates.model.roles import modulate, swiglu  # noqa: E402
 from h3gates.nvfp4 import catalogue as C  # noqa: E402
@@ -42,6 +41,8 @@ from h3gates.nvfp4 import oracle  # noqa: E402
 from h3gates.nvfp4 import rcp as R  # noqa: E402
 from h3gates.nvfp4.cuda import producers as K  # noqa: E402
 from h3gates.nvfp4.explain import explain  # noqa: E402
+from h3gates.nvfp4.gemm import alpha, emulated_gemm  # noqa: E402
+from h3gates.nvfp4.quantize import NVFP4InputError, block_values, global_scale, quantize, rcp_sensitive  # noqa: E402
 
 M = load_implementation("modulate_fusion", "cuda")  # modulate_produce (kernels/modulate_fusion/cuda.py)
 S = load_implementation("swiglu_fusion", "cuda")  # swiglu_produce, swiglu_probe (kernels/swiglu_fusion/cuda.py)
@@ -93,13 +94,13 @@ def triple(x, g, pad=True):
         ref = None
         out["comfy_cuda"] = f"refused: {type(e).__name__}: {str(e)[:160]}"
     try:
-        mod = nvfp4.quantize(x, g, semantics="cuda", pad_16x=pad)
-    except nvfp4.NVFP4InputError as e:
+        mod = quantize(x, g, semantics="cuda", pad_16x=pad)
+    except NVFP4InputError as e:
         mod = None
         out["model"] = f"refused: {e}"
     try:
-        eag = nvfp4.quantize(x, g, semantics="eager", pad_16x=pad)  # IEEE torch ops: same bytes on GPU as on CPU
-    except nvfp4.NVFP4InputError as e:
+        eag = quantize(x, g, semantics="eager", pad_16x=pad)  # IEEE torch ops: same bytes on GPU as on CPU
+    except NVFP4InputError as e:
         eag = None
         out["eager"] = f"refused: {e}"
     if ref is not None and mod is not None:
@@ -109,7 +110,7 @@ def triple(x, g, pad=True):
         if sum(out["eager_vs_comfy_cuda"].values()):
             out["eager_vs_comfy_cuda"]["explained"] = explain(x, g, ref, eag)
     if mod is not None:
-        out["rcp_sensitive_elements"] = int(nvfp4.rcp_sensitive(x, g, pad_16x=pad).sum())
+        out["rcp_sensitive_elements"] = int(rcp_sensitive(x, g, pad_16x=pad).sum())
         out["bytes"] = mod[0].numel() + mod[1].numel()
     return out, ref
 
@@ -135,7 +136,7 @@ def section_numerics() -> dict:
                 x = C.random_tensor(kind, shape, torch.float32, seed=50 + i, device=DEV).clamp(-6e4, 6e4).to(dt)
             else:
                 x = C.random_tensor(kind, shape, dt, seed=50 + i, device=DEV)
-            g = nvfp4.global_scale(x)
+            g = global_scale(x)
             res["random"][f"{kind}_{shape[0]}x{shape[1]}_{str(dt)[6:]}"] = triple(x, g)[0]
             del x
     # the model's reciprocal vs the hardware instruction on fresh random fp32 (every exponent)
@@ -169,17 +170,17 @@ def section_numerics() -> dict:
     for m, n, k in ((4096, 5376, 5376), (2048, 5376, 14336)):
         a = C.random_tensor("normal", (m, k), seed=7, device=DEV)
         b = C.random_tensor("normal", (n, k), seed=8, device=DEV) * 0.02
-        ga, gb = nvfp4.global_scale(a), nvfp4.global_scale(b)
+        ga, gb = global_scale(a), global_scale(b)
         aq, as_ = comfy(a, ga)
         bq, bs = comfy(b, gb)
-        out = nvfp4.emulated_gemm(aq, as_, ga, bq, bs, gb, m, n)
-        av, bv = nvfp4.block_values(aq, as_, m), nvfp4.block_values(bq, bs, n)
+        out = emulated_gemm(aq, as_, ga, bq, bs, gb, m, n)
+        av, bv = block_values(aq, as_, m), block_values(bq, bs, n)
         torch.backends.cuda.matmul.allow_tf32 = False
-        fp32 = ((av.float() @ bv.float().t()) * nvfp4.gemm.alpha(ga, gb).to(DEV)).to(torch.bfloat16)
+        fp32 = ((av.float() @ bv.float().t()) * alpha(ga, gb).to(DEV)).to(torch.bfloat16)
         exact = (av.double() @ bv.double().t()) * ga.double() * gb.double()
         r = exact.to(torch.bfloat16)
         ulp = (torch.nextafter(r, torch.full_like(r, float("inf"))).double() - r.double()).abs()
-        rep = all(torch.equal(out, nvfp4.emulated_gemm(aq, as_, ga, bq, bs, gb, m, n)) for _ in range(3))
+        rep = all(torch.equal(out, emulated_gemm(aq, as_, ga, bq, bs, gb, m, n)) for _ in range(3))
         gemm[f"{m}x{n}x{k}"] = {
             "addmm_vs_fp32_then_round_elements_differing": int((out != fp32).sum()),
             "within_one_bf16_ulp_of_fp64": float(((out.double() - exact).abs() <= ulp).float().mean()),
@@ -200,7 +201,7 @@ def _k_vs_comfy(x, g, pad=True):
         ref = e
     try:
         q, s = K.quantize(x, g.reshape(1).float())
-    except nvfp4.NVFP4InputError as e:
+    except NVFP4InputError as e:
         q = e
     if isinstance(ref, Exception) or isinstance(q, Exception):
         return {
@@ -271,7 +272,7 @@ def section_kernels() -> dict:
         [("normal", (CANON, 5376)), ("wide", (CANON, 5376)), ("outliers", (2048, 14336)), ("normal", (946, 5376))]
     ):
         x = C.random_tensor(kind, shape, seed=90 + i, device=DEV)
-        g = nvfp4.global_scale(x)
+        g = global_scale(x)
         res["quantize_into"][f"{kind}_{shape[0]}x{shape[1]}"] = _k_vs_comfy(x, g)
         res["global_scale"][f"{kind}_{shape[0]}x{shape[1]}"] = {
             "equal": bool(torch.equal(K.global_scale(x).view(torch.int32), g.reshape(1).view(torch.int32)))
@@ -301,7 +302,7 @@ def section_kernels() -> dict:
             sh = (torch.randn(3, hw, device=DEV, generator=gen) * 0.3).to(torch.bfloat16)
             b = _segments(rows)
             m = modulate(h, sh, sc, b)
-            gr = nvfp4.global_scale(m)
+            gr = global_scale(m)
             rq, rs = comfy(m, gr)
             g, q, s = M.modulate_produce(h, sh, sc, b)
             res["modulate_fused"][f"{name}_{rows}"] = {
@@ -312,7 +313,7 @@ def section_kernels() -> dict:
             }
         u = (torch.randn(rows, 2 * 14336, device=DEV, generator=gen) * 2).to(torch.bfloat16)
         m = swiglu(u)
-        gr = nvfp4.global_scale(m)
+        gr = global_scale(m)
         rq, rs = comfy(m, gr)
         g, q, s = S.swiglu_produce(u)
         res["swiglu_fused"][f"fc2_{rows}"] = {
@@ -330,7 +331,7 @@ def section_kernels() -> dict:
     ref = Reference(DEV)
     ring = load_implementation("qkv_ring", "cuda").build({"ring_rows": 2048}, ref, reference_roles(ref))["qkv"].producer
     x = C.random_tensor("normal", (CANON, 5376), seed=11, device=DEV)
-    gr = nvfp4.global_scale(x)
+    gr = global_scale(x)
     rq, rs = comfy(x, gr)
     chunks = []
     for r0, p in ring.produce(Plain(x)):
@@ -444,7 +445,7 @@ def section_bench() -> dict:
     for rows in (CANON, 2048, 946):
         cols = 5376
         x = torch.randn(rows, cols, device=DEV, generator=gen).to(torch.bfloat16)
-        g = nvfp4.global_scale(x)
+        g = global_scale(x)
         g1 = g.reshape(1).float()
         q, s = K.buffers(rows, cols, DEV)
         out_b = q.numel() + s.numel()
@@ -471,7 +472,7 @@ def section_bench() -> dict:
 
         def unfused():
             m = modulate(x, sh, sc, b)
-            return comfy(m, nvfp4.global_scale(m))
+            return comfy(m, global_scale(m))
 
         fns, gerr = with_graphs(
             {"unfused_qkv_producer": unfused, "h3_modulate_fused": lambda: M.modulate_produce(x, sh, sc, b)}
@@ -491,7 +492,7 @@ def section_bench() -> dict:
 
         def unfused_sw():
             m = swiglu(u)
-            return comfy(m, nvfp4.global_scale(m))
+            return comfy(m, global_scale(m))
 
         fns, gerr = with_graphs({"unfused_swiglu_producer": unfused_sw, "h3_swiglu_fused": lambda: S.swiglu_produce(u)})
         r = timed(fns, rounds=15)

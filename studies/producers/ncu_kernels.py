@@ -11,17 +11,17 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for the imports below (E402)
-from h3gates import nvfp4  # noqa: E402
 from h3gates.core.registry import load_implementation  # noqa: E402
 from h3gates.nvfp4 import oracle  # noqa: E402
 from h3gates.nvfp4.cuda import producers as K  # noqa: E402
+from h3gates.nvfp4.quantize import global_scale  # noqa: E402
 
 M = load_implementation("modulate_fusion", "cuda")
 S = load_implementation("swiglu_fusion", "cuda")
 
 rows = 37810
 x = torch.randn(rows, 5376, device="cuda").to(torch.bfloat16)
-g = nvfp4.global_scale(x)
+g = global_scale(x)
 oracle.comfy_quantize(x, g, backend="cuda")
 K.quantize(x, g.reshape(1).float())
 K.global_scale(x)

@@ -23,11 +23,11 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for the imports below (E402)
-from h3gates import nvfp4  # noqa: E402
 from h3gates.core.registry import load_implementation  # noqa: E402
 from h3gates.model.roles import modulate  # noqa: E402
 from h3gates.nvfp4 import oracle  # noqa: E402
 from h3gates.nvfp4.cuda import producers as K  # noqa: E402
+from h3gates.nvfp4.quantize import global_scale  # noqa: E402
 from studies.producers.gpu_evidence import CANON, _segments, copy_bandwidth, env, graphed, timed  # noqa: E402
 
 M = load_implementation("modulate_fusion", "cuda")
@@ -92,7 +92,7 @@ def main():
     }
     for dt, (x, sh, sc) in inputs.items():
         m = modulate(x, sh, sc, b)
-        g_ref = nvfp4.global_scale(m)
+        g_ref = global_scale(m)
         ref_q, ref_s = oracle.comfy_quantize(m, g_ref, backend="cuda")
         del m
         for name, v in variants.items():

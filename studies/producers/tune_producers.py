@@ -14,11 +14,11 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for the imports below (E402)
-from h3gates import nvfp4  # noqa: E402
 from h3gates.core.registry import load_implementation  # noqa: E402
 from h3gates.model.roles import modulate  # noqa: E402
 from h3gates.nvfp4 import oracle  # noqa: E402
 from h3gates.nvfp4.cuda import producers as K  # noqa: E402
+from h3gates.nvfp4.quantize import global_scale  # noqa: E402
 from studies.producers.gpu_evidence import _segments, env, graphed, timed  # noqa: E402
 
 M = load_implementation("modulate_fusion", "cuda")  # modulate_produce and its QROWS (kernels/modulate_fusion/cuda.py)
@@ -36,10 +36,10 @@ def main():
     sc = (torch.randn(3, cols, device="cuda", generator=gen) * 0.3).to(torch.bfloat16)
     sh = (torch.randn(3, cols, device="cuda", generator=gen) * 0.3).to(torch.bfloat16)
     b = _segments(rows)
-    g = nvfp4.global_scale(x).reshape(1).float()
+    g = global_scale(x).reshape(1).float()
     ref_q = oracle.comfy_quantize(x, g.reshape(()), backend="cuda")
     m = modulate(x, sh, sc, b)
-    ref_m = oracle.comfy_quantize(m, nvfp4.global_scale(m), backend="cuda")
+    ref_m = oracle.comfy_quantize(m, global_scale(m), backend="cuda")
     q, s = K.buffers(rows, cols, "cuda")
     res, fns = {"equal_to_comfy": {}}, {}
     default = {k: mod.QROWS for k, mod in QROWS_OF.items()}

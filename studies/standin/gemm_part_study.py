@@ -34,12 +34,14 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for the imports below (E402)
-from h3gates import nvfp4
 from h3gates.core.shapes import load_profile  # noqa: E402
 from h3gates.nvfp4 import gemm  # noqa: E402
 from h3gates.nvfp4.cuda import producers as K  # noqa: E402
 from h3gates.nvfp4.cuda import standin as standin_cuda  # noqa: E402
-from h3gates.nvfp4.quantize import block_values_torch  # noqa: E402
+from h3gates.nvfp4.quantize import (
+    block_values,
+    block_values_torch,  # noqa: E402
+)
 from studies.producers.gpu_evidence import CANON, env, timed  # noqa: E402
 
 
@@ -104,12 +106,12 @@ def main():
         q, s = K.quantize(x, g)
         qw, sw = K.quantize(wx, gw)
         del x, wx
-        wvals = nvfp4.block_values(qw, sw, n)
+        wvals = block_values(qw, sw, n)
         r = {"n": n, "k": k}
         ref = block_values_torch(q, s, rows)
         with kernel(before):
-            vb = nvfp4.block_values(q, s, rows)
-        vn = nvfp4.block_values(q, s, rows)
+            vb = block_values(q, s, rows)
+        vn = block_values(q, s, rows)
         r["dequant_bytes_differing"] = {
             "before_vs_torch": int((vb.view(torch.int16) != ref.view(torch.int16)).sum()),
             "now_vs_torch": int((vn.view(torch.int16) != ref.view(torch.int16)).sum()),
@@ -121,11 +123,11 @@ def main():
         al = gemm.alpha(g, gw)
 
         def part():
-            return gemm.mm_alpha(nvfp4.block_values(q, s, rows), wvals, gemm.alpha(g, gw))
+            return gemm.mm_alpha(block_values(q, s, rows), wvals, gemm.alpha(g, gw))
 
         def part_host_alpha():  # mm_alpha's addmm, its alpha fetched first
             host = gemm.alpha(g, gw).item()
-            vals = nvfp4.block_values(q, s, rows)
+            vals = block_values(q, s, rows)
             gemm.pin_matmul_precision()
             return torch.addmm(
                 torch.empty(rows, n, dtype=torch.bfloat16, device="cuda"), vals, wvals.t(), beta=0, alpha=host
@@ -137,7 +139,7 @@ def main():
 
         def bv_before():
             with kernel(before):
-                return nvfp4.block_values(q, s, rows)
+                return block_values(q, s, rows)
 
         def anchor():
             return gemm.mm_alpha(vn, wvals, al)
@@ -155,7 +157,7 @@ def main():
             "part_host_alpha": part_host_alpha,
             "anchor": anchor,
             "block_values_before": bv_before,
-            "block_values_now": lambda: nvfp4.block_values(q, s, rows),
+            "block_values_now": lambda: block_values(q, s, rows),
         }
         t = timed(fns, rounds=a.rounds)
         r["timing"] = t

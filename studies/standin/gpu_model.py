@@ -25,10 +25,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for the imports below (E402)
 
-from h3gates import nvfp4
-from h3gates.model import build, load_profile  # noqa: E402
+from h3gates.core.shapes import load_profile  # noqa: E402
+from h3gates.model.h3 import build  # noqa: E402
+from h3gates.nvfp4.compare import sha256
 from h3gates.nvfp4.cuda import standin as standin_cuda  # noqa: E402
-from h3gates.nvfp4.quantize import block_values_torch  # noqa: E402
+from h3gates.nvfp4.gemm import alpha, backend_info, mm_alpha
+from h3gates.nvfp4.quantize import (
+    block_values,
+    block_values_torch,  # noqa: E402
+)
 from studies.producers.gpu_evidence import env, timed  # noqa: E402
 
 
@@ -85,7 +90,7 @@ def main():
         # RMSNorm + RoPE), in this run: its time, and whether its bytes are the same
         res["standin_kernels"] = {
             "active": standin_cuda.active(),
-            "block_values": nvfp4.gemm.backend_info("cuda")["block_values"],
+            "block_values": backend_info("cuda")["block_values"],
         }
         with standin_cuda.off():
             res["block_torch_chains"] = cuda_ms(lambda: model.block_forward(a.block, x, 0))
@@ -107,17 +112,17 @@ def main():
             parts[f"producer_{role}"] = cuda_ms(lambda: list(prod.produce(inp)))
             # the part and its anchor (the bf16 addmm of that shape on already dequantized operands) side by
             # side in alternating rounds: a part timed first and its anchor after drifted apart by up to 10%
-            a_vals = nvfp4.block_values(pk.qdata, pk.scales, pk.rows)
+            a_vals = block_values(pk.qdata, pk.scales, pk.rows)
             b_vals, al = (
                 blk.weights[role].block_values(),
-                nvfp4.gemm.alpha(pk.global_scale, blk.weights[role].global_scale),
+                alpha(pk.global_scale, blk.weights[role].global_scale),
             )
             parts[f"gemm_{role}"], anchors[f"gemm_{role}"] = paired(
-                lambda: gemm(pk, blk.weights[role]), lambda: nvfp4.gemm.mm_alpha(a_vals, b_vals, al)
+                lambda: gemm(pk, blk.weights[role]), lambda: mm_alpha(a_vals, b_vals, al)
             )
             n, k = blk.weights[role].n, blk.weights[role].k
             parts[f"gemm_{role}"]["tflops"] = 2 * cfg.rows * n * k / (parts[f"gemm_{role}"]["median_ms"] * 1e-3) / 1e12
-            parts[f"block_values_{role}"] = cuda_ms(lambda: nvfp4.block_values(pk.qdata, pk.scales, pk.rows))
+            parts[f"block_values_{role}"] = cuda_ms(lambda: block_values(pk.qdata, pk.scales, pk.rows))
             parts[f"block_values_torch_{role}"] = cuda_ms(lambda: block_values_torch(pk.qdata, pk.scales, pk.rows))
             a_vals = None  # freed before the next role (not del: the timed closures name it)
         qkv = model.baseline["qkv"].project(cap.inputs["qkv"], blk.weights["qkv"])
@@ -146,7 +151,7 @@ def main():
         }
         out1 = model.block_forward(a.block, x, 0)
         out2 = model.block_forward(a.block, x, 0)
-        res["block_sha256"] = [nvfp4.sha256(out1), nvfp4.sha256(out2)]
+        res["block_sha256"] = [sha256(out1), sha256(out2)]
         cap = qkv = out1 = out2 = None  # freed before the trajectory (not del: the timed closures name them)
         torch.cuda.synchronize()
         t0 = time.time()
@@ -157,8 +162,8 @@ def main():
             "steps": a.steps,
             "wall_s": time.time() - t0,
             "per_step_s": [b - a_ for a_, b in zip([t0] + steps_t[:-1], steps_t)],
-            "video_sha256": nvfp4.sha256(v),
-            "audio_sha256": nvfp4.sha256(au),
+            "video_sha256": sha256(v),
+            "audio_sha256": sha256(au),
             "video_shape": list(v.shape),
             "audio_shape": list(au.shape),
         }

@@ -35,13 +35,15 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # the repository root, for the imports below (E402)
 
-from h3gates import nvfp4  # noqa: E402
 from h3gates.core.registry import load_module  # noqa: E402
 from h3gates.model.reference import Reference  # noqa: E402
 from h3gates.model.roles import Modulated, Plain, ReferenceGemm, Role, Weight, reference_roles  # noqa: E402
 from h3gates.nvfp4 import catalogue as CAT  # noqa: E402
-from h3gates.nvfp4.gemm import alpha, mm_alpha  # noqa: E402
+from h3gates.nvfp4 import formats  # noqa: E402
+from h3gates.nvfp4.compare import compare_packed  # noqa: E402
+from h3gates.nvfp4.gemm import alpha, backend_info, mm_alpha  # noqa: E402
 from h3gates.nvfp4.layout import Packed  # noqa: E402
+from h3gates.nvfp4.quantize import block_values, global_scale, quantize  # noqa: E402
 from h3gates.rungs.inputs import weight as ref_weight  # noqa: E402
 from studies.producers.gpu_evidence import timed  # noqa: E402
 
@@ -51,8 +53,8 @@ PEAK_BF16_TFLOPS = 989.4  # H200 SXM dense bf16 tensor-core peak (NVIDIA datashe
 
 
 def quantized(x: torch.Tensor):
-    g = nvfp4.global_scale(x)
-    q, s = nvfp4.quantize(x, g, semantics="cuda")
+    g = global_scale(x)
+    q, s = quantize(x, g, semantics="cuda")
     return g, q, s
 
 
@@ -74,9 +76,9 @@ def weight(n, k, kind, seed):
 def random_packed(rows, k, seed, scale_bytes="all"):
     """Random QDATA bytes (every code) and random scale bytes: all 256 patterns or finite positive."""
     gen = torch.Generator().manual_seed(seed)
-    q = torch.randint(0, 256, (nvfp4.formats.roundup(rows, 16), k // 2), generator=gen, dtype=torch.uint8)
+    q = torch.randint(0, 256, (formats.roundup(rows, 16), k // 2), generator=gen, dtype=torch.uint8)
     hi = 256 if scale_bytes == "all" else 0x7F
-    s = torch.randint(0, hi, nvfp4.formats.scales_shape(rows, k), generator=gen, dtype=torch.uint8)
+    s = torch.randint(0, hi, formats.scales_shape(rows, k), generator=gen, dtype=torch.uint8)
     return q.cuda(), s.cuda()
 
 
@@ -168,7 +170,7 @@ def p1_exactness(cases_out: list, canonical_rows: int, shapes: dict, bounds) -> 
         w = ref_weight(n, inp.cols, "cuda", ref, "normal", seed=n)
         got = next(roles[role].producer.produce(inp))[1]
         want = next(base[role].producer.produce(inp))[1]
-        tiles = nvfp4.compare_packed(got.as_dict(), want.as_dict(), inp.rows, inp.cols)
+        tiles = compare_packed(got.as_dict(), want.as_dict(), inp.rows, inp.cols)
         out = equal(roles[role].project(inp, w), base[role].project(inp, w))
         r = {
             "case": name,
@@ -228,7 +230,7 @@ def timings(rounds: int, canonical_rows: int, shapes: dict, bandwidth: float, bo
         )
         w = ref_weight(n, k, "cuda", ref, "normal", seed=43)
         p = next(base[role].producer.produce(inp))[1]
-        a = nvfp4.block_values(p.qdata, p.scales, p.rows)
+        a = block_values(p.qdata, p.scales, p.rows)
         b = w.block_values()
         al = alpha(p.global_scale, w.global_scale)
         owned = CUDA.OwnedGemm(ReferenceGemm(), 256)
@@ -325,7 +327,7 @@ def main() -> int:
             "cuda": torch.version.cuda,
             "cutlass_dsl": getattr(cutlass, "__version__", None),
             "python": platform.python_version(),
-            "gemm": nvfp4.gemm.backend_info("cuda"),
+            "gemm": backend_info("cuda"),
         },
         "command": shlex.join([sys.executable, *sys.argv]),
         "cases": [],

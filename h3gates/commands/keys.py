@@ -17,10 +17,13 @@ import argparse
 import json
 import sys
 
+NAME = "keys"
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="h3gates keys",
+
+def subparser(sub) -> argparse.ArgumentParser:
+    ap = sub.add_parser(
+        NAME,
+        help="the key that signs promotion records and the keys verify trusts: show, export, trust",
         description="The key that signs this machine's promotion records, and the keys verify trusts.",
     )
     ap.add_argument(
@@ -40,16 +43,19 @@ def main(argv=None) -> int:
         default=[],
         help="config overlays merged over config/config.yaml, as snakemake's --configfile (their attestation keys)",
     )
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("show", help="the signing key and the trusted keys", parents=[cfg])
-    e = sub.add_parser("export", help="the signing key's public entry (JSON)", parents=[cfg])
+    actions = ap.add_subparsers(dest="cmd", required=True)
+    actions.add_parser("show", help="the signing key and the trusted keys", parents=[cfg])
+    e = actions.add_parser("export", help="the signing key's public entry (JSON)", parents=[cfg])
     e.add_argument("--out", help="write it to this file (default: stdout)")
-    t = sub.add_parser(
+    t = actions.add_parser(
         "trust", help="add a public key (an exported entry or a PEM file) to the trusted list", parents=[cfg]
     )
     t.add_argument("file")
     t.add_argument("--name", help="the name verify prints for it (default: the entry's, or the file's stem)")
-    a = ap.parse_args(argv)
+    return ap
+
+
+def run(a: argparse.Namespace) -> int:
     from h3gates.core import attest
     from h3gates.core.errors import AttestationError, ConfigError
 
@@ -98,3 +104,4 @@ def _paths(a) -> tuple[str | None, str | None]:
             merged = merge(merged, read_config_file(f))
         att = merged.get("attestation") or {}
     return a.key or att.get("key"), a.trusted_keys or att.get("trusted_keys")
+

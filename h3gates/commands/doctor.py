@@ -665,14 +665,33 @@ def render(doc: dict) -> str:
     return "\n".join(L)
 
 
-def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
-        prog="python -m h3gates doctor",
-        description="What this machine is, which reference each role uses and why, and a self-check of the "
-        "GEMM reference against the emulation on the adversarial catalogue.",
-        epilog="exit status: 0 everything is here and the self-check agrees; 1 a self-check disagreement or a "
-        "problem (listed); 2 usage",
+NAME = "doctor"
+PARSER = {
+    "prog": "python -m h3gates doctor",
+    "description": "What this machine is, which reference each role uses and why, and a self-check of the "
+    "GEMM reference against the emulation on the adversarial catalogue.",
+    "epilog": "exit status: 0 everything is here and the self-check agrees; 1 a self-check disagreement or a "
+    "problem (listed); 2 usage",
+}
+
+
+def subparser(sub) -> argparse.ArgumentParser:
+    ap = sub.add_parser(
+        NAME,
+        help="what a user runs first on a new machine: GPU, libraries, references, a self-check (--json)",
+        **PARSER,
     )
+    _arguments(ap)
+    return ap
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(**PARSER)
+    _arguments(ap)
+    return ap
+
+
+def _arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--json", action="store_true", help="print the report as JSON (for tools)")
     ap.add_argument(
         "--device", choices=("auto", "cpu", "cuda"), default="auto", help="default: cuda if torch sees a GPU"
@@ -683,15 +702,19 @@ def parser() -> argparse.ArgumentParser:
         help="choose the reference as if the GPU had this compute capability (testing; the report says it was faked)",
     )
     ap.add_argument("--no-self-check", action="store_true", help="skip the self-check")
-    return ap
 
 
 def main(argv=None) -> int:
+    """The doctor on its own (its tests): argparse's exits are returned, not raised."""
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         a = parser().parse_args(argv)
     except SystemExit as e:  # argparse: --help exits 0, a usage error 2
         return int(e.code or 0)
+    return run(a)
+
+
+def run(a: argparse.Namespace) -> int:
     if a.capability is not None:
         try:
             major, _, minor = a.capability.partition(".")

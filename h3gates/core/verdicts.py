@@ -1,0 +1,75 @@
+"""The verdict table: each candidate with results, the state of its rungs now and whether its promotion
+record verifies now. The Snakefile's onsuccess/onerror hooks print it after a run, and
+`python -m h3gates status --verdicts` prints the same (beside h3gates.core.promotion.format_status, the
+status table). Torch-free, as everything the Snakefile imports."""
+
+from __future__ import annotations
+
+import sys
+
+
+def nothing_climbed(config: dict) -> list[str]:
+    """Why each registered candidate is not climbed by a configuration that climbs none."""
+    from h3gates.core.config import not_climbed
+
+    return list(not_climbed(config, [], {}).values())
+
+
+def verdicts(config: dict, candidates=None) -> list[str]:
+    """A short table of every candidate with results under this configuration (or of `candidates`): the
+    state of each rung now (h3gates.core.promotion.status) and whether its promotion record verifies now
+    (never the record's own summary), with the first problem of a candidate that is not promoted."""
+    from pathlib import Path
+
+    from h3gates.core.errors import Refusal
+    from h3gates.core.outputs import RUNG_NAMES, promotion_paths
+    from h3gates.core.promotion import status, verify
+    from h3gates.core.workflow import one_line
+
+    rows = [r for r in status(config) if candidates is None or r["candidate"] in candidates]
+    lines = []
+    for row in rows:
+        record, flag = promotion_paths(config["profile"], row["candidate"])
+        states = [row["rungs"][r]["state"] for r in RUNG_NAMES]
+        if not Path(record).exists() and not Path(flag).exists() and all(s == "missing" for s in states):
+            continue  # never climbed here: no line
+        problem = next(
+            (
+                f"r{r}: " + (v["reason"] if f": {v['state']}" in v["reason"] else f"{v['state']}: {v['reason']}")
+                for r, v in row["rungs"].items()
+                if v["state"] != "pass"
+            ),
+            None,
+        )
+        if not Path(record).exists():
+            promo = "no record" + (f" (a flag {flag} without its record)" if Path(flag).exists() else "")
+        else:
+            try:
+                rec = verify(record)
+                promo = f"verified: {rec['flag_file']['line']}" + (
+                    "" if rec["verified"]["deployable"] else " (rehearsal)"
+                )
+                problem = None
+            except Refusal as e:
+                promo = "REFUSED"
+                problem = problem or f"promotion: {e.reasons[0]}"
+        cells = " ".join(f"{'-' if s == 'missing' else s:7s}" for s in states)
+        lines.append(f"  {row['candidate']:18s} {cells} {promo}")
+        if problem:
+            lines.append(f"    {one_line(problem, 160)}")
+    if not lines:
+        return []
+    head = f"  {'candidate':18s} " + " ".join(f"{'r' + str(r):7s}" for r in RUNG_NAMES) + " promotion"
+    return [f"h3gates verdicts (profile {config['profile']}):", head, *lines]
+
+
+def print_verdicts(config: dict, file=None) -> None:
+    """The verdict table on stderr, as the Snakefile's onsuccess/onerror hooks print it: a failure to make it
+    is one line, never a traceback after the run's own outcome."""
+    file = file or sys.stderr
+    try:
+        lines = verdicts(config)
+    except Exception as e:  # noqa: BLE001 (the run's outcome stands; the table only summarizes it)
+        lines = [f"h3gates: no verdict table ({type(e).__name__}: {e})"]
+    if lines:
+        print("\n".join(lines), file=file)

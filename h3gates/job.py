@@ -1,0 +1,183 @@
+"""`python -m h3gates <job>`: the commands the workflow's rules and rungs run (rung, baseline, token, promote,
+plot, perf-worker, profile-target), apart from the user's commands (h3gates.cli). h3gates/__main__.py hands
+a job here without importing the CLI, so every job's code fingerprint covers this small module
+(h3gates.core.fingerprints.ALWAYS) and no user command. Each job imports only what it needs, inside its
+function, so a pass token or a promotion costs a Python start and a rung's fingerprint is what its own
+module imports. Exit statuses are the CLI's (h3gates.core.errors.exit_status).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _rung(a) -> int:
+    from h3gates.core.context import RungContext
+    from h3gates.rungs import ladder
+
+    # a rerun gate leaves the candidate's promotion alone: it proves nothing about the config the record was
+    # made under; the next promote_<candidate> (verify) refuses a record whose reports changed and revokes its flag
+    ctx = RungContext.from_json(a.context)
+    if ctx.device == "cuda":
+        from h3gates.core.lease import acquire
+
+        acquire(f"rung {a.rung} {ctx.candidate}" + ("" if a.block is None else f" block {a.block}"))
+    ladder.run(a.rung, ctx, a.out, a.block, a.upstream)
+    return 0
+
+
+def _baseline(a) -> int:
+    from h3gates.core.context import CAPTURES, artifact_meta
+
+    actx = json.loads(a.context)
+    rung = actx["rung"]
+    if rung != CAPTURES and len(a.out) != 1:
+        parser().error(f"baseline r{rung}: one --out expected, got {len(a.out)}")
+    meta = artifact_meta(actx)  # the artifact's identity, computed here: the computing module needs no key code
+    if actx["device"] == "cuda":
+        from h3gates.core.lease import acquire
+
+        acquire(f"baseline captures block {' '.join(map(str, a.blocks))}" if rung == CAPTURES else f"baseline r{rung}")
+    if rung == CAPTURES:
+        from h3gates.rungs.artifacts import compute_captures
+
+        compute_captures(actx, a.blocks, a.out, meta)
+    elif rung == 8:
+        from h3gates.rungs.r8_baseline import compute
+
+        compute(actx, a.out[0], meta)
+    else:
+        from h3gates.rungs.artifacts import compute
+
+        compute(actx, a.out[0], meta)
+    return 0
+
+
+def _token(a) -> int:
+    from h3gates.core.errors import Refusal
+    from h3gates.core.tokens import token
+
+    try:
+        token(a.reports, a.out)
+    except Refusal:
+        if a.record:  # a failing gate: revoke the promotion only where the record no longer verifies
+            from h3gates.core.promotion import revoke_if_wrong
+
+            revoke_if_wrong(a.record, a.flag)
+        raise
+    return 0
+
+
+def _promote(a) -> int:
+    from h3gates.core.config import validate_config
+    from h3gates.core.promotion import promote
+
+    promote(validate_config(json.loads(a.config_json)), a.candidate, a.record, a.flag, a.configfile)
+    print(f"promoted {a.candidate}: {a.record}")
+    return 0
+
+
+def _plot(a) -> int:
+    from h3gates.core.report import read
+    from h3gates.rungs.plots import ratio_plot
+
+    docs = [read(p) for p in a.reports]
+    ratio_plot([(f"{d['candidate']} block {d['block']}", d["timing"]) for d in docs], a.out)
+    return 0
+
+
+def _perf_worker(a) -> int:  # a timing process of rung 4 (h3gates.rungs.timing), started by the rung itself
+    from h3gates.core.context import RungContext
+    from h3gates.rungs.nsight import exit_with_parent
+    from h3gates.rungs.r4_block import worker
+
+    exit_with_parent()
+    worker(RungContext.from_json(a.context), a.block, a.first, a.mode)
+    return 0
+
+
+def _profile_target(a) -> int:
+    from h3gates.rungs.nsight import exit_with_parent
+
+    exit_with_parent()
+    if a.side == "baseline-artifact":  # --context is rung 8's baseline artifact context (rule baseline_artifact)
+        from h3gates.core.context import artifact_path, capture_context
+        from h3gates.rungs.r8_baseline import profile_target
+
+        actx = json.loads(a.context)
+        cctx = capture_context(actx)
+        profile_target(actx, artifact_path(cctx, block=actx["profiler"]["block"]), cctx)
+        return 0
+    from h3gates.core.context import RungContext
+    from h3gates.rungs.r8_profiler import target
+
+    target(RungContext.from_json(a.context), a.side)
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="h3gates", description="The workflow's jobs (its rules and rungs run them).")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    g = sub.add_parser("rung")
+    g.add_argument("rung", type=int, choices=range(1, 9))
+    g.add_argument("--context", required=True)
+    g.add_argument("--out", required=True)
+    g.add_argument("--block", type=int)
+    g.add_argument("--upstream", nargs="*", default=[])
+    g.set_defaults(run=_rung)
+    b = sub.add_parser("baseline")
+    b.add_argument("--context", required=True)
+    b.add_argument("--out", required=True, nargs="+", help="one artifact; for the captures (rung 0), one per --blocks")
+    b.add_argument("--blocks", type=int, nargs="*", default=[], help="the captures' blocks (rung 0), in --out's order")
+    b.set_defaults(run=_baseline)
+    t = sub.add_parser("token")
+    t.add_argument("--out", required=True)
+    t.add_argument(
+        "--record", help="the candidate's promotion record: its flag is revoked if the record no longer verifies"
+    )
+    t.add_argument("--flag")
+    t.add_argument("reports", nargs="+")
+    t.set_defaults(run=_token)
+    p = sub.add_parser("promote")
+    p.add_argument("candidate")
+    p.add_argument("--configfile", nargs="*", default=[])
+    p.add_argument("--config-json", required=True)
+    p.add_argument("--record", required=True)
+    p.add_argument("--flag", required=True)
+    p.set_defaults(run=_promote)
+    pl = sub.add_parser("plot")
+    pl.add_argument("--out", required=True)
+    pl.add_argument("reports", nargs="+")
+    pl.set_defaults(run=_plot)
+    pw = sub.add_parser("perf-worker")
+    pw.add_argument("--context", required=True)
+    pw.add_argument("--block", type=int, required=True)
+    pw.add_argument("--first", choices=("baseline", "candidate"), required=True)
+    pw.add_argument("--mode", choices=("graph", "eager"), required=True)
+    pw.set_defaults(run=_perf_worker)
+    pt = sub.add_parser("profile-target")
+    pt.add_argument("--context", required=True)
+    pt.add_argument(
+        "--side",
+        choices=("baseline", "candidate", "baseline-artifact"),
+        required=True,
+        help="baseline-artifact: --context is a baseline context (rule baseline_artifact, rung 8)",
+    )
+    pt.set_defaults(run=_profile_target)
+    return ap
+
+
+JOBS = ("rung", "baseline", "token", "promote", "plot", "perf-worker", "profile-target")  # parser()'s commands
+
+
+def main(argv=None) -> int:
+    from h3gates.core.errors import exit_status
+
+    a = parser().parse_args(sys.argv[1:] if argv is None else argv)
+    return exit_status(a.cmd, a.run, a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
