@@ -11,6 +11,7 @@ import os
 import sys
 
 from h3gates.core.config import WORKFLOW_CONFIG, configfiles  # noqa: F401 (configfiles: also the CLI's API)
+from h3gates.core.context import check_planned_reference  # every job's first line: the host is the planned one
 
 EXIT_CODES = """exit codes:
   0  done: the check passed, the record verified, the report was written (a failing gate still writes its report and exits 0)
@@ -264,6 +265,7 @@ def print_verdicts(config: dict, file=None) -> None:
 
 def _run(a) -> int:
     if a.cmd == "rung":
+        check_planned_reference(a.context)  # before the lease, torch or the model: one line, exit 2
         from h3gates.core.context import RungContext
         from h3gates.rungs import ladder
 
@@ -277,6 +279,7 @@ def _run(a) -> int:
         ladder.run(a.rung, ctx, a.out, a.block, a.upstream)
         return 0
     if a.cmd == "baseline":
+        check_planned_reference(a.context)  # before the lease, torch or the model: one line, exit 2
         from h3gates.core.context import CAPTURES, artifact_meta
 
         actx = json.loads(a.context)
@@ -393,6 +396,7 @@ def _run(a) -> int:
         ratio_plot([(f"{d['candidate']} block {d['block']}", d["timing"]) for d in docs], a.out)
         return 0
     if a.cmd == "perf-worker":  # a timing process of rung 4 (h3gates.rungs.timing), started by the rung itself
+        check_planned_reference(a.context)  # before the lease, torch or the model: one line, exit 2
         from h3gates.core.context import RungContext
         from h3gates.rungs.nsight import exit_with_parent
         from h3gates.rungs.r4_block import worker
@@ -401,6 +405,7 @@ def _run(a) -> int:
         worker(RungContext.from_json(a.context), a.block, a.first, a.mode)
         return 0
     if a.cmd == "profile-target":
+        check_planned_reference(a.context)  # before the lease, torch or the model: one line, exit 2
         from h3gates.rungs.nsight import exit_with_parent
 
         exit_with_parent()

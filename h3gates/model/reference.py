@@ -18,11 +18,8 @@ from functools import cached_property
 import torch
 
 from h3gates import nvfp4
+from h3gates.core.errors import GemmReferenceMismatch  # noqa: F401 (raised here; a ConfigError: the job exits 2)
 from h3gates.nvfp4 import fp4mma, oracle
-
-
-class GemmReferenceMismatch(RuntimeError):
-    """The GEMM reference this machine would use is not the one the run was planned with."""
 
 
 class Reference:
