@@ -38,7 +38,7 @@ _CAPABILITY = re.compile(r"(\d+)\.(\d+)(?:(\+)|-(\d+)\.(\d+))?")
 
 
 def _capability_range(spec: str) -> tuple[tuple[int, int], tuple[int, int] | None]:
-    """"9.0" -> ((9, 0), (9, 0)): exactly; "9.0+" -> ((9, 0), None): from 9.0 up; "8.0-9.0": both inclusive."""
+    """A declared capability as (lowest, highest or None): "9.0" exactly, "9.0+" from 9.0 up, "8.0-9.0" both inclusive."""
     m = _CAPABILITY.fullmatch(spec)
     if not m:
         raise RegistryError(
