@@ -176,7 +176,18 @@ def main(argv=None) -> int:
     from h3gates.core.errors import exit_status
 
     a = parser().parse_args(sys.argv[1:] if argv is None else argv)
-    return exit_status(a.cmd, a.run, a)
+    return exit_status(a.cmd, _on_planned_host, a)
+
+
+def _on_planned_host(a) -> int:
+    """Run the job, after checking first (before the lease, torch or the model) that a job reading a context
+    runs on a host that would plan it the same way: its GEMM reference and its implementations' needs
+    (h3gates.core.context.check_planned_reference; a mismatch is one line and exit 2)."""
+    if getattr(a, "context", None) is not None:
+        from h3gates.core.context import check_planned_reference
+
+        check_planned_reference(a.context)
+    return a.run(a)
 
 
 if __name__ == "__main__":

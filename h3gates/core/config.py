@@ -15,7 +15,7 @@ import yaml
 
 from h3gates.core import registry
 from h3gates.core.errors import ConfigError, RegistryError
-from h3gates.core.jobs import configured_device
+from h3gates.core.jobs import configured_device, gpu_capabilities
 from h3gates.core.shapes import PROFILES
 
 ROOT = registry.ROOT
@@ -113,6 +113,8 @@ def _semantic_errors(config: dict, root=None) -> list[str]:
             key = (
                 f"candidates.{cand}.source"
                 if why.startswith("kernel source") and cand_config(config, cand).get("source")
+                else f"candidates.{cand}.implementation"
+                if explicit and not accepted
                 else f"candidates.{cand}"
             )
             errs.append(
@@ -151,18 +153,25 @@ def _timing_errors(config: dict) -> list[str]:
     return errs
 
 
+def planned_capabilities(device: str) -> tuple[tuple[int, int], ...]:
+    """The compute capabilities of the GPUs the planned jobs run on: this host's (nvidia-smi, no torch) when
+    the device is cuda; none on a CPU, or where no GPU answers (a login node planning for a GPU host: the
+    capability needs are checked again by each job on its own host, h3gates.core.context.check_planned_reference)."""
+    return gpu_capabilities() if device == "cuda" else ()
+
+
 def _cannot_run(config: dict, cand: str, device: str, root=None) -> str | None:
-    """Why a candidate cannot run on `device` with this Python (None: it can)."""
+    """Why a candidate cannot run on `device` with this Python (None: it can): no implementation for the
+    device, a need its implementation declares that the planned devices do not meet (registry.unmet_needs:
+    the device, compute capability, reference semantics, packages), or a kernel source that is missing."""
     cfg = cand_config(config, cand)
     try:
         files = registry.sources(cand, cfg, device, root)
     except RegistryError as e:
         return str(e)
-    impl = registry.get(cand, root).implementation(registry.implementation_name(cfg, device))
-    missing = registry.missing_imports(cand, cfg, device, root)
-    if missing:
-        extra = f" (pip install -e '.[{impl.requires}]')" if impl.requires else ""
-        return f"its {device} implementation imports {', '.join(missing)}, which this Python does not have{extra}"
+    why = registry.unmet_needs(cand, cfg, device, planned_capabilities(device), config["semantics"], root)
+    if why:
+        return why
     base = Path(root or ROOT)
     for f in files:
         if not (base / f).is_file():
@@ -172,8 +181,9 @@ def _cannot_run(config: dict, cand: str, device: str, root=None) -> str | None:
 
 def climbable(config: dict, device: str | None = None, root=None) -> tuple[list[str], dict[str, str]]:
     """(candidates the workflow climbs here, {candidate: why it is left out}): an enabled candidate
-    without an implementation for this device, or whose implementation needs a package this Python
-    lacks, is left out with its reason; it never blocks the others."""
+    without an implementation for this device, or whose implementation declares a need the planned
+    devices do not meet (a compute capability, the reference semantics, a package this Python lacks),
+    is left out with its reason; it never blocks the others."""
     device = device or configured_device(config)
     climb, left = [], {}
     for cand in enabled(config):

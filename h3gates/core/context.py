@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from h3gates.core import registry
 from h3gates.core.config import cand_config, enforce_perf
-from h3gates.core.errors import ConfigError
+from h3gates.core.errors import ConfigError, GemmReferenceMismatch
 from h3gates.core.fingerprints import ROOT, digest, files_digest, imported, with_loads
 from h3gates.core.jobs import FP4_MMA_MAJORS, configured_device, gpu_capabilities
 from h3gates.core.outputs import RESULTS
@@ -94,6 +94,44 @@ def gemm_reference(config: dict) -> str:
             f"GPUs of capabilities {list(gpu_capabilities())} on one host need different GEMM references: lease one kind"
         )
     return kinds.pop() if kinds else "emulated"
+
+
+def check_planned_reference(ctx) -> None:
+    """What every job does first (rung, baseline, perf-worker, profile-target), before its lease, any torch
+    import or model build: refuse in one line (a ConfigError: exit 2, nothing checked, no report) where
+    this host is not the one the job was planned for. `ctx`: a RungContext, an artifact context (dict) or
+    either's JSON. Torch-free: the host is asked through nvidia-smi (h3gates.core.jobs), as the DAG was.
+    - The GEMM reference this host would choose (gemm_reference) must be the one the context names
+      (GemmReferenceMismatch): its reports and keys say which reference their bytes were gated against.
+    - The declared needs of the candidate's implementation and of the accepted candidates' (compute
+      capabilities, reference semantics, packages: registry.unmet_needs) must hold on this host: a
+      login node without a GPU plans them unchecked, the job host checks them."""
+    d = json.loads(ctx) if isinstance(ctx, str) else ctx if isinstance(ctx, dict) else ctx.to_dict()
+    device, planned = d["device"], d.get("gemm_reference")
+    here = gemm_reference({"device": device})
+    caps = gpu_capabilities() if device == "cuda" else ()
+    host = (
+        f"its GPUs are of compute capability {', '.join(f'{a}.{b}' for a, b in caps)}"
+        if caps
+        else "no GPU answers nvidia-smi here"
+        if device == "cuda"
+        else f"the device is {device}"
+    )
+    if planned is not None and planned != here:
+        raise GemmReferenceMismatch(
+            f"this job was planned with the {planned} GEMM reference, but this host would choose {here} ({host}), "
+            "so its bytes would be gated against another reference than its context names (docs/hardware.md); "
+            f"fix: plan the run where its jobs run (snakemake on a host of that GPU kind), or run it on GPUs that choose {planned}"
+        )
+    cands = dict((d.get("baseline") or {}).get("candidates") or {})
+    if d.get("candidate"):
+        cands[d["candidate"]] = d["candidate_config"]
+    for name, cfg in cands.items():
+        why = registry.unmet_needs(name, cfg, device, caps, d["semantics"])
+        if why:
+            raise ConfigError(
+                f"{name} cannot run on this host ({host}): {why}; fix: run the workflow where its needs hold, or leave {name} out"
+            )
 
 
 def candidate_config(config: dict, candidate: str) -> dict:

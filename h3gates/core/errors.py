@@ -3,6 +3,8 @@ so a low layer never imports a high one for an error type.
 
 What each one means for a user:
 - `ConfigError`: the configuration is refused before any job runs (exit 2).
+- `GemmReferenceMismatch`: a job runs on a host that would choose another GEMM reference than the one
+  its context was planned with (a ConfigError: the job refuses in one line, exit 2, before any work).
 - `RegistryError`: a candidate declaration (kernels/<name>/candidate.py) is malformed or unknown.
 - `ReportError`: a report, token or record is missing, not JSON, not schema-valid or edited.
 - `Refusal`: a gate, pass token, promotion or verification said no; carries the reasons and the fix.
@@ -20,6 +22,10 @@ import sys
 
 class ConfigError(ValueError):
     pass
+
+
+class GemmReferenceMismatch(ConfigError):
+    """The GEMM reference this machine would use is not the one the run was planned with."""
 
 
 class RegistryError(ValueError):

@@ -3,15 +3,15 @@ holds byte-exactness only with the cuBLASLt version, GPU and SM count it was gat
 
 A gate records the pins of the candidate it built (`pins` in the report, per role); promotion takes
 them into the record when every report agrees, and promotion and verify check them against the
-machine they run on, refusing where one does not hold. The checker of each kind is imported only
-when a record has such a pin (it may need torch and a GPU); this module imports neither.
+machine they run on, refusing where one does not hold. The checker of each kind is what the
+implementation that makes such pins declares (`Implementation.pins` in its kernels/<name>/candidate.py,
+imported there for real: fc2_algo's is h3gates.fc2.pinning.check); it may need torch and a GPU when it
+runs, never at import. This module imports neither, and no module by name.
 """
 
 from __future__ import annotations
 
-import importlib
-
-CHECKERS = {"cublaslt": "h3gates.fc2.pinning"}  # kind -> module with check(pin) -> [reasons]
+from h3gates.core import registry
 
 
 def agree(docs: dict) -> tuple[dict, list[str]]:
@@ -29,10 +29,11 @@ def agree(docs: dict) -> tuple[dict, list[str]]:
 def check(pins: dict) -> list[str]:
     """Reasons the pinned bytes cannot be trusted on this machine (empty: every pin holds)."""
     reasons = []
+    checkers = registry.pin_checkers() if pins else {}
     for role, pin in sorted(pins.items()):
         kind = pin.get("kind")
-        if kind not in CHECKERS:
-            reasons.append(f"pin of {role}: unknown kind {kind!r} (known: {', '.join(CHECKERS)})")
+        if kind not in checkers:
+            reasons.append(f"pin of {role}: unknown kind {kind!r} (known: {', '.join(sorted(checkers))})")
             continue
-        reasons += [f"pin of {role}: {r}" for r in importlib.import_module(CHECKERS[kind]).check(pin)]
+        reasons += [f"pin of {role}: {r}" for r in checkers[kind](pin)]
     return reasons

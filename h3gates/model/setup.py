@@ -33,7 +33,9 @@ class Sides:
     @classmethod
     def of(cls, ctx, lazy: bool = True) -> Sides:
         device = runtime_device(_get(ctx, "device"))
-        ref = Reference(device, _get(ctx, "semantics"), _get(ctx, "rcp_table"))
+        ref = Reference(
+            device, _get(ctx, "semantics"), _get(ctx, "rcp_table"), gemm_reference=_get(ctx, "gemm_reference")
+        )
         prof = load_profile(_get(ctx, "profile"), _get(ctx, "user_profiles"))
         accepted = _get(ctx, "baseline") or {"accepted": [], "candidates": {}}
         base = baseline_roles(accepted, device, ref, prof, ctx)

@@ -4,7 +4,9 @@ An exception whose traceback passes through one of the candidate's kernel files 
 candidate's, or the configured `source`) is the candidate's: the rung writes a schema-valid failing
 report with the exception type and message, the traceback, and the case or block, and exits 0 so the
 token rule refuses with its usual one line. Any other exception is a bug of the ladder itself: it
-propagates and the job fails loudly, with a message that says so."""
+propagates and the job fails loudly, with a message that says so. A GemmReferenceMismatch (the job runs
+where another GEMM reference would be chosen than the one it was planned with) is neither: it propagates
+as the job's one-line refusal (exit 2), and no report is written."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import sys
 import traceback
 from pathlib import Path
 
+from h3gates.core.errors import GemmReferenceMismatch
 from h3gates.core.fingerprints import ROOT, kernel_files
 
 
@@ -22,6 +25,8 @@ def _candidate_frames(tb, files: set[Path]) -> list[traceback.FrameSummary]:
 def guarded(fn, ctx, out, block, upstream):
     try:
         return fn(ctx, out, block, upstream=upstream)
+    except GemmReferenceMismatch:
+        raise  # the host is not the one the job was planned for: the job's refusal, not a crash of either side
     except Exception as e:  # noqa: BLE001 (sorted below: the candidate's crash or the ladder's)
         files = {(ROOT / f).resolve() for f in kernel_files(ctx) if f.endswith(".py")}
         frames = _candidate_frames(e.__traceback__, files)

@@ -2,6 +2,7 @@
 library's heuristic #0, chosen by the FC2 study (`python -m h3gates fc2 ...`, h3gates/fc2/)."""
 
 from h3gates.core.registry import Candidate, Implementation
+from h3gates.fc2.pinning import check as check_cublaslt_pin  # torch-free at import (torch only when it checks)
 
 
 def artifacts(params: dict) -> dict:
@@ -51,6 +52,16 @@ CANDIDATE = Candidate(
             "description": "AB/BA rounds per swept algorithm",
         },
     },
-    implementations={"cuda": Implementation("cuda.py", requires="cuda", imports=("nvmath",))},
+    # cuBLASLt's bf16 GEMM (sm_80 and up; measured on the H200), its block-scaled FP4 one where the GPU has FP4 MMA;
+    # its `cublaslt` pin (the algorithm, cuBLASLt version, GPU and SM count) is checked by h3gates.fc2.pinning
+    implementations={
+        "cuda": Implementation(
+            "cuda.py",
+            requires="cuda",
+            imports=("nvmath",),
+            capabilities=("8.0+",),
+            pins={"cublaslt": check_cublaslt_pin},
+        )
+    },
     artifacts=artifacts,
 )

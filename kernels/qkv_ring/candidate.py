@@ -2,6 +2,9 @@
 
 from h3gates.core.registry import Candidate, Implementation
 
+# the CUDA producers (NVRTC, with kernels/common/nvfp4.cuh) implement comfy's CUDA quantizer: cuda semantics only
+# (their build refuses eager); written for sm_90a and measured on the H200 (the header's bf16x2 add/mul PTX needs
+# sm_90 and up), so capability 9.0 and up
 CANDIDATE = Candidate(
     name="qkv_ring",
     flag="H3_NVFP4_QKV_RING",
@@ -20,6 +23,12 @@ CANDIDATE = Candidate(
     },
     implementations={
         "cpu": Implementation("cpu.py", ("ring.py",)),
-        "cuda": Implementation("cuda.py", ("ring.py", "kernels/common/quantize.cu"), requires="cuda"),
+        "cuda": Implementation(
+            "cuda.py",
+            ("ring.py", "kernels/common/quantize.cu"),
+            requires="cuda",
+            capabilities=("9.0+",),
+            semantics=("cuda",),
+        ),
     },
 )

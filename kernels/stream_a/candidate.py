@@ -53,5 +53,8 @@ CANDIDATE = Candidate(
             "description": "widest output-N tile (WGMMA n); a role whose N it does not divide takes the widest that does",
         },
     },
-    implementations={"cuda": Implementation("cuda.py", ("dsl.py",), requires="cuda", imports=("cutlass",))},
+    # sm_90a WGMMA (a Hopper instruction; Blackwell's tensor cores have none): exactly capability 9.0
+    implementations={
+        "cuda": Implementation("cuda.py", ("dsl.py",), requires="cuda", imports=("cutlass",), capabilities=("9.0",))
+    },
 )
