@@ -807,11 +807,6 @@ class Fp4AlgoGemm(_NamedAlgoGemm):
         return out[: p.rows, : w.n].contiguous()
 
 
-def fp4_heuristic0(device="cuda", workspace_mib: int = FP4_WORKSPACE_MIB) -> Fp4AlgoGemm:
-    """Heuristic result #0 of the block-scaled FP4 problem within comfy's 32 MiB: comfy's own algorithm."""
-    return Fp4AlgoGemm(S.parse(f"enumerate:{workspace_mib}:0"), device=device)
-
-
 def _check_fp4_operands(aq, as_, bq, bs, device: torch.device) -> None:
     """comfy's CUDA constraints (uint8 2-D QDATA, K % 32 == 0, N % 8 == 0, swizzled scales of
     (roundup(rows, 128), roundup(K/16, 4)) bytes) plus the alignment cuBLASLt's heuristics assume."""

@@ -75,10 +75,6 @@ def _tensor(inp):
     return next(getattr(inp, k) for k in ("h", "u", "x") if hasattr(inp, k))
 
 
-def _cols(inp) -> int:
-    return inp.cols
-
-
 def vector_rows(inp) -> bool:
     """The launchers' `vec` (cudakernels.fused_check): 16-byte loads for every row, i.e. the row length
     in elements a multiple of 8 and the base pointer 16-byte aligned (a slice r0.. of such a tensor
