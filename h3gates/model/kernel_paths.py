@@ -76,7 +76,7 @@ def _tensor(inp):
 
 
 def vector_rows(inp) -> bool:
-    """The launchers' `vec` (cudakernels.fused_check): 16-byte loads for every row, i.e. the row length
+    """The launchers' `vec` (h3gates.nvfp4.cuda.producers.fused_check): 16-byte loads for every row, i.e. the row length
     in elements a multiple of 8 and the base pointer 16-byte aligned (a slice r0.. of such a tensor
     stays aligned). The modulate launcher also needs its scale and shift aligned."""
     t = _tensor(inp)
