@@ -41,7 +41,7 @@ def test_kernel_e2m1_value_formula_is_the_table():
 
 
 def test_the_stand_in_kernels_are_in_every_cuda_rungs_fingerprint_and_no_cpu_rungs():
-    """standin_cuda compiles its .cu at run time; an import closure does not show it, so provenance.LOADS
+    """standin_cuda compiles its .cu at run time; an import closure does not show it, so h3gates.core.fingerprints.LOADS
     names it (and the headers it includes): every CUDA rung fingerprints it, no CPU rung does."""
     text = (provenance.ROOT / "h3gates" / "nvfp4" / "cuda" / "standin.py").read_text()
     loaded = {f"kernels/common/{n}" for n in re.findall(r'Module\(COMMON / "([^"]+)"', text)}

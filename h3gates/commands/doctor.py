@@ -30,11 +30,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
-from importlib import metadata
+
+from h3gates.core.machine import package_version
 
 ROLES = ("qkv", "out", "fc1", "fc2")
 WEIGHT_KINDS = ("normal", "zeros", "extreme")
@@ -43,10 +43,7 @@ NOTHING_TO_COMPARE = "emulated (no FP4 MMA here): nothing to compare"
 
 
 def _pkg(name: str) -> str | None:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
+    return package_version(name)
 
 
 def _entry(version=None, status="ok", detail=None) -> dict:
@@ -55,49 +52,14 @@ def _entry(version=None, status="ok", detail=None) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- machine
-def machine(torch, device: str, capability_override) -> dict:
-    m = {
-        "host": platform.node(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "cpu_count": os.cpu_count(),
-        "device": device,
-        "gpu": None,
-        "capability": None,
-        "capability_faked": capability_override is not None,
-        "sm_count": None,
-        "gpu_memory_gib": None,
-        "driver": _driver_version(),
-        "cuda_runtime": torch.version.cuda,
-        "cuda_available": bool(torch.cuda.is_available()),
-    }
-    if device == "cuda":
-        p = torch.cuda.get_device_properties(torch.cuda.current_device())
-        m.update(
-            gpu=p.name,
-            capability=f"{p.major}.{p.minor}",
-            sm_count=p.multi_processor_count,
-            gpu_memory_gib=round(p.total_memory / 2**30, 1),
-            gpu_uuid=str(getattr(p, "uuid", "")) or None,
-        )
+def machine(device: str, capability_override) -> dict:
+    """The machine's description (h3gates.core.machine), with the device checked and a faked capability."""
+    from h3gates.core.machine import describe
+
+    m = {**describe(device), "device": device, "capability_faked": capability_override is not None}
     if capability_override is not None:
         m["capability"] = f"{capability_override[0]}.{capability_override[1]}"
     return m
-
-
-def _driver_version() -> str | None:
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        v = pynvml.nvmlSystemGetDriverVersion()
-        return v.decode() if isinstance(v, bytes) else str(v)
-    except Exception:  # noqa: BLE001 -- no nvidia-ml-py or no driver: try nvidia-smi, else None
-        pass
-    from h3gates.core.jobs import nvidia_smi_query
-
-    versions = nvidia_smi_query("driver_version", timeout=10)
-    return versions[0] if versions else None
 
 
 # --------------------------------------------------------------------------------------------- versions
@@ -411,6 +373,7 @@ def self_check(ref, device: str) -> dict:
     from h3gates.model.roles import ReferenceGemm, gemm_of
     from h3gates.nvfp4 import catalogue as C
     from h3gates.nvfp4 import formats as F
+    from h3gates.nvfp4.cuda.sync import sync
     from h3gates.nvfp4.fp4mma import Fp4MmaReference
     from h3gates.rungs.inputs import packed_activation, weight
 
@@ -438,7 +401,7 @@ def self_check(ref, device: str) -> dict:
                 seconds["prepare"] += time.perf_counter() - s
                 s = time.perf_counter()
                 y_emul = emulation(p, w)
-                _sync(torch, device)
+                sync(device)
                 seconds["emulation"] += time.perf_counter() - s
                 s = time.perf_counter()
                 y_ind = independent_gemm(p, w)
@@ -448,7 +411,7 @@ def self_check(ref, device: str) -> dict:
                     entry["comfy_backend"] = Fp4MmaReference.backend(p, w)
                     s = time.perf_counter()
                     y_dep = deployed(p, w)
-                    _sync(torch, device)
+                    sync(device)
                     seconds["deployed"] += time.perf_counter() - s
                     entry["deployed_vs_emulation"] = _same(y_dep, y_emul, nan_equal=False)
             except Exception as e:  # noqa: BLE001 -- a failing case is reported, the check goes on
@@ -500,17 +463,12 @@ def _agreement(compared: list, bad: list, verdict: str) -> dict:
     }
 
 
-def _sync(torch, device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
 # ---------------------------------------------------------------------------------------------- report
 def collect(device: str = "auto", capability=None, run_self_check: bool = True) -> dict:
     """The doctor's whole report as a dict (what --json prints)."""
     t0 = time.perf_counter()
     doc = {
-        "doctor_version": 1,
+        "doctor_version": 2,  # 2: `machine` is h3gates.core.machine's description
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "problems": [],
         "notes": [],
@@ -531,7 +489,7 @@ def collect(device: str = "auto", capability=None, run_self_check: bool = True) 
 
     cap = capability_tuple(capability)
     doc["device"] = device
-    doc["machine"] = machine(torch, device, cap)
+    doc["machine"] = machine(device, cap)
     if device == "cpu":
         notes.append("a CPU: the GPU pieces (NVRTC, cuBLASLt, nvmath, ncu, NVML clocks) are not needed and not checked")
     if cap is not None:
@@ -596,7 +554,7 @@ def render(doc: dict) -> str:
     m = doc.get("machine")
     if m:
         L.append("machine")
-        kv("host", f"{m['host']} ({m['platform']}, Python {m['python']}, {m['cpu_count']} CPUs)")
+        kv("host", f"{m['hostname']} ({m['platform']}, Python {m['python']}, {m['cpu_count']} CPUs)")
         kv("device", m["device"])
         kv("GPU", m["gpu"] or "none")
         kv(
@@ -605,7 +563,7 @@ def render(doc: dict) -> str:
         )
         kv("SM count", m["sm_count"] if m["sm_count"] is not None else "n/a")
         kv("driver", m["driver"] or "none")
-        kv("CUDA (torch's)", m["cuda_runtime"] or "none (CPU build of torch)")
+        kv("CUDA (torch's)", m["cuda"] or "none (CPU build of torch)")
     if doc.get("versions"):
         L.append("versions")
         for name, v in doc["versions"].items():

@@ -17,13 +17,12 @@ import atexit
 import fcntl
 import json
 import os
-import shutil
-import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from h3gates.core.errors import LeaseError
+from h3gates.core.jobs import nvidia_smi_query
 
 _HELD: list = []  # the open lock file of this process's lease (kept for the process's lifetime)
 
@@ -40,17 +39,8 @@ class Lease:
 def devices() -> list[tuple[int, str]]:
     """(index, UUID) of this host's GPUs that this process may use (nvidia-smi; CUDA_VISIBLE_DEVICES
     narrows them, by index or UUID)."""
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return []
-    try:
-        out = subprocess.run(
-            [smi, "--query-gpu=index,uuid", "--format=csv,noheader"], capture_output=True, text=True, timeout=30
-        )
-    except (OSError, subprocess.SubprocessError):
-        return []
     found = []
-    for line in out.stdout.splitlines():
+    for line in nvidia_smi_query("index,uuid", timeout=30) or []:
         parts = [p.strip() for p in line.split(",")]
         if len(parts) == 2 and parts[0].isdigit():
             found.append((int(parts[0]), parts[1]))

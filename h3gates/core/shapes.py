@@ -58,12 +58,6 @@ class H3Config:
     def rows(self) -> int:
         return sum(s.rows for s in self.segments)
 
-    @property
-    def torch_dtype(self):
-        import torch
-
-        return getattr(torch, self.dtype)
-
     def segment_bounds(self) -> list[tuple[Segment, int, int]]:
         out, r = [], 0
         for s in self.segments:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import platform
 import weakref
 from functools import cache
 from types import SimpleNamespace
@@ -29,6 +28,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
+from h3gates.core import machine
 from h3gates.core.errors import AlgoError, NvmathMissing
 from h3gates.fc2 import spec as S
 from h3gates.nvfp4.gemm import host_alpha
@@ -109,20 +109,15 @@ def fp32_reduction_mask() -> int:
 
 
 def environment(device="cuda") -> dict:
-    """What byte-exactness of a cuBLASLt algorithm depends on, plus the versions around it."""
-    p = torch.cuda.get_device_properties(device)
+    """What byte-exactness of a cuBLASLt algorithm depends on (the GPU, cuBLASLt, the reduction setting),
+    on top of the machine's description (h3gates.core.machine: torch, CUDA, driver, host)."""
     torch.cuda.current_blas_handle()  # loads torch's cuBLAS (and its cuBLASLt) so both copies show in the maps
     libs = loaded_cublaslt()
     env = {
-        "gpu": p.name,
-        "sm_count": p.multi_processor_count,
-        "capability": f"{p.major}.{p.minor}",
+        **machine.describe(device),
         "cublaslt_version": int(lib().lt.get_version()),
         "cublaslt_libraries": libs,
         "nvmath": lib().version,
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "python": platform.python_version(),
         "allow_bf16_reduced_precision_reduction": torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
     }
     if len(libs) > 1:
@@ -810,11 +805,6 @@ class Fp4AlgoGemm(_NamedAlgoGemm):
             torch.cuda.current_stream(self.device).cuda_stream if self.device.type == "cuda" else 0,
         )
         return out[: p.rows, : w.n].contiguous()
-
-
-def fp4_heuristic0(device="cuda", workspace_mib: int = FP4_WORKSPACE_MIB) -> Fp4AlgoGemm:
-    """Heuristic result #0 of the block-scaled FP4 problem within comfy's 32 MiB: comfy's own algorithm."""
-    return Fp4AlgoGemm(S.parse(f"enumerate:{workspace_mib}:0"), device=device)
 
 
 def _check_fp4_operands(aq, as_, bq, bs, device: torch.device) -> None:

@@ -4,12 +4,14 @@ called."""
 
 from __future__ import annotations
 
+from h3gates.core import machine
 from h3gates.fc2 import spec as S
 
 
 def environment_here() -> dict:
-    """{gpu, sm_count, cublaslt_version} of this machine; a value is None where it cannot be known,
-    and `unavailable` says why."""
+    """{gpu, sm_count, cublaslt_version} of this machine (the GPU fields of h3gates.core.machine's
+    description, cuBLASLt's version through nvmath); a value is None where it cannot be known, and
+    `unavailable` says why."""
     env = dict.fromkeys(S.PIN_KEYS)
     try:
         import torch
@@ -17,8 +19,8 @@ def environment_here() -> dict:
         return {**env, "unavailable": f"torch is not importable ({e})"}
     if not torch.cuda.is_available():
         return {**env, "unavailable": "no CUDA GPU is visible here"}
-    p = torch.cuda.get_device_properties(torch.cuda.current_device())
-    env.update(gpu=p.name, sm_count=p.multi_processor_count)
+    m = machine.describe("cuda")
+    env.update(gpu=m["gpu"], sm_count=m["sm_count"])
     try:
         from h3gates.fc2 import cublaslt
 

@@ -75,12 +75,8 @@ def _tensor(inp):
     return next(getattr(inp, k) for k in ("h", "u", "x") if hasattr(inp, k))
 
 
-def _cols(inp) -> int:
-    return inp.cols
-
-
 def vector_rows(inp) -> bool:
-    """The launchers' `vec` (cudakernels.fused_check): 16-byte loads for every row, i.e. the row length
+    """The launchers' `vec` (h3gates.nvfp4.cuda.producers.fused_check): 16-byte loads for every row, i.e. the row length
     in elements a multiple of 8 and the base pointer 16-byte aligned (a slice r0.. of such a tensor
     stays aligned). The modulate launcher also needs its scale and shift aligned."""
     t = _tensor(inp)

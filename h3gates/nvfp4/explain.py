@@ -10,17 +10,6 @@ from h3gates.nvfp4 import formats as F
 from h3gates.nvfp4.quantize import _pad
 from h3gates.nvfp4.rcp import mul_ftz, rcp
 
-CAUSES = (
-    "global_scale_zero_or_nonfinite",
-    "nan_in_block",
-    "block_scale_zero",
-    "subnormal_input",
-    "signed_zero",
-    "block_scale_rounding",
-    "division_vs_reciprocal",
-    "unexplained",
-)
-
 
 def explain(x: torch.Tensor, g: torch.Tensor, cuda: tuple, eager: tuple, *, table: str = "sm90") -> dict:
     xp = _pad(x, True).float()

@@ -29,18 +29,15 @@ from pathlib import Path
 
 import torch
 
+from h3gates.core import machine
 from h3gates.core.errors import ArtifactError
 from h3gates.core.fsutil import atomic_write
 from h3gates.core.jobs import progress
 from h3gates.model.setup import Sides
 from h3gates.nvfp4.compare import sha256
+from h3gates.nvfp4.cuda.sync import sync
 
 KEEP_LIMIT = 64 << 20  # bytes of output tensors an artifact keeps (beyond: SHA-256 and shape only)
-
-
-def _sync(device):
-    if device == "cuda":
-        torch.cuda.synchronize()
 
 
 def save(path, obj) -> None:
@@ -59,7 +56,7 @@ def compute(actx: dict, out: str, meta: dict) -> dict:
         )
     sides = Sides.of(actx, lazy=False)
     model, prof, roles = sides.model, sides.profile, sides.baseline
-    _sync(sides.device)
+    sync(sides.device)
     t0 = time.perf_counter()
     if actx["rung"] == 5:
         every = lambda i: progress(f"baseline block {i + 1}/{prof.blocks}") if i % 10 == 9 else None  # noqa: E731
@@ -68,7 +65,7 @@ def compute(actx: dict, out: str, meta: dict) -> dict:
         steps = actx["steps"]
         video, audio = model.trajectory(steps, roles, progress=lambda s: progress(f"baseline step {s + 1}/{steps}"))
         outputs = {"video": video, "audio": audio}
-    _sync(sides.device)
+    sync(sides.device)
     wall = time.perf_counter() - t0
     described = {
         k: {"shape": list(v.shape), "dtype": str(v.dtype).replace("torch.", ""), "sha256": sha256(v)}
@@ -102,7 +99,7 @@ def compute_captures(cctx: dict, blocks: list[int], outs: list[str], meta: dict)
         raise ValueError(f"captures: blocks {blocks} outside the model's 0..{prof.blocks - 1}")
     want = dict(zip(blocks, outs))
     env = environment(sides.device)
-    _sync(sides.device)
+    sync(sides.device)
     t0 = time.perf_counter()
     x = model.initial_hidden(0)
     metas = {}
@@ -191,17 +188,7 @@ def same_environment(p: Path, then: dict | None, here: dict) -> None:
 
 
 def environment(device: str) -> dict:
-    """What a baseline's bytes depend on besides its context and files: the GPU and the libraries."""
-    from h3gates.nvfp4 import oracle
-
-    env = {
-        "torch": str(torch.__version__),
-        "comfy_kitchen": oracle.comfy_version(),
-        "gpu": None,
-        "sm_count": None,
-        "cuda": None,
-    }
-    if device == "cuda" and torch.cuda.is_available():
-        p = torch.cuda.get_device_properties(torch.cuda.current_device())
-        env.update(gpu=str(p.name), sm_count=int(p.multi_processor_count), cuda=str(torch.version.cuda))
-    return env
+    """What a baseline's bytes depend on besides its context and files: the GPU and the libraries (the
+    fields h3gates.core.machine.ARTIFACT_FIELDS of the machine's description)."""
+    m = machine.describe(device)
+    return {k: m[k] for k in machine.ARTIFACT_FIELDS}

@@ -4,12 +4,9 @@ header (provenance, environment, verdict)."""
 
 from __future__ import annotations
 
-import platform
 from pathlib import Path
 
-import torch
-
-from h3gates.core import registry, report
+from h3gates.core import machine, registry, report
 from h3gates.core.context import RungContext
 from h3gates.core.fingerprints import provenance
 from h3gates.core.jobs import progress
@@ -175,56 +172,9 @@ class Gate:
 
 
 def environment(device) -> dict:
-    """The report's `device`: the machine, the GPU (name, SM count, capability, driver, CUDA), the
-    libraries whose bytes the gate's reference depends on, and the GPU lease of this job."""
-    from h3gates.nvfp4 import oracle
+    """The report's `device`: the machine (h3gates.core.machine: host, GPU with its name, SM count,
+    capability, driver and CUDA, the libraries, the GPU lease of this job) and the GEMM backend whose
+    bytes the gate's reference depends on."""
     from h3gates.nvfp4.gemm import backend_info
 
-    dev = torch.device(device)
-    env = {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "comfy_kitchen": oracle.comfy_version(),
-        "host": platform.machine(),
-        "device_type": dev.type,
-    }
-    if dev.type == "cuda":
-        p = torch.cuda.get_device_properties(dev)
-        from h3gates.core.lease import current
-
-        lease = current()
-        env["gpu_lease"] = (
-            None if lease is None else {"index": lease.index, "uuid": lease.uuid, "waited_s": round(lease.waited_s, 3)}
-        )
-        env["gpu_uuid"] = str(getattr(p, "uuid", "")) or None
-        env.update(
-            gpu=p.name,
-            sm_count=p.multi_processor_count,
-            capability=f"{p.major}.{p.minor}",
-            cuda=torch.version.cuda,
-            cublas=str(torch.backends.cuda.preferred_blas_library())
-            if hasattr(torch.backends.cuda, "preferred_blas_library")
-            else None,
-            driver=_driver(),
-        )
-    else:
-        env.update(gpu=None, cpu_threads=torch.get_num_threads())
-    env["gemm"] = backend_info(device)
-    return env
-
-
-def _driver():
-    import subprocess
-
-    try:
-        return (
-            subprocess.run(
-                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                capture_output=True,
-                text=True,
-                timeout=10,
-            ).stdout.strip()
-            or None
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
+    return {**machine.describe(device), "gemm": backend_info(device)}

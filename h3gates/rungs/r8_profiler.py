@@ -16,13 +16,9 @@ from pathlib import Path
 import torch
 
 from h3gates.core.jobs import progress
+from h3gates.nvfp4.cuda.sync import sync
 from h3gates.rungs import nsight
 from h3gates.rungs.gate import Gate
-
-
-def _sync(device):
-    if device == "cuda":
-        torch.cuda.synchronize()
 
 
 def _profile_block(gate, block, x, roles) -> dict:
@@ -34,7 +30,7 @@ def _profile_block(gate, block, x, roles) -> dict:
         base_mem = torch.cuda.memory_allocated()
     with profile(activities=acts, profile_memory=True) as prof:
         gate.model.block_forward(block, x, 0, roles)
-        _sync(gate.device)
+        sync(gate.device)
     # self memory only: an op's cpu_memory_usage includes its children's (aten::to -> _to_copy ->
     # empty_strided would count one allocation three times)
     events = sorted((e for e in prof.events() if e.self_cpu_memory_usage), key=lambda e: e.time_range.start)

@@ -8,13 +8,7 @@ import time
 from h3gates.core.errors import ArtifactError
 from h3gates.core.jobs import progress
 from h3gates.nvfp4.compare import compare_outputs
-
-
-def _sync(device):
-    if device == "cuda":
-        import torch
-
-        torch.cuda.synchronize()
+from h3gates.nvfp4.cuda.sync import sync
 
 
 def trajectories(gate, steps):
@@ -26,12 +20,12 @@ def trajectories(gate, steps):
         gate.fail(str(e))
         return None
     m = gate.model
-    _sync(gate.device)
+    sync(gate.device)
     t0 = time.perf_counter()
     video_c, audio_c = m.trajectory(
         steps, gate.with_candidate(), progress=lambda s: progress(f"candidate step {s + 1}/{steps}")
     )
-    _sync(gate.device)
+    sync(gate.device)
     times = {"baseline": art["meta"]["wall_s"], "candidate": time.perf_counter() - t0}
     video = compare_outputs(video_c, art["tensors"]["video"].to(video_c.device))
     audio = compare_outputs(audio_c, art["tensors"]["audio"].to(audio_c.device))

@@ -5,7 +5,7 @@ kernels around torch's row mean, each byte-identical to the torch chain it repla
 
 Callers ask `active()` (a GPU, cuda.core, the file compiles, and not inside `off()`) and the `*_fits`
 checks (the layouts the kernels index) and otherwise run the torch chain, so a CPU, a GPU without NVRTC or an
-unusual view loses speed, never bytes. Only CUDA rungs fingerprint standin.cu (provenance.LOADS).
+unusual view loses speed, never bytes. Only CUDA rungs fingerprint standin.cu (h3gates.core.fingerprints.LOADS).
 """
 
 from __future__ import annotations
