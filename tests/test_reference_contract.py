@@ -64,7 +64,7 @@ BLOCKED_MAIN = (
     f"        if name.split('.')[0] in {tuple(BLOCKED)!r}:\n"
     "            raise ImportError(f'{name} is blocked in this test')\n"
     "sys.meta_path.insert(0, Block())\n"
-    "from h3gates.cli import main\n"
+    "from h3gates.job import main\n"
     "sys.exit(main(sys.argv[1:]))\n"
 )
 
@@ -399,7 +399,7 @@ def test_core_imports_no_module_by_name():
 def test_the_declarations_import_no_torch():
     """The Snakefile loads every kernels/*/candidate.py: what they import (fc2_algo's pin checker) must be
     torch-free at import."""
-    code = BLOCKED_MAIN.split("from h3gates.cli")[0] + (
+    code = BLOCKED_MAIN.split("from h3gates.job")[0] + (
         "from h3gates.core import registry\n"
         "cands = registry.discover()\n"
         "assert callable(cands['fc2_algo'].implementation('cuda').pins['cublaslt'])\n"
