@@ -71,9 +71,6 @@ class Candidate:
                 f"{self.name}: implementations must be keyed by device (cpu, cuda), got {sorted(self.implementations)}"
             )
 
-    def param_defaults(self) -> dict:
-        return {k: s["default"] for k, s in self.params.items() if "default" in s}
-
     def implementation(self, which: str) -> Implementation:
         try:
             return self.implementations[which]
@@ -117,7 +114,7 @@ def get(name: str, root: str | None = None) -> Candidate:
 
 
 def implementation_name(cand_cfg: dict, device: str) -> str:
-    impl = cand_cfg.get("implementation", "auto")
+    impl = cand_cfg["implementation"]  # a validated config's (h3gates.core.config.cand_config)
     return ("cuda" if device == "cuda" else "cpu") if impl == "auto" else impl
 
 
@@ -165,7 +162,7 @@ def artifacts(name: str, cand_cfg: dict, profile: str, root: str | None = None) 
     cand = get(name, root)
     if cand.artifacts is None:
         return {}
-    params = {**cand.param_defaults(), **cand_cfg.get("params", {})}
+    params = cand_cfg["params"]  # a validated config's, its defaults filled (h3gates.core.config.cand_config)
     # a relative path is produced by the workflow under the candidate's results; an absolute one is a
     # user's file the candidate reads (fingerprinted the same way: an input and an upstream digest)
     return {
