@@ -307,7 +307,9 @@ def test_captured_inputs_are_the_traversals_and_are_checked_when_read(tmp_path, 
     with pytest.raises(ArtifactError, match="another context or block"):
         artifacts.load_capture(outs[1], cctx, 0, "cpu")
     with pytest.raises(ArtifactError, match="another context or block"):
-        artifacts.load_capture(outs[1], {**cctx, "seed": 1}, 3, "cpu")
+        artifacts.load_capture(
+            outs[1], dataclasses.replace(cctx, shared=dataclasses.replace(cctx.shared, seed=1)), 3, "cpu"
+        )
     d = torch.load(outs[1], weights_only=True)
     d["x"][5, 7] = -d["x"][5, 7] + 1
     torch.save(d, outs[1])
