@@ -29,14 +29,14 @@ def _rung(a) -> int:
 
 
 def _baseline(a) -> int:
-    from h3gates.core.context import CAPTURES, artifact_meta
+    from h3gates.core.context import CAPTURES, ArtifactContext, artifact_meta
 
-    actx = json.loads(a.context)
-    rung = actx["rung"]
+    actx = ArtifactContext.from_json(a.context)
+    rung = actx.rung
     if rung != CAPTURES and len(a.out) != 1:
         parser().error(f"baseline r{rung}: one --out expected, got {len(a.out)}")
     meta = artifact_meta(actx)  # the artifact's identity, computed here: the computing module needs no key code
-    if actx["device"] == "cuda":
+    if actx.device == "cuda":
         from h3gates.core.lease import acquire
 
         acquire(f"baseline captures block {' '.join(map(str, a.blocks))}" if rung == CAPTURES else f"baseline r{rung}")
@@ -103,12 +103,12 @@ def _profile_target(a) -> int:
 
     exit_with_parent()
     if a.side == "baseline-artifact":  # --context is rung 8's baseline artifact context (rule baseline_artifact)
-        from h3gates.core.context import artifact_path, capture_context
+        from h3gates.core.context import ArtifactContext, artifact_path
         from h3gates.rungs.r8_baseline import profile_target
 
-        actx = json.loads(a.context)
-        cctx = capture_context(actx)
-        profile_target(actx, artifact_path(cctx, block=actx["profiler"]["block"]), cctx)
+        actx = ArtifactContext.from_json(a.context)
+        cctx = actx.capture_context()
+        profile_target(actx, artifact_path(cctx, block=actx.profiler["block"]), cctx)
         return 0
     from h3gates.core.context import RungContext
     from h3gates.rungs.r8_profiler import target

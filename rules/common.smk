@@ -152,9 +152,9 @@ def promotion(candidate="{candidate}"):
 
 # ---- the shared baseline artifacts (rules/rungs.smk)
 def _artifact_context(wc, rung):
-    """The artifact context of this configuration whose key is wc.key."""
+    """The ArtifactContext of this configuration whose key is wc.key."""
     actx = (
-        H3context.capture_context(H3context.shared_context(config))
+        H3context.capture_context(H3context.SharedContext.of(config))
         if rung == H3context.CAPTURES
         else H3context.baseline_context(config, rung)
     )
@@ -176,9 +176,9 @@ def capture_context(wc):
 def artifact_inputs(actx):
     """What an artifact's job reads: its files, and for rung 8's capture the captured block input."""
     files = H3context.artifact_files(actx)
-    if actx["rung"] == 8:
-        cctx = H3context.capture_context(actx)
-        files.append(H3context.artifact_path(cctx, block=actx["profiler"]["block"]))
+    if actx.rung == 8:
+        cctx = actx.capture_context()
+        files.append(H3context.artifact_path(cctx, block=actx.profiler["block"]))
     return files
 
 

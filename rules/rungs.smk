@@ -59,7 +59,7 @@ rule baseline_captures:
     resources:
         gpu=GPU,
     params:
-        context=lambda wc: json.dumps(capture_context(wc), sort_keys=True),
+        context=lambda wc: capture_context(wc).to_json(),
     shell:
         "python -m h3gates baseline --context {params.context:q} --blocks {wildcards.block} --out {output} > {log} 2>&1"
 
@@ -82,6 +82,6 @@ rule baseline_artifact:
     resources:
         gpu=GPU,
     params:
-        context=lambda wc: json.dumps(baseline_context(wc), sort_keys=True),
+        context=lambda wc: baseline_context(wc).to_json(),
     shell:
         "python -m h3gates baseline --context {params.context:q} --out {output} > {log} 2>&1"

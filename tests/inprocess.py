@@ -14,8 +14,8 @@ from h3gates.core.errors import Refusal
 from h3gates.rungs import artifacts, ladder
 
 
-def make_captures(cfg: dict, shared: dict | None = None) -> None:
-    cctx = X.capture_context(shared or X.shared_context(cfg))
+def make_captures(cfg: dict, shared: X.SharedContext | None = None) -> None:
+    cctx = X.capture_context(shared or X.SharedContext.of(cfg))
     blocks = X.captured_blocks(cfg)
     artifacts.compute_captures(cctx, blocks, [X.artifact_path(cctx, block=b) for b in blocks], X.artifact_meta(cctx))
 

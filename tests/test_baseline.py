@@ -68,7 +68,7 @@ def test_the_two_builders_of_an_artifact_context_are_one():
     for rung in (5, 6, 7, 8):
         for cfg in (BASE, CUDA_CFG):
             assert ctx_of(cfg, "qkv_ring", rung).artifact_context() == X.baseline_context(cfg, rung)
-    assert ctx_of(BASE, "qkv_ring", 3).capture_context() == X.capture_context(X.shared_context(BASE))
+    assert ctx_of(BASE, "qkv_ring", 3).capture_context() == X.capture_context(X.SharedContext.of(BASE))
 
 
 def test_editing_an_accepted_kernel_or_a_module_it_runs_changes_the_key(tmp_path):
@@ -95,7 +95,7 @@ def test_a_comment_in_a_report_writing_or_cli_module_reruns_no_baseline_artifact
     for name in ("h3gates", "kernels", "config"):
         shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
     root = str(tmp_path)
-    ctxs = [X.capture_context(X.shared_context(cfg)) for cfg in (BASE, CUDA_CFG)]
+    ctxs = [X.capture_context(X.SharedContext.of(cfg)) for cfg in (BASE, CUDA_CFG)]
     ctxs += [X.baseline_context(cfg, r) for cfg in (BASE, CUDA_CFG) for r in (5, 6, 7, 8)]
     before = [X.artifact_key(c, root) for c in ctxs]
     for module in (
@@ -129,7 +129,7 @@ def test_compute_then_load_checks_the_context(tmp_path, monkeypatch):
         and art["meta"]["key"] in ctx.baseline_artifact
     )
     assert set(art["tensors"]) == {"video", "audio"}
-    wrong = dataclasses.replace(ctx, seed=1)
+    wrong = dataclasses.replace(ctx, shared=dataclasses.replace(ctx.shared, seed=1))
     with pytest.raises(ArtifactError, match="another baseline context"):
         artifacts.load(ctx.baseline_artifact, wrong.artifact_context())
     assert Path(ctx.baseline_artifact).is_file() and not list(Path(ctx.baseline_artifact).parent.glob(".*.tmp"))
@@ -240,13 +240,13 @@ def test_the_profiled_target_of_the_rung8_artifact_runs_one_baseline_block(monke
     monkeypatch.setattr(nsight, "profiled_range", lambda: contextlib.nullcontext(ranges.append(1)))
     real = h3.H3Model.block_forward
     cfg = C.validate_config(merge(BASE, {"profiler": {"block": 3, "ncu_timeout": 60}}))
-    actx = X.baseline_context(cfg, 5) | {"rung": 8, "steps": None, "profiler": {"block": 3, "ncu_timeout": 60}}
-    cctx = X.capture_context(actx)
+    actx = X.ArtifactContext.of(X.SharedContext.of(cfg), 8, {"block": 3, "ncu_timeout": 60})
+    cctx = actx.capture_context()
     compute_captures(cctx, [3], [X.artifact_path(cctx, block=3)])
     monkeypatch.setattr(
         h3.H3Model, "block_forward", lambda self, i, *a, **k: blocks.append(i) or real(self, i, *a, **k)
     )
-    assert job.main(["profile-target", "--context", json.dumps(actx), "--side", "baseline-artifact"]) == 0
+    assert job.main(["profile-target", "--context", actx.to_json(), "--side", "baseline-artifact"]) == 0
     assert ranges == [1] and blocks == [3] * 3  # from the captured input: two warm-up calls and the profiled one
 
 
@@ -270,7 +270,7 @@ def test_one_capture_per_block_shared_by_every_candidate_and_rung():
     )
     assert all(not ctx_of(BASE, "modulate_fusion", r).captures for r in (1, 2, 5, 6, 7))
     assert X.captured_blocks(C.validate_config(merge(BASE, {"profiler": {"block": 1}}))) == [0, 1, 3]
-    key = lambda cfg: X.artifact_key(X.capture_context(X.shared_context(cfg)))  # noqa: E731
+    key = lambda cfg: X.artifact_key(X.capture_context(X.SharedContext.of(cfg)))  # noqa: E731
     assert key(C.validate_config(merge(BASE, {"baseline": {"accepted": ["modulate_fusion"]}}))) == key(BASE)
     for change in ({"seed": 1}, {"semantics": "cuda"}):
         assert key(C.validate_config(merge(BASE, change))) != key(BASE)
@@ -306,7 +306,9 @@ def test_captured_inputs_are_the_traversals_and_are_checked_when_read(tmp_path, 
     with pytest.raises(ArtifactError, match="another context or block"):
         artifacts.load_capture(outs[1], cctx, 0, "cpu")
     with pytest.raises(ArtifactError, match="another context or block"):
-        artifacts.load_capture(outs[1], {**cctx, "seed": 1}, 3, "cpu")
+        artifacts.load_capture(
+            outs[1], dataclasses.replace(cctx, shared=dataclasses.replace(cctx.shared, seed=1)), 3, "cpu"
+        )
     d = torch.load(outs[1], weights_only=True)
     d["x"][5, 7] = -d["x"][5, 7] + 1
     torch.save(d, outs[1])
@@ -322,13 +324,13 @@ def test_capture_job_pairs_blocks_and_outputs(tmp_path, monkeypatch):
     from h3gates import job
 
     monkeypatch.chdir(tmp_path)
-    cctx = X.capture_context(X.shared_context(BASE))
+    cctx = X.capture_context(X.SharedContext.of(BASE))
     with pytest.raises(ValueError, match=r"each output needs its own block .*got blocks \[0, 3\] for 1 output"):
-        job.main(["baseline", "--context", json.dumps(cctx), "--blocks", "0", "3", "--out", "a.pt"])
+        job.main(["baseline", "--context", cctx.to_json(), "--blocks", "0", "3", "--out", "a.pt"])
     with pytest.raises(ValueError, match="outside the model"):
-        job.main(["baseline", "--context", json.dumps(cctx), "--blocks", "4", "--out", "a.pt"])
+        job.main(["baseline", "--context", cctx.to_json(), "--blocks", "4", "--out", "a.pt"])
     assert (
-        job.main(["baseline", "--context", json.dumps(cctx), "--blocks", "3", "--out", "b3.pt"]) == 0
+        job.main(["baseline", "--context", cctx.to_json(), "--blocks", "3", "--out", "b3.pt"]) == 0
         and Path("b3.pt").is_file()
     )
 
@@ -340,7 +342,7 @@ def test_a_remade_capture_has_the_same_bytes_and_a_gate_records_what_it_read(tmp
     from h3gates.core.fingerprints import file_sha256
     from h3gates.rungs.gate import Gate
 
-    cctx = X.capture_context(X.shared_context(BASE))
+    cctx = X.capture_context(X.SharedContext.of(BASE))
     out = str(tmp_path / X.artifact_path(cctx, block=3))
     compute_captures(cctx, [3], [out])
     first = file_sha256(out)
@@ -361,9 +363,9 @@ def test_on_cuda_the_baseline_keys_follow_the_kernels_the_model_compiles():
     """The stand-in's kernels (kernels/common/standin.cu, compiled at run time by h3gates.nvfp4.cuda.standin)
     are among the files of every CUDA baseline artifact and capture, as in a CUDA rung's code files."""
     for actx in (
-        X.capture_context(X.shared_context(CUDA_CFG)),
+        X.capture_context(X.SharedContext.of(CUDA_CFG)),
         *(X.baseline_context(CUDA_CFG, r) for r in (5, 6, 7, 8)),
     ):
-        assert "kernels/common/standin.cu" in X.artifact_files(actx), actx["rung"]
-    for actx in (X.capture_context(X.shared_context(BASE)), X.baseline_context(BASE, 7)):
+        assert "kernels/common/standin.cu" in X.artifact_files(actx), actx.rung
+    for actx in (X.capture_context(X.SharedContext.of(BASE)), X.baseline_context(BASE, 7)):
         assert "kernels/common/standin.cu" not in X.artifact_files(actx)

@@ -569,4 +569,4 @@ def test_the_gemm_reference_is_part_of_every_context_and_key(monkeypatch):
     for bad in (((11, 0),), ((9, 0), (10, 0))):
         caps["now"] = bad
         with _pytest.raises(ConfigError):
-            X.shared_context(cfg)
+            X.SharedContext.of(cfg)

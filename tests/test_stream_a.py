@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from h3gates.core.config import candidate_defaults
 from h3gates.core.registry import load_module
 from h3gates.model.roles import ReferenceGemm, Weight
 from h3gates.nvfp4 import formats as F
@@ -24,6 +25,7 @@ from h3gates.nvfp4.layout import Packed
 
 ROOT = Path(__file__).resolve().parent.parent
 HAS_DSL = importlib.util.find_spec("cutlass") is not None
+PARAMS = candidate_defaults("stream_a")["params"]  # the schema's defaults, as a validated config fills them
 GPU = torch.cuda.is_available() and torch.cuda.get_device_capability() >= (9, 0)
 if not GPU:  # the DSL reads its target when imported; without it it silently targets sm_100a
     os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
@@ -142,7 +144,10 @@ def test_the_owned_kernel_runs_at_the_model_shapes_only():
     cuda = load_module(ROOT / "kernels/stream_a/cuda.py")
     prof = load_profile("tiny")
     roles = cuda.build(
-        {"phase": "p0", "tile_n": 256}, Reference("cpu"), reference_roles(Reference("cpu")), workflow=Workflow(prof, {})
+        {**PARAMS, "phase": "p0", "tile_n": 256},
+        Reference("cpu"),
+        reference_roles(Reference("cpu")),
+        workflow=Workflow(prof, {}),
     )
     n, k = prof.gemm_shapes()["out"]
     g = roles["out"].gemm
@@ -151,7 +156,7 @@ def test_the_owned_kernel_runs_at_the_model_shapes_only():
     p, w = _operands(37, n, k)
     assert {pa.name: pa.hits(p, w) for pa in g.paths}["base_gemm"] == 1
     anyshape = cuda.build(
-        {"phase": "p0", "tile_n": 256, "owned_shapes": "any"},
+        {**PARAMS, "phase": "p0", "tile_n": 256, "owned_shapes": "any"},
         Reference("cpu"),
         reference_roles(Reference("cpu")),
         workflow=Workflow(prof, {}),
@@ -284,7 +289,7 @@ def test_p1_exported_tiles_and_projection_equal_the_library_path(rows, k, modula
     cuda = load_module(ROOT / "kernels/stream_a/cuda.py")
     ref = Reference("cuda")
     base = reference_roles(ref)
-    role = cuda.build({"phase": "p1", "tile_n": 256, "b_operand": b_operand}, ref, base)["qkv"]
+    role = cuda.build({**PARAMS, "phase": "p1", "tile_n": 256, "b_operand": b_operand}, ref, base)["qkv"]
     inp = _modulated(rows, k, seed=rows) if modulated else Plain(CAT.random_tensor("wide", (rows, k), seed=rows).cuda())
     got = next(role.producer.produce(inp))[1]
     want = next(base["qkv"].producer.produce(inp))[1]
@@ -310,7 +315,7 @@ def test_rung1_path_cases_take_every_p1_branch(monkeypatch):
     cuda = load_module(ROOT / "kernels/stream_a/cuda.py")
     real = cuda._takes
     monkeypatch.setattr(cuda, "_takes", lambda inp: real(_OnDevice(inp)))
-    roles = cuda.build({"phase": "p1"}, Reference("cpu"), reference_roles(Reference("cpu")))
+    roles = cuda.build({**PARAMS, "phase": "p1"}, Reference("cpu"), reference_roles(Reference("cpu")))
     hits = {}
     for _, inp in P.cases("qkv", "cpu"):
         for name, v in V.total(roles["qkv"].producer.paths, inp).items():

@@ -6,6 +6,7 @@ run with refused with one line per problem, naming the key. No torch import (the
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 from pathlib import Path
@@ -106,7 +107,7 @@ def _semantic_errors(config: dict, root=None) -> list[str]:
     for cand in sorted(set(enabled(config)) | set(config["baseline"]["accepted"])):
         why = _cannot_run(config, cand, device, root)
         accepted = cand in config["baseline"]["accepted"]
-        explicit = cand_config(config, cand).get("implementation", "auto") != "auto"
+        explicit = cand_config(config, cand)["implementation"] != "auto"
         # a candidate that cannot run here is left out of the climb (climbable); one the baseline needs, or
         # whose implementation the config names explicitly, or whose source is missing, refuses the config
         if why and (accepted or explicit or why.startswith("kernel source")):
@@ -280,9 +281,7 @@ def merge(a: dict, b: dict) -> dict:
 
 def enabled(config) -> list[str]:
     """Candidates the workflow climbs: enabled in config and not already part of the baseline."""
-    return [
-        n for n, c in config["candidates"].items() if c.get("enabled", True) and n not in config["baseline"]["accepted"]
-    ]
+    return [n for n, c in config["candidates"].items() if c["enabled"] and n not in config["baseline"]["accepted"]]
 
 
 def not_climbed(config: dict, climbed, left_out: dict) -> dict[str, str]:
@@ -311,12 +310,27 @@ def enforce_perf(config) -> bool:
 
 
 def cand_config(config, name) -> dict:
-    """A candidate's settings as its rungs see them (no `enabled`; implementation and params filled)."""
-    c = dict(config["candidates"].get(name, {}))
-    c.pop("enabled", None)
-    c.setdefault("implementation", "auto")
-    c["params"] = {**registry.get(name).param_defaults(), **c.get("params", {})}
-    return c
+    """A candidate's settings as its rungs see them, from the validated config (so with its defaults
+    filled) without `enabled`: its entry there, or for a candidate the config does not name (an accepted
+    one) the defaults its schema fills into an empty entry."""
+    c = config["candidates"][name] if name in config["candidates"] else candidate_defaults(name)
+    return copy.deepcopy({k: v for k, v in c.items() if k != "enabled"})
+
+
+@functools.lru_cache(maxsize=None)
+def _defaults_of(name: str, root) -> str:
+    entry: dict = {}
+    _with_defaults(jsonschema.Draft202012Validator)(
+        schema(root)["properties"]["candidates"]["properties"][name]
+    ).validate(entry)
+    return json.dumps(entry)
+
+
+def candidate_defaults(name: str, root=None) -> dict:
+    """The entry `candidates: {name: {}}` becomes when validated: the schema's defaults, filled by the
+    validator (the one reader of the schema's defaults)."""
+    registry.get(name, root)  # an unknown candidate refused by name
+    return json.loads(_defaults_of(name, root))
 
 
 def diff(old, new, prefix="") -> list[str]:

@@ -1,23 +1,25 @@
 """What a rung and a shared baseline artifact run with, built once from the validated config.
 
-`RungContext` is the typed object a gate runs with: the model profile, the device and its reference
-semantics, the seed, the accepted baseline with its candidates' configs, the candidate and its config,
-the rung and its parameters, the workflow artifacts it reads (a study's output, the shared baseline
-artifact, the captured block inputs). It travels to the job as JSON (`to_json`) and is parsed once
-there (`RungContext.from_json`); its dict (`to_dict`, without the artifacts' paths) is what the
-config digest of every report covers.
+`SharedContext` is what both depend on: the model profile, the device and its reference semantics, the
+seed, the GEMM reference and the accepted baseline with its candidates' configs. `RungContext` is the
+typed object a gate runs with: that shared part, the candidate and its config, the rung and its
+parameters, the workflow artifacts it reads (a study's output, the shared baseline artifact, the
+captured block inputs). `ArtifactContext` is a shared baseline artifact's (the baseline side of rungs
+5-7, rung 8's Nsight capture on a GPU, and "rung 0": the captured inputs of the gated blocks): the same
+shared part (without the baseline for the captures), the rung, the steps and rung 8's profiled block.
 
-The shared baseline artifacts (the baseline side of rungs 5-7, rung 8's Nsight capture on a GPU, and
-"rung 0": the captured inputs of the gated blocks) have contexts of their own, made by one builder,
-`artifact_context`, from the same shared part; their key is the digest of that context and of the
-files computing it (`artifact_files`: the accepted candidates' kernels and the import closure of the
-module that computes them, h3gates.rungs.artifacts or h3gates.rungs.r8_baseline). No torch import.
+Each has one builder (`SharedContext.of`, `RungContext.from_config`, `ArtifactContext.of`), travels to
+its job as JSON (`to_json`, a flat dict: the shared part's keys beside the context's own) and is parsed
+once there (`from_json`). A rung context's dict (without the artifacts' paths) is what the config digest
+of every report covers; an artifact's key is the digest of its context's dict and of the files computing
+it (`artifact_files`: the accepted candidates' kernels and the import closure of the module that computes
+them, h3gates.rungs.artifacts or h3gates.rungs.r8_baseline). No torch import.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 
 from h3gates.core import registry
 from h3gates.core.config import cand_config, enforce_perf
@@ -26,11 +28,7 @@ from h3gates.core.fingerprints import ROOT, digest, files_digest, imported, with
 from h3gates.core.jobs import FP4_MMA_MAJORS, configured_device, gpu_capabilities
 from h3gates.core.outputs import RESULTS
 
-SHARED_KEYS = ("profile", "user_profiles", "device", "semantics", "rcp_table", "seed", "gemm_reference", "baseline")
-# the captures run the library path (its GEMMs included): no baseline
-CAPTURE_KEYS = ("profile", "user_profiles", "device", "semantics", "rcp_table", "seed", "gemm_reference")
 CAPTURES = 0  # the "rung" of the captured block inputs (rungs 3, 4 and 8 read them)
-ARTIFACT_RUNGS = (5, 6, 7, 8)
 ENTRY = (
     "h3gates/rungs/artifacts.py"  # the module computing the artifacts of rungs 0 and 5-7 (its import closure keys them)
 )
@@ -51,23 +49,6 @@ def rung_params(config: dict, rung: int) -> dict:
     if rung == 8:
         return dict(config["profiler"])
     return {}
-
-
-def shared_context(config: dict) -> dict:
-    """What every rung and every baseline artifact depends on: the model profile, the device and its
-    reference semantics, the seed, and the accepted baseline with its candidates' configs."""
-    acc = config["baseline"]["accepted"]
-    name = config["profile"]
-    return {
-        "profile": name,
-        "user_profiles": {name: config["profiles"][name]} if name in config["profiles"] else {},
-        "device": configured_device(config),
-        "semantics": config["semantics"],
-        "rcp_table": config["rcp_table"],
-        "seed": config["seed"],
-        "gemm_reference": gemm_reference(config),
-        "baseline": {"accepted": acc, "candidates": {a: cand_config(config, a) for a in acc}},
-    }
 
 
 def gemm_reference(config: dict) -> str:
@@ -141,52 +122,187 @@ def candidate_config(config: dict, candidate: str) -> dict:
     return {**config, "candidates": {k: v for k, v in config["candidates"].items() if k in keep}}
 
 
+# ------------------------------------------------------------------ the shared part
+class _OnShared:
+    """The shared part's fields, read through a context (`ctx.device` is `ctx.shared.device`)."""
+
+    shared: SharedContext
+
+    @property
+    def profile(self) -> str:
+        return self.shared.profile
+
+    @property
+    def user_profiles(self) -> dict:
+        return self.shared.user_profiles
+
+    @property
+    def device(self) -> str:
+        return self.shared.device
+
+    @property
+    def semantics(self) -> str:
+        return self.shared.semantics
+
+    @property
+    def rcp_table(self) -> str:
+        return self.shared.rcp_table
+
+    @property
+    def seed(self) -> int:
+        return self.shared.seed
+
+    @property
+    def gemm_reference(self) -> str:
+        return self.shared.gemm_reference
+
+    @property
+    def baseline(self) -> dict | None:
+        return self.shared.baseline
+
+
+@dataclass(frozen=True)
+class SharedContext:
+    """What every rung and every baseline artifact depends on: the model profile, the device and its
+    reference semantics, the seed, the GEMM reference, and the accepted baseline with its candidates'
+    configs (None in the captured block inputs' context: they run the library path, its GEMMs included)."""
+
+    profile: str
+    user_profiles: dict
+    device: str
+    semantics: str
+    rcp_table: str
+    seed: int
+    gemm_reference: str  # "emulated" or "fp4_mma" (gemm_reference)
+    baseline: dict | None  # {"accepted": [...], "candidates": {name: config}}; None: the captures' context
+
+    @classmethod
+    def of(cls, config: dict) -> SharedContext:
+        """The one builder, from the validated config."""
+        acc = config["baseline"]["accepted"]
+        name = config["profile"]
+        return cls(
+            profile=name,
+            user_profiles={name: config["profiles"][name]} if name in config["profiles"] else {},
+            device=configured_device(config),
+            semantics=config["semantics"],
+            rcp_table=config["rcp_table"],
+            seed=config["seed"],
+            gemm_reference=gemm_reference(config),
+            baseline={"accepted": acc, "candidates": {a: cand_config(config, a) for a in acc}},
+        )
+
+    def to_dict(self) -> dict:
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        if self.baseline is None:
+            del d["baseline"]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> SharedContext:
+        return cls(**{**d, "baseline": d.get("baseline")})
+
+
+SHARED_FIELDS = tuple(f.name for f in fields(SharedContext))
+
+
+def _split(d: dict, own: tuple[str, ...], kind: str) -> tuple[SharedContext, dict]:
+    """A context's flat dict as (its shared part, its own keys); a key of neither refused."""
+    unknown = sorted(set(d) - set(SHARED_FIELDS) - set(own))
+    if unknown:
+        raise ValueError(f"{kind}: unknown keys {unknown} (known: {sorted((*SHARED_FIELDS, *own))})")
+    shared = SharedContext.from_dict({k: d[k] for k in SHARED_FIELDS if k in d})
+    return shared, {k: d[k] for k in own if k in d}
+
+
 # ------------------------------------------------------------------ shared baseline artifacts
-def artifact_context(shared: dict, rung: int, params: dict) -> dict:
-    """The one builder of a shared artifact's context, from a shared context and the rung's params:
-    rung 0 (the captured block inputs) keeps the model and the device's reference only; rungs 5-8 the
-    accepted baseline too, the trajectory length (5: one step, 6: two) and rung 8's profiled block."""
-    if rung == CAPTURES:
-        return {**{k: shared[k] for k in CAPTURE_KEYS}, "rung": CAPTURES}
-    ctx = {
-        **{k: shared[k] for k in SHARED_KEYS},
-        "rung": rung,
-        "steps": {5: None, 6: 2, 7: params.get("steps"), 8: None}[rung],
-    }
-    if rung == 8:
-        ctx["profiler"] = {k: params[k] for k in ("block", "ncu_timeout")}
-    return ctx
+@dataclass(frozen=True)
+class ArtifactContext(_OnShared):
+    """The context of a shared baseline artifact: the shared part (without the baseline for the captured
+    block inputs, "rung 0"), the rung, the trajectory length (rung 6: two steps, rung 7: the configured
+    ones) and rung 8's profiled block. Its dict is what the artifact's key covers and what the artifact
+    records of itself."""
+
+    shared: SharedContext
+    rung: int
+    steps: int | None = None
+    profiler: dict | None = None  # rung 8: {"block", "ncu_timeout"}
+
+    @classmethod
+    def of(cls, shared: SharedContext, rung: int, params: dict) -> ArtifactContext:
+        """The one builder, from a shared part and the rung's params: rung 0 (the captured block inputs)
+        keeps the model and the device's reference only; rungs 5-8 the accepted baseline too, the
+        trajectory length (5: one step, 6: two) and rung 8's profiled block."""
+        if rung == CAPTURES:
+            return cls(replace(shared, baseline=None), CAPTURES)
+        return cls(
+            shared,
+            rung,
+            steps={5: None, 6: 2, 7: params.get("steps"), 8: None}[rung],
+            profiler={k: params[k] for k in ("block", "ncu_timeout")} if rung == 8 else None,
+        )
+
+    @property
+    def artifacts(self) -> dict:
+        """The candidates' own workflow artifacts an artifact's job reads: none (its inputs are its files
+        and, for rung 8, its block's capture)."""
+        return {}
+
+    def capture_context(self) -> ArtifactContext:
+        """The context of the captured block inputs of this artifact's shared part (rung 8 starts from one)."""
+        return ArtifactContext.of(self.shared, CAPTURES, {})
+
+    def to_dict(self) -> dict:
+        """The JSON the job receives, the key covers and the artifact records (flat: the shared part's keys,
+        the rung, and for rungs 5-8 the steps, for rung 8 the profiler)."""
+        d = {**self.shared.to_dict(), "rung": self.rung}
+        if self.rung != CAPTURES:
+            d["steps"] = self.steps
+        if self.profiler is not None:
+            d["profiler"] = dict(self.profiler)
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ArtifactContext:
+        shared, own = _split(d, ("rung", "steps", "profiler"), "an artifact context")
+        return cls(shared, **own)
+
+    @classmethod
+    def from_json(cls, text: str) -> ArtifactContext:
+        return cls.from_dict(json.loads(text))
 
 
-def baseline_context(config: dict, rung: int) -> dict:
+def baseline_context(config: dict, rung: int) -> ArtifactContext:
     """The context of the baseline side of rung 5, 6, 7 or 8 under `config`."""
-    return artifact_context(shared_context(config), rung, rung_params(config, rung))
+    return ArtifactContext.of(SharedContext.of(config), rung, rung_params(config, rung))
 
 
-def capture_context(shared: dict) -> dict:
-    """The context of the captured block inputs (from a shared, rung or artifact context)."""
-    return artifact_context(shared, CAPTURES, {})
+def capture_context(shared: SharedContext) -> ArtifactContext:
+    """The context of the captured block inputs (from any context's shared part)."""
+    return ArtifactContext.of(shared, CAPTURES, {})
 
 
-def artifact_files(actx: dict, root=None) -> list[str]:
+def artifact_files(actx: ArtifactContext, root=None) -> list[str]:
     """The files an artifact's bytes depend on: the accepted candidates' kernel files and the h3gates
     modules its computation imports (with the .cu files they compile on a GPU)."""
     out = []
-    for acc in actx.get("baseline", {}).get("accepted", []):
-        out += [
-            f for f in registry.sources(acc, actx["baseline"]["candidates"][acc], actx["device"], root) if f not in out
-        ]
-    entries = (ENTRY if actx["rung"] != 8 else ENTRY_R8, *[f for f in out if f.endswith(".py")])
-    return out + with_loads([f for f in imported(entries, str(root or ROOT)) if f not in out], actx["device"], root)
+    base = actx.baseline or {"accepted": [], "candidates": {}}
+    for acc in base["accepted"]:
+        out += [f for f in registry.sources(acc, base["candidates"][acc], actx.device, root) if f not in out]
+    entries = (ENTRY if actx.rung != 8 else ENTRY_R8, *[f for f in out if f.endswith(".py")])
+    return out + with_loads([f for f in imported(entries, str(root or ROOT)) if f not in out], actx.device, root)
 
 
-def artifact_key(actx: dict, root=None) -> str:
-    return digest({"context": actx, "files": files_digest(artifact_files(actx, root), root)})[:16]
+def artifact_key(actx: ArtifactContext, root=None) -> str:
+    return digest({"context": actx.to_dict(), "files": files_digest(artifact_files(actx, root), root)})[:16]
 
 
-def artifact_path(actx: dict, root=None, block: int | None = None) -> str:
-    tail = f".block{int(block)}" if actx["rung"] == CAPTURES else ""
-    return f"{RESULTS}/{actx['profile']}/baseline/r{actx['rung']}-{artifact_key(actx, root)}{tail}.pt"
+def artifact_path(actx: ArtifactContext, root=None, block: int | None = None) -> str:
+    tail = f".block{int(block)}" if actx.rung == CAPTURES else ""
+    return f"{RESULTS}/{actx.profile}/baseline/r{actx.rung}-{artifact_key(actx, root)}{tail}.pt"
 
 
 def captured_blocks(config: dict) -> list[int]:
@@ -194,11 +310,11 @@ def captured_blocks(config: dict) -> list[int]:
     return sorted({*config["blocks"], config["profiler"]["block"]})
 
 
-def captures_for(config: dict, rung: int, shared: dict | None = None) -> dict[str, str]:
+def captures_for(config: dict, rung: int, shared: SharedContext | None = None) -> dict[str, str]:
     """{block: capture path} of the blocks a rung starts from: rungs 3 and 4 the gated blocks, rung 8 its
     block; other rungs none."""
     blocks = config["blocks"] if rung in (3, 4) else [config["profiler"]["block"]] if rung == 8 else []
-    cctx = capture_context(shared or shared_context(config))
+    cctx = capture_context(shared or SharedContext.of(config))
     return {str(b): artifact_path(cctx, block=b) for b in blocks}
 
 
@@ -208,14 +324,14 @@ def reads_baseline_artifact(rung: int, device: str) -> bool:
     return rung in (5, 6, 7) or (rung == 8 and device == "cuda")
 
 
-def artifact_meta(actx: dict, root=None) -> dict:
+def artifact_meta(actx: ArtifactContext, root=None) -> dict:
     """What the computing job writes into an artifact besides its outputs: the context, the key and the
     behaviour digest of each file it was computed from (h3gates.core.sourcedigest; the CLI passes it: the
     computing module needs no key code)."""
     from h3gates.core.sourcedigest import source_sha256
 
     return {
-        "context": actx,
+        "context": actx.to_dict(),
         "key": artifact_key(actx, root),
         "files": {f: source_sha256(ROOT / f) for f in artifact_files(actx, root)},
     }
@@ -223,15 +339,8 @@ def artifact_meta(actx: dict, root=None) -> dict:
 
 # ------------------------------------------------------------------ the rung context
 @dataclass(frozen=True)
-class RungContext:
-    profile: str
-    user_profiles: dict
-    device: str
-    semantics: str
-    rcp_table: str
-    seed: int
-    gemm_reference: str  # "emulated" or "fp4_mma" (gemm_reference)
-    baseline: dict  # {"accepted": [...], "candidates": {name: config}}
+class RungContext(_OnShared):
+    shared: SharedContext
     candidate: str
     candidate_config: dict
     rung: int
@@ -242,12 +351,13 @@ class RungContext:
 
     @classmethod
     def from_config(cls, config: dict, candidate: str, rung: int) -> RungContext:
-        shared = shared_context(config)
+        """The one builder, from the validated config."""
+        shared = SharedContext.of(config)
         acc = config["baseline"]["accepted"]
         params = rung_params(config, rung)
-        reads = reads_baseline_artifact(rung, shared["device"])
+        reads = reads_baseline_artifact(rung, shared.device)
         return cls(
-            **shared,
+            shared,
             candidate=candidate,
             candidate_config=cand_config(config, candidate),
             rung=rung,
@@ -257,23 +367,28 @@ class RungContext:
                 for c in (candidate, *acc)
                 if (a := registry.artifacts(c, cand_config(config, c), config["profile"]))
             },
-            baseline_artifact=artifact_path(artifact_context(shared, rung, params)) if reads else None,
+            baseline_artifact=artifact_path(ArtifactContext.of(shared, rung, params)) if reads else None,
             captures=captures_for(config, rung, shared),
         )
 
     @classmethod
     def from_dict(cls, d: dict) -> RungContext:
-        return cls(**d)
+        own = ("candidate", "candidate_config", "rung", "rung_params", "artifacts", "baseline_artifact", "captures")
+        shared, rest = _split(d, own, "a rung context")
+        if shared.baseline is None:
+            raise ValueError("a rung context: no baseline (every rung runs on the accepted baseline)")
+        return cls(shared, **rest)
 
     @classmethod
     def from_json(cls, text: str) -> RungContext:
         return cls.from_dict(json.loads(text))
 
     def to_dict(self) -> dict:
-        """The JSON the job receives (optional parts only where present)."""
+        """The JSON the job receives (flat: the shared part's keys, then the rung's; optional parts only
+        where present)."""
         d = {
-            k: getattr(self, k)
-            for k in (*SHARED_KEYS, "candidate", "candidate_config", "rung", "rung_params", "artifacts")
+            **self.shared.to_dict(),
+            **{k: getattr(self, k) for k in ("candidate", "candidate_config", "rung", "rung_params", "artifacts")},
         }
         if self.baseline_artifact is not None:
             d["baseline_artifact"] = self.baseline_artifact
@@ -284,15 +399,12 @@ class RungContext:
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
 
-    def shared(self) -> dict:
-        return {k: getattr(self, k) for k in SHARED_KEYS}
-
-    def artifact_context(self) -> dict:
+    def artifact_context(self) -> ArtifactContext:
         """The context of the baseline artifact this rung reads (rungs 5-8)."""
-        return artifact_context(self.shared(), self.rung, self.rung_params)
+        return ArtifactContext.of(self.shared, self.rung, self.rung_params)
 
-    def capture_context(self) -> dict:
-        return capture_context(self.shared())
+    def capture_context(self) -> ArtifactContext:
+        return capture_context(self.shared)
 
     def config_digest(self) -> str:
         """The digest of the rung's configuration. The artifacts' paths are left out: they carry a content
@@ -311,11 +423,6 @@ class RungContext:
         else:
             out += list(self.captures.values())
         return out + ([self.baseline_artifact] if self.baseline_artifact else [])
-
-    @property
-    def timing(self) -> dict:
-        """Rung 4's timing parameters."""
-        return self.rung_params
 
 
 class Contexts:

@@ -147,9 +147,6 @@ class Candidate:
         if cpu is not None and cpu.capabilities:
             raise RegistryError(f"{self.name}: its cpu implementation declares compute capabilities (a cuda need)")
 
-    def param_defaults(self) -> dict:
-        return {k: s["default"] for k, s in self.params.items() if "default" in s}
-
     def implementation(self, which: str) -> Implementation:
         try:
             return self.implementations[which]
@@ -193,7 +190,7 @@ def get(name: str, root: str | None = None) -> Candidate:
 
 
 def implementation_name(cand_cfg: dict, device: str) -> str:
-    impl = cand_cfg.get("implementation", "auto")
+    impl = cand_cfg["implementation"]  # a validated config's (h3gates.core.config.cand_config)
     return ("cuda" if device == "cuda" else "cpu") if impl == "auto" else impl
 
 
@@ -241,7 +238,7 @@ def artifacts(name: str, cand_cfg: dict, profile: str, root: str | None = None) 
     cand = get(name, root)
     if cand.artifacts is None:
         return {}
-    params = {**cand.param_defaults(), **cand_cfg.get("params", {})}
+    params = cand_cfg["params"]  # a validated config's, its defaults filled (h3gates.core.config.cand_config)
     # a relative path is produced by the workflow under the candidate's results; an absolute one is a
     # user's file the candidate reads (fingerprinted the same way: an input and an upstream digest)
     return {

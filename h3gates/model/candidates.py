@@ -19,10 +19,6 @@ class Workflow:
     artifacts: dict = field(default_factory=dict)  # {name: path} (registry.artifacts)
 
 
-def params_of(name: str, cand_cfg: dict) -> dict:
-    return {**registry.get(name).param_defaults(), **cand_cfg.get("params", {})}
-
-
 def build_one(
     name: str, cand_cfg: dict, device: str, reference, base: dict, level: str = "schedule", profile=None, artifacts=None
 ) -> dict:
@@ -33,7 +29,7 @@ def build_one(
     path = registry.module_path(name, cand_cfg, device)
     mod = registry.load_module(path)
     make = getattr(mod, "build_kernel", mod.build) if level == "kernel" else mod.build
-    args = [params_of(name, cand_cfg), reference, dict(base)]
+    args = [cand_cfg["params"], reference, dict(base)]  # defaults filled by the validated config
     if "workflow" in inspect.signature(make).parameters:
         roles = make(*args, workflow=Workflow(profile, dict(artifacts or {})))
     else:
@@ -44,10 +40,10 @@ def build_one(
     return roles
 
 
-def baseline_roles(baseline: dict, device: str, reference, profile=None, ctx=None) -> dict:
+def baseline_roles(baseline: dict, device: str, reference, profile=None, artifacts: dict | None = None) -> dict:
     """The library path's roles with each accepted candidate (`baseline`: {accepted, candidates}) on top,
-    in order. `ctx`: a rung or artifact context whose `artifacts` the accepted candidates may read."""
-    arts = (getattr(ctx, "artifacts", None) if not isinstance(ctx, dict) else ctx.get("artifacts")) or {}
+    in order. `artifacts`: {candidate: {name: path}}, the workflow artifacts the accepted candidates may read."""
+    arts = artifacts or {}
     roles = reference_roles(reference)
     for acc in baseline["accepted"]:
         roles.update(

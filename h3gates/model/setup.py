@@ -1,8 +1,8 @@
-"""The one role setup: from a context's shared part (profile, device, semantics, reciprocal table, seed,
-accepted baseline), the device a job runs on, its reference quantizer, the model's shapes, the
-library path's roles and the baseline's roles (the library path plus every accepted candidate, in
-order), and the model built on first use. Every gate, every baseline artifact, rung 8's profiled
-children and `replay` start here."""
+"""The one role setup: from the typed shared part of a context, a RungContext's or an ArtifactContext's
+(profile, device, semantics, reciprocal table, seed, accepted baseline), the device a job runs on, its
+reference quantizer, the model's shapes, the library path's roles and the baseline's roles (the library
+path plus every accepted candidate, in order), and the model built on first use. Every gate, every
+baseline artifact, rung 8's profiled children and `replay` start here."""
 
 from __future__ import annotations
 
@@ -15,13 +15,9 @@ from h3gates.model.reference import Reference
 from h3gates.model.roles import reference_roles
 
 
-def _get(ctx, key, default=None):
-    return getattr(ctx, key, default) if not isinstance(ctx, dict) else ctx.get(key, default)
-
-
 @dataclass
 class Sides:
-    ctx: object  # a RungContext or an artifact context (dict)
+    ctx: object  # a RungContext or an ArtifactContext (h3gates.core.context; not imported: no key code here)
     device: str
     reference_q: Reference
     profile: H3Config
@@ -32,13 +28,12 @@ class Sides:
 
     @classmethod
     def of(cls, ctx, lazy: bool = True) -> Sides:
-        device = runtime_device(_get(ctx, "device"))
-        ref = Reference(
-            device, _get(ctx, "semantics"), _get(ctx, "rcp_table"), gemm_reference=_get(ctx, "gemm_reference")
-        )
-        prof = load_profile(_get(ctx, "profile"), _get(ctx, "user_profiles"))
-        accepted = _get(ctx, "baseline") or {"accepted": [], "candidates": {}}
-        base = baseline_roles(accepted, device, ref, prof, ctx)
+        shared = ctx.shared  # the typed shared part both kinds of context carry
+        device = runtime_device(shared.device)
+        ref = Reference(device, shared.semantics, shared.rcp_table, gemm_reference=shared.gemm_reference)
+        prof = load_profile(shared.profile, shared.user_profiles)
+        accepted = shared.baseline or {"accepted": [], "candidates": {}}  # the captures run the library path
+        base = baseline_roles(accepted, device, ref, prof, ctx.artifacts)
         return cls(ctx, device, ref, prof, reference_roles(ref), base, lazy)
 
     @property
@@ -52,7 +47,7 @@ class Sides:
             )
             self._model = build(
                 self.profile,
-                seed=_get(self.ctx, "seed"),
+                seed=self.ctx.shared.seed,
                 device=self.device,
                 reference=self.reference_q,
                 lazy=self.lazy,

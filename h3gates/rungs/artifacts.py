@@ -48,21 +48,21 @@ def save(path, obj) -> None:
     atomic_write(path, buf.getbuffer())
 
 
-def compute(actx: dict, out: str, meta: dict) -> dict:
-    """Run the baseline side of rung 5, 6 or 7 and write the artifact."""
-    if actx["rung"] not in (5, 6, 7):
+def compute(actx, out: str, meta: dict) -> dict:
+    """Run the baseline side of rung 5, 6 or 7 (`actx`: its ArtifactContext) and write the artifact."""
+    if actx.rung not in (5, 6, 7):
         raise ValueError(
-            f"compute makes the artifacts of rungs 5-7, not rung {actx['rung']} (the CLI dispatches the others)"
+            f"compute makes the artifacts of rungs 5-7, not rung {actx.rung} (the CLI dispatches the others)"
         )
     sides = Sides.of(actx, lazy=False)
     model, prof, roles = sides.model, sides.profile, sides.baseline
     sync(sides.device)
     t0 = time.perf_counter()
-    if actx["rung"] == 5:
+    if actx.rung == 5:
         every = lambda i: progress(f"baseline block {i + 1}/{prof.blocks}") if i % 10 == 9 else None  # noqa: E731
         outputs = {"step": model.step_forward(model.initial_hidden(0), 0, roles, progress=every)}
     else:
-        steps = actx["steps"]
+        steps = actx.steps
         video, audio = model.trajectory(steps, roles, progress=lambda s: progress(f"baseline step {s + 1}/{steps}"))
         outputs = {"video": video, "audio": audio}
     sync(sides.device)
@@ -79,16 +79,17 @@ def compute(actx: dict, out: str, meta: dict) -> dict:
         "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     kept = {
-        k: v.cpu() for k, v in outputs.items() if actx["rung"] != 5 or v.numel() * v.element_size() <= KEEP_LIMIT
+        k: v.cpu() for k, v in outputs.items() if actx.rung != 5 or v.numel() * v.element_size() <= KEEP_LIMIT
     }  # latents always
     save(out, {"meta": meta, "tensors": kept})
-    progress(f"baseline r{actx['rung']}: {out} ({wall:.1f} s)")
+    progress(f"baseline r{actx.rung}: {out} ({wall:.1f} s)")
     return meta
 
 
-def compute_captures(cctx: dict, blocks: list[int], outs: list[str], meta: dict) -> dict:
-    """One traversal of the reference model on the first step's input, writing the input of each block
-    in `blocks` to the matching path of `outs` (each atomically)."""
+def compute_captures(cctx, blocks: list[int], outs: list[str], meta: dict) -> dict:
+    """One traversal of the reference model on the first step's input (`cctx`: the captures'
+    ArtifactContext), writing the input of each block in `blocks` to the matching path of `outs` (each
+    atomically)."""
     if len(blocks) != len(outs) or sorted(blocks) != sorted(set(blocks)):
         raise ValueError(
             f"captures: each output needs its own block (--blocks B1 B2 ... --out F1 F2 ...), got blocks {blocks} for {len(outs)} output(s)"
@@ -132,10 +133,11 @@ def _named_by_key(p: Path, meta: dict, tail: str = "") -> bool:
     return p.name.endswith(f"-{meta.get('key')}{tail}.pt")
 
 
-def load_capture(path: str, want: dict, block: int, device: str) -> torch.Tensor:
+def load_capture(path: str, want, block: int, device: str) -> torch.Tensor:
     """The input of `block` from the capture at `path`, checked to be made from the capture context
-    `want` and in this environment; on `device`."""
+    `want` (an ArtifactContext) and in this environment; on `device`."""
     p = Path(path)
+    wanted = want.to_dict()
     try:
         d = torch.load(p, weights_only=True, mmap=True)
         meta, x = d["meta"], d["x"]
@@ -146,19 +148,19 @@ def load_capture(path: str, want: dict, block: int, device: str) -> torch.Tensor
             f"{p} is not a readable block capture ({type(e).__name__}: {e}); remove it (rm {p}) and rerun"
         ) from e
     if (
-        meta.get("context") != want
+        meta.get("context") != wanted
         or meta.get("block") != int(block)
         or not _named_by_key(p, meta, f".block{int(block)}")
     ):
         then = meta.get("context") or {}
-        diff = [f"{k}: {then.get(k)!r} there, {want[k]!r} here" for k in want if then.get(k) != want[k]]
+        diff = [f"{k}: {then.get(k)!r} there, {v!r} here" for k, v in wanted.items() if then.get(k) != v]
         if meta.get("block") != int(block):
             diff.append(f"block: {meta.get('block')} there, {block} here")
         raise ArtifactError(
             f"{p} was made from another context or block than this rung's ({'; '.join(diff) or 'its key is not its name'}); "
             f"remove it (rm {p}) and rerun"
         )
-    same_environment(p, meta.get("environment"), environment(want["device"]))
+    same_environment(p, meta.get("environment"), environment(want.device))
     if list(x.shape) != meta["shape"] or sha256(x) != meta["sha256"]:
         raise ArtifactError(
             f"{p}: the input's bytes are not the ones its record names (edited or cut short); remove it (rm {p}) and rerun"
@@ -166,14 +168,14 @@ def load_capture(path: str, want: dict, block: int, device: str) -> torch.Tensor
     return x.to(device)
 
 
-def load(path: str, want: dict, here: dict | None = None) -> dict:
-    """The artifact at `path`, checked to be made from the artifact context `want`: {meta, tensors}.
+def load(path: str, want, here: dict | None = None) -> dict:
+    """The artifact at `path`, checked to be made from the ArtifactContext `want`: {meta, tensors}.
     `here`: the environment to check it against (default: environment(device))."""
     p = Path(path)
     d = torch.load(p, weights_only=True)
-    if d["meta"]["context"] != want or not _named_by_key(p, d["meta"]):
+    if d["meta"]["context"] != want.to_dict() or not _named_by_key(p, d["meta"]):
         raise ArtifactError(f"{p} was made from another baseline context than this rung's")
-    same_environment(p, d["meta"].get("environment"), here or environment(want["device"]))
+    same_environment(p, d["meta"].get("environment"), here or environment(want.device))
     return d
 
 

@@ -19,9 +19,9 @@ from h3gates.rungs import nsight
 from h3gates.rungs.artifacts import environment, load_capture, save
 
 
-def compute(actx: dict, out: str, meta: dict) -> dict:
-    """Rung 8's baseline side on a GPU: Nsight Compute over one baseline block (profile_target in a
-    child, started by the CLI from the block's captured input). A capture that fails with ncu installed
+def compute(actx, out: str, meta: dict) -> dict:
+    """Rung 8's baseline side on a GPU (`actx`: its ArtifactContext): Nsight Compute over one baseline
+    block (profile_target in a child, started by the CLI from the block's captured input). A capture that fails with ncu installed
     writes no artifact (the rule fails and can be rerun); without ncu the artifact records that, as
     the rung's report would."""
     work = Path(tempfile.mkdtemp(prefix="baseline-r8.", dir=Path(out).parent if Path(out).parent.exists() else None))
@@ -32,13 +32,13 @@ def compute(actx: dict, out: str, meta: dict) -> dict:
         "h3gates",
         "profile-target",
         "--context",
-        json.dumps(actx),
+        actx.to_json(),
         "--side",
         "baseline-artifact",
     ]
     t0 = time.perf_counter()
     cap = nsight.capture(
-        argv, nsight.DEFAULT_METRICS, workdir=work, timeout=actx["profiler"]["ncu_timeout"], name="baseline"
+        argv, nsight.DEFAULT_METRICS, workdir=work, timeout=actx.profiler["ncu_timeout"], name="baseline"
     )
     wall = time.perf_counter() - t0
     if not cap["available"] and nsight.find_ncu() is not None:
@@ -48,7 +48,7 @@ def compute(actx: dict, out: str, meta: dict) -> dict:
     meta = {
         **meta,
         "wall_s": wall,
-        "environment": environment_r8(actx["device"]),
+        "environment": environment_r8(actx.device),
         "outputs": {},
         "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
@@ -57,12 +57,12 @@ def compute(actx: dict, out: str, meta: dict) -> dict:
     return meta
 
 
-def profile_target(actx: dict, capture: str, want: dict) -> None:
+def profile_target(actx, capture: str, want) -> None:
     """The profiled process of the rung-8 artifact: one baseline block inside the profiled range,
     after two warm-up calls, exactly as rung 8's own target does for a side. `capture`: the block's
-    captured input, made from the capture context `want`."""
+    captured input, made from the captures' ArtifactContext `want`."""
     sides = Sides.of(actx)
-    block = actx["profiler"]["block"]
+    block = actx.profiler["block"]
     x = load_capture(capture, want, block, sides.device)
     for _ in range(2):
         sides.model.block_forward(block, x, 0, sides.baseline)

@@ -373,9 +373,9 @@ def model_shapes(profile) -> dict:
 
 
 def build(params, reference, base, workflow=None):
-    phase, tile_n, b_operand = params.get("phase", "p0"), params.get("tile_n", 256), params.get("b_operand", "packed")
-    prefetch = params.get("prefetch", 1)
-    owned_any = params.get("owned_shapes", "model") == "any" or workflow is None or workflow.profile is None
+    phase, tile_n, b_operand = params["phase"], params["tile_n"], params["b_operand"]
+    prefetch = params["prefetch"]
+    owned_any = params["owned_shapes"] == "any" or workflow is None or workflow.profile is None
     shapes = None if owned_any else model_shapes(workflow.profile)
     roles = {}
     for role in ("qkv", "out", "fc1"):

@@ -49,9 +49,8 @@ def _setup(block: int):
     from h3gates.rungs.artifacts import load_capture
 
     cfg = C.load_config([ROOT / c for c in CONFIGS])
-    shared = X.shared_context(cfg)
-    cctx = X.capture_context(shared)
-    sides = Sides.of(shared)
+    cctx = X.capture_context(X.SharedContext.of(cfg))
+    sides = Sides.of(cctx)  # the library path (the roles this study times are built on it)
     x = load_capture(X.artifact_path(cctx, block=block), cctx, block, sides.device)
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
     return cfg, sides, x
@@ -244,7 +243,7 @@ def _captures(cfg, blocks) -> None:
     from h3gates.core import context as X
     from h3gates.rungs.artifacts import compute_captures
 
-    cctx = X.capture_context(X.shared_context(cfg))
+    cctx = X.capture_context(X.SharedContext.of(cfg))
     todo = [b for b in blocks if not Path(X.artifact_path(cctx, block=b)).is_file()]
     if todo:
         t0 = time.time()

@@ -35,6 +35,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # the repository root, for the imports below (E402)
 
+from h3gates.core.config import candidate_defaults  # noqa: E402
 from h3gates.core.registry import load_module  # noqa: E402
 from h3gates.model.reference import Reference  # noqa: E402
 from h3gates.model.roles import Modulated, Plain, ReferenceGemm, Role, Weight, reference_roles  # noqa: E402
@@ -49,6 +50,7 @@ from studies.producers.gpu_evidence import timed  # noqa: E402
 
 CUDA = load_module(ROOT / "kernels/stream_a/cuda.py")
 MODF = load_module(ROOT / "kernels/modulate_fusion/cuda.py")
+PARAMS = candidate_defaults("stream_a")["params"]  # the schema's defaults, as a validated config fills them
 PEAK_BF16_TFLOPS = 989.4  # H200 SXM dense bf16 tensor-core peak (NVIDIA datasheet)
 
 
@@ -163,7 +165,7 @@ def modulated(rows, k, seed, bounds=None):
 def p1_exactness(cases_out: list, canonical_rows: int, shapes: dict, bounds) -> None:
     ref = Reference("cuda")
     base = reference_roles(ref)
-    roles = CUDA.build({"phase": "p1", "tile_n": 256}, ref, base)
+    roles = CUDA.build({**PARAMS, "phase": "p1", "tile_n": 256}, ref, base)
 
     def run(name, role, inp, n):
         t0 = time.time()
@@ -219,7 +221,9 @@ def p1_exactness(cases_out: list, canonical_rows: int, shapes: dict, bounds) -> 
 def timings(rounds: int, canonical_rows: int, shapes: dict, bandwidth: float, bounds) -> dict:
     ref = Reference("cuda")
     base = reference_roles(ref)
-    p1 = {t: CUDA.build({"phase": "p1", "tile_n": t}, ref, base) for t in (64, 128, 256)}  # P2: A-tile reuse = tile_n
+    p1 = {
+        t: CUDA.build({**PARAMS, "phase": "p1", "tile_n": t}, ref, base) for t in (64, 128, 256)
+    }  # P2: A-tile reuse = tile_n
     fused = MODF.build({}, ref, base)
     out = {}
     for role, (n, k) in shapes.items():
@@ -240,7 +244,7 @@ def timings(rounds: int, canonical_rows: int, shapes: dict, bandwidth: float, bo
         )  # the weight's block values copied, not dequantized
         owned_pf2 = CUDA.OwnedGemm(ReferenceGemm(), 256, prefetch=2)
         owned_bf16b_pf2 = CUDA.OwnedGemm(ReferenceGemm(), 256, b_operand="bf16", prefetch=2)
-        p1_bf16b = CUDA.build({"phase": "p1", "tile_n": 256, "b_operand": "bf16"}, ref, base)
+        p1_bf16b = CUDA.build({**PARAMS, "phase": "p1", "tile_n": 256, "b_operand": "bf16"}, ref, base)
         producer = fused[role].producer if role in fused else base[role].producer
         sides = {
             "cublas_gemm_on_bf16": lambda: mm_alpha(a, b, al),

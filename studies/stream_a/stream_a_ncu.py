@@ -26,7 +26,7 @@ from h3gates.model.reference import Reference  # noqa: E402
 from h3gates.model.roles import ReferenceGemm, reference_roles  # noqa: E402
 from h3gates.nvfp4 import catalogue as CAT  # noqa: E402
 from h3gates.rungs.inputs import weight as ref_weight  # noqa: E402
-from studies.stream_a.stream_a_bench import CUDA, modulated, packed  # noqa: E402
+from studies.stream_a.stream_a_bench import CUDA, PARAMS, modulated, packed  # noqa: E402
 
 
 def main() -> int:
@@ -44,7 +44,7 @@ def main() -> int:
     w = ref_weight(n, k, "cuda", ref, "normal", seed=43)
     p = packed(CAT.random_tensor("outliers", (a.rows, k), seed=41).cuda())
     inp = modulated(a.rows, k, seed=41, bounds=bounds)
-    p1 = CUDA.build({"phase": "p1", "tile_n": 256, "owned_shapes": "any"}, ref, base)
+    p1 = CUDA.build({**PARAMS, "phase": "p1", "tile_n": 256, "owned_shapes": "any"}, ref, base)
     variants = {
         "p0": CUDA.OwnedGemm(ReferenceGemm(), 256),
         "p0_bf16_b": CUDA.OwnedGemm(ReferenceGemm(), 256, b_operand="bf16"),
