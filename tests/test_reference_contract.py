@@ -77,7 +77,7 @@ def _job(argv, e, cwd=ROOT, blocked=True):
 def _contexts(cfg, candidate="qkv_ring"):
     """(a rung 4 context, rung 5's baseline artifact context, rung 8's) of `cfg`, as dicts."""
     rung = X.RungContext.from_config(cfg, candidate, 4).to_dict()
-    return rung, X.baseline_context(cfg, 5), X.baseline_context(cfg, 8)
+    return rung, X.baseline_context(cfg, 5).to_dict(), X.baseline_context(cfg, 8).to_dict()
 
 
 def _argvs(rung, actx, actx8, out):
@@ -189,7 +189,7 @@ def test_sides_pass_the_planned_reference_and_a_mismatch_is_no_crash_report(tmp_
     with pytest.raises(GemmReferenceMismatch, match="planned with the fp4_mma GEMM reference, but this machine's is"):
         Sides.of(bad)
     with pytest.raises(GemmReferenceMismatch):
-        Sides.of({**X.baseline_context(cfg, 5), "gemm_reference": "fp4_mma"})
+        Sides.of(X.ArtifactContext.from_dict({**X.baseline_context(cfg, 5).to_dict(), "gemm_reference": "fp4_mma"}))
     out = tmp_path / "r1.json"
     with pytest.raises(GemmReferenceMismatch):
         ladder.run(1, bad, str(out), None, [])
