@@ -133,7 +133,9 @@ def _timing_errors(config: dict) -> list[str]:
         )
     first = t["max_pairs"] if t["looks"] == 1 else t["min_pairs"]
     if t["early_pairs"] and t["early_pairs"] >= first:
-        errs.append(f"config key timing.early_pairs: {t['early_pairs']} is not below the first main look ({first} pairs)")
+        errs.append(
+            f"config key timing.early_pairs: {t['early_pairs']} is not below the first main look ({first} pairs)"
+        )
     if t["processes"] % 2:
         errs.append(
             f"config key timing.processes: {t['processes']} is odd (half the processes build the candidate first: an even number)"

@@ -332,13 +332,22 @@ def decide(
     bound = f"{(1 - a) * 100:.3f}% t bound ({dof} df) of the process means ({p['confidence'] * 100:g}% over both bounds, every look and attempt)"
     total = pooled["pairs"] + dropped
     if total and dropped / total > THROTTLED_SHARE:
-        decision, reason = "continue", f"{dropped} of {total} pairs dropped for GPU throttling {where}: no decision on this look"
+        decision, reason = (
+            "continue",
+            f"{dropped} of {total} pairs dropped for GPU throttling {where}: no decision on this look",
+        )
     elif upper < c:
         decision, reason = "pass", f"upper {bound} {upper:.4f} < 1 - min_gain {c:.4f} {where}"
     elif lower > c:
-        decision, reason = "fail", f"lower {bound} {lower:.4f} > 1 - min_gain {c:.4f} {where}: confidently not fast enough"
+        decision, reason = (
+            "fail",
+            f"lower {bound} {lower:.4f} > 1 - min_gain {c:.4f} {where}: confidently not fast enough",
+        )
     else:
-        decision, reason = "continue", f"{bound} interval [{lower:.4f}, {upper:.4f}] contains 1 - min_gain {c:.4f} {where}"
+        decision, reason = (
+            "continue",
+            f"{bound} interval [{lower:.4f}, {upper:.4f}] contains 1 - min_gain {c:.4f} {where}",
+        )
     return {
         **base,
         "mean": mean,
