@@ -442,15 +442,14 @@ def prepare(base, cand, device: str, mode: str, warmup: int, first: str) -> dict
     return sides
 
 
-def serve(sides: dict, device: str) -> None:
-    """The worker's loop: requests on stdin, answers on stdout (progress stays on stderr)."""
+def serve(sides: dict, device: str, extra: dict | None = None) -> None:
+    """The worker's loop: its ready line (with `extra`, a study's own measurements), then requests on
+    stdin, answers on stdout (progress stays on stderr)."""
     monitor = Monitor(device)
     out = sys.stdout
     sys.stdout = sys.stderr  # nothing else may write the protocol channel
-    out.write(
-        json.dumps({"modes": {k: s.mode for k, s in sides.items()}, "reasons": {k: s.reason for k, s in sides.items()}})
-        + "\n"
-    )
+    ready = {"modes": {k: s.mode for k, s in sides.items()}, "reasons": {k: s.reason for k, s in sides.items()}}
+    out.write(json.dumps({**(extra or {}), **ready}) + "\n")
     out.flush()
     for line in sys.stdin:
         req = json.loads(line)
