@@ -59,7 +59,10 @@ def test_the_timing_defaults_live_in_the_schema_only():
     for f in ("h3gates/core/perfgate.py", "h3gates/rungs/timing.py", "h3gates/rungs/r4_block.py"):
         src = (ROOT / f).read_text()
         for k in G.defaults():
-            assert not re.search(rf'["\']{k}["\']\s*:\s*(-?[\d.]+|True|False|"[^"]*")\s*[,}}]', src), (f, k)  # no `"key": value` literal
+            assert not re.search(rf'["\']{k}["\']\s*:\s*(-?[\d.]+|True|False|"[^"]*")\s*[,}}]', src), (
+                f,
+                k,
+            )  # no `"key": value` literal
 
 
 def test_looks_schedule_with_and_without_the_early_look():
