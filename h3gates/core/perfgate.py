@@ -329,7 +329,7 @@ def decide(
         f"after {pooled['pairs']} pairs in {len(series)} processes (look {look + 1}/{len(looks)}, "
         f"{P} process means, process SD {_fmt(comp['process_sd'])}, lag-1 {_fmt(pooled['lag1'])})"
     )
-    bound = f"{(1 - a) * 100:.3f}% t bound ({dof} df) of the process means ({p['confidence'] * 100:g}% over both bounds, every look and attempt)"
+    bound = f"{(1 - a) * 100:.3f}% t bound ({dof} df) of the process means ({p['confidence'] * 100:g}% over both bounds, looks, attempts)"
     total = pooled["pairs"] + dropped
     if total and dropped / total > THROTTLED_SHARE:
         decision, reason = (
