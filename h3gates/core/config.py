@@ -134,6 +134,11 @@ def _timing_errors(config: dict) -> list[str]:
         errs.append(
             f"config key timing.looks: {t['looks']} looks do not fit between min_pairs {t['min_pairs']} and max_pairs {t['max_pairs']}"
         )
+    first = t["max_pairs"] if t["looks"] == 1 else t["min_pairs"]
+    if t["early_pairs"] and t["early_pairs"] >= first:
+        errs.append(
+            f"config key timing.early_pairs: {t['early_pairs']} is not below the first main look ({first} pairs)"
+        )
     if t["processes"] % 2:
         errs.append(
             f"config key timing.processes: {t['processes']} is odd (half the processes build the candidate first: an even number)"

@@ -1,88 +1,111 @@
 """Rung 4's performance gate: the design of the measurement and the decision (ladder.md, "Performance
-gate (rung 4)"). Standard library only; the GPU sampling that feeds it is h3gates.rungs.timing.
+gate (rung 4)"; the derivation is docs/performance-gate.md). The GPU sampling that feeds it is
+h3gates.rungs.timing; the defaults of every key are the config schema's (h3gates/schemas/config.schema.yaml,
+`timing`), read here, never copied.
 
 The measurement
 ---------------
-Baseline (A) and candidate (B) are timed in `processes` processes (at least two; the order in which
-each process builds and captures the two sides alternates, so a per-process layout effect, e.g. where
-the allocator places either side's buffers, becomes variance between processes instead of a bias for
-the side built first). Each process measures `pairs`: in a pair each side runs one untimed call (the
-first call after a side switch or an idle gap is not steady state: on the H200 it runs about 3% faster
-than the next ones, at either side) and then `calls` back-to-back timed calls; the pair's statistic is
-d = log(mean B call / mean A call). The order of the two sides in a pair is AB or BA, balanced and
-random: each consecutive two pairs hold one AB and one BA, which one first drawn from a seeded
-generator (fixed alternation lets any periodic effect line up with the sides).
+Baseline (A) and candidate (B) are timed in P fresh processes (`processes` on a GPU, `cpu_processes` on a
+CPU), the construction order alternating (half build and capture the candidate first). All P prepare at
+once; then the parent grants one process a request at a time, so no two time at once, and each look's
+requests go round the processes. In a request the process runs lead calls (untimed) and then its pairs:
+each side one untimed switch call and `calls` back-to-back timed calls; d = log(mean B call / mean A
+call). A pair's order is AB or BA, balanced and random within each process (each consecutive two pairs
+hold one of each, which first drawn from a seeded generator).
 
-The decision
-------------
-At each look (`looks` evenly spaced numbers of pairs per process, from `min_pairs` to `max_pairs`)
-the gate forms the mean D of all pairs' d and a one-sided confidence bound on it:
+The decision (a t bound over the process means)
+-----------------------------------------------
+Each process i gives one number, its crossover-balanced mean m_i = (mean of its AB pairs' d + mean of
+its BA pairs' d) / 2, in which the order effect (a side running second runs at another speed) cancels
+exactly whatever the number of pairs of each order. The m_i are independent across processes (fresh
+processes, their own allocations) and each carries everything that moves it: the within-process noise,
+its serial correlation, and the process's own effect (where its allocator placed either side's buffers).
+So with D = mean m_i and s the standard deviation of the m_i,
 
-    D +- t(1 - a; nu) * SE,   SE^2 = s^2 / n_eff,   n_eff = N (1 - r) / (1 + r),   nu = n_eff - 1
+    D +- t(1 - a; P - 1) * s / sqrt(P)
 
-where N is the number of pairs, s^2 their variance around D (so a difference between processes counts
-as variance: conservative), and r the lag-1 autocorrelation of d within each process, pooled and
-clipped to [0, 0.9]. n_eff is the effective sample size of an AR(1) series: successive pairs of one
-process are not independent on a GPU (A/A pair ratios on the H200 showed lag-1 autocorrelation up to
-0.33, which lifts a test that assumes independence from its nominal 5% to 9-13%), and positively
-correlated pairs carry less information than independent ones. The gate passes when exp(upper bound)
-< 1 - min_gain, fails when exp(lower bound) > 1 - min_gain, and otherwise measures on; at the last
-look it refuses as undecided, reporting the interval.
+is a one-sided (1 - a) bound on the true log ratio without any model of the within-process correlation
+(Student's t is exact for normal m_i; each m_i averages several pairs). The gate passes when exp(upper) <
+1 - min_gain, fails when exp(lower) > 1 - min_gain, and otherwise measures on; undecided at the last look.
 
-Error rate: the level a of each bound at each look is (1 - confidence) / (looks * max_attempts):
-Bonferroni over the looks (valid whatever the correlation between looks) and over the attempts the
-same fingerprint may make (every rung-4 attempt at one fingerprint is recorded in an attempts ledger;
-beyond `max_attempts` the gate refuses to time again). So over every look of every attempt the chance
-of passing a candidate whose true ratio is exactly 1 - min_gain is at most 1 - confidence, and so is
-the chance of failing it. The t bound and the AR(1) correction are approximations; their rate is
-checked on the H200's measured A/A samples (studies/perfgate: a block bootstrap that keeps the
-measured serial dependence, and an A/A campaign on the GPU), never assumed.
+Level: (1 - confidence) is split (Bonferroni) over the two bounds, the `max_attempts` attempts of one
+fingerprint and, within an attempt, over the looks: `early_share` of it to the early look (`early_pairs`
+pairs per process, for large effects), the rest evenly over the main looks (`looks` from `min_pairs` to
+`max_pairs`). So over every look of every attempt, the chance of a false pass or a false fail of a
+candidate whose true ratio is exactly 1 - min_gain is at most 1 - confidence.
+
+The serial-correlation guard (the AR(1) n_eff of the within-process lag-1 autocorrelation, floored at
+`lag1_floor`, lag-1 taken only between pairs adjacent in time within one request: never across a request
+boundary or a dropped pair) no longer enters the decision; it is what splits the variance of the m_i into
+the within-process part and the process component (Kalibera and Jones's two-level model), the estimated
+process SD every report records, and the pooled-pairs bound reported beside the decision for comparison.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import random
 import statistics
 import time
+import uuid
 from pathlib import Path
 
-DEFAULTS = {
-    "mode": "graph",
-    "calls": 8,
-    "warmup": 2,
-    "min_pairs": 6,
-    "max_pairs": 12,
-    "looks": 2,
-    "processes": 2,
-    "confidence": 0.95,
-    "min_gain": 0.0,
-    "max_attempts": 2,
-    "lag1_floor": 0.2,
-    "seed": 0,
-}
+SCHEMA = Path(__file__).resolve().parent.parent / "schemas" / "config.schema.yaml"
 BIAS = True  # the small-sample correction of the lag-1 estimate (studies/perfgate: simulated both ways)
 R_MAX = 0.9  # the largest lag-1 autocorrelation the correction takes (beyond it n_eff would be ~0)
 THROTTLED_SHARE = 0.25  # a look with more of its pairs dropped for throttling cannot decide
+DECIDED = ("pass", "fail")
 
 
 # ------------------------------------------------------------------ the design
+@functools.cache
+def defaults() -> dict:
+    """The timing defaults: the config schema's, the one table of them."""
+    import yaml
+
+    props = yaml.safe_load(SCHEMA.read_text())["properties"]["timing"]["properties"]
+    return {k: v["default"] for k, v in props.items() if "default" in v and k != "enforce"}
+
+
 def params(p: dict) -> dict:
-    return {**DEFAULTS, **p}
+    return {**defaults(), **p}
+
+
+def processes_for(p: dict, device: str) -> int:
+    """The number of timing processes on this device (`cpu_processes` on a CPU: the schema allows fewer there)."""
+    p = params(p)
+    return int(p["cpu_processes"] if device == "cpu" else p["processes"])
 
 
 def looks_schedule(p: dict) -> tuple[int, ...]:
-    """Pairs per process at each look: `looks` numbers from min_pairs to max_pairs, evenly spaced."""
+    """Pairs per process at each look: the early look (`early_pairs`, 0 for none), then `looks` numbers
+    from min_pairs to max_pairs, evenly spaced."""
     p = params(p)
-    lo, hi, k = int(p["min_pairs"]), int(p["max_pairs"]), int(p["looks"])
+    lo, hi, k, early = int(p["min_pairs"]), int(p["max_pairs"]), int(p["looks"]), int(p["early_pairs"])
     if lo < 2 or hi < lo or k < 1 or (k > 1 and hi - lo < k - 1):
         raise ValueError(
             f"timing needs 2 <= min_pairs <= max_pairs and looks <= max_pairs - min_pairs + 1, got {lo}, {hi}, {k}"
         )
-    if k == 1:
-        return (hi,)
-    return tuple(sorted({round(lo + (hi - lo) * i / (k - 1)) for i in range(k)}))
+    main = (hi,) if k == 1 else tuple(sorted({round(lo + (hi - lo) * i / (k - 1)) for i in range(k)}))
+    if early:
+        if early % 2 or early >= main[0]:
+            raise ValueError(f"timing.early_pairs {early} must be even and below the first main look {main[0]}")
+        return (early, *main)
+    return main
+
+
+def levels(p: dict) -> tuple[float, ...]:
+    """The one-sided level of each bound at each look: (1 - confidence) over 2 bounds x max_attempts,
+    then within an attempt early_share to the early look and the rest evenly over the main looks."""
+    p = params(p)
+    looks = looks_schedule(p)
+    per = (1 - p["confidence"]) / (2 * p["max_attempts"])
+    if p["early_pairs"]:
+        share = float(p["early_share"])
+        return (per * share, *[per * (1 - share) / (len(looks) - 1)] * (len(looks) - 1))
+    return tuple(per / len(looks) for _ in looks)
 
 
 def orders(n: int, seed: int, process: int, attempt: int = 1) -> list[str]:
@@ -94,11 +117,6 @@ def orders(n: int, seed: int, process: int, attempt: int = 1) -> list[str]:
         rng.shuffle(two)
         out += two
     return out[:n]
-
-
-def level(confidence: float, looks: int, max_attempts: int) -> float:
-    """The one-sided level of each bound at each look (Bonferroni over looks and attempts)."""
-    return (1 - confidence) / (looks * max_attempts)
 
 
 def pair_stat(a_times, b_times) -> float:
@@ -148,7 +166,9 @@ def t_cdf(t: float, nu: float) -> float:
 
 
 def t_ppf(q: float, nu: float) -> float:
-    """The q quantile (q > 0.5) of Student's t with nu (possibly fractional) degrees of freedom."""
+    """The q quantile (0.5 < q < 1) of Student's t with nu > 0 (possibly fractional) degrees of freedom."""
+    if not 0.5 < q < 1 or not nu > 0:
+        raise ValueError(f"t_ppf needs 0.5 < q < 1 and nu > 0, got q={q}, nu={nu}")
     lo, hi = 0.0, 1.0
     while t_cdf(hi, nu) < q:
         hi *= 2
@@ -159,22 +179,43 @@ def t_ppf(q: float, nu: float) -> float:
 
 
 # ------------------------------------------------------------------ statistics of the pairs
-def lag1(series: list[list[float]], mean: float) -> float | None:
-    """Lag-1 autocorrelation of d within each process, pooled (around the overall mean)."""
-    num = sum((s[i] - mean) * (s[i + 1] - mean) for s in series for i in range(len(s) - 1))
+def lag1(series: list[list[float]], mean: float = 0.0, segments: list[list] | None = None) -> float | None:
+    """Lag-1 autocorrelation within each process, pooled (around `mean`), counting only neighbours of
+    one segment (a request's consecutive kept pairs): never across a request boundary or a dropped pair."""
+    num = sum(
+        (s[i] - mean) * (s[i + 1] - mean)
+        for j, s in enumerate(series)
+        for i in range(len(s) - 1)
+        if segments is None or segments[j][i] == segments[j][i + 1]
+    )
     den = sum((x - mean) ** 2 for s in series for x in s)
     return num / den if den > 0 else None
 
 
-def summarize(series: list[list[float]], lag1_floor: float = 0.0, orders: list[list[str]] | None = None) -> dict:
-    """Mean, spread and effective sample size of the pairs' d (per-process series in time order).
+def _runs(series, segments) -> int:
+    """How many contiguous segments the pairs fall in."""
+    if segments is None:
+        return sum(1 for s in series if s)
+    return sum(1 + sum(seg[i] != seg[i + 1] for i in range(len(seg) - 1)) for seg in segments if seg)
 
-    With `orders` (each pair's AB or BA), the crossover analysis: a side that runs second in its pair may
-    run at another speed than one that runs first (on the H200, a power-capped GPU after a short idle
-    ran the second side's first calls up to 10% slower, at either side), so each d carries +p or -p
-    by its order. The mean of the AB pairs' mean and the BA pairs' mean cancels p exactly in a balanced
-    design; the spread is taken around each order's own mean (p is not noise), with two degrees of
-    freedom spent on the two means. Without orders (or with one order only): the plain mean."""
+
+def process_mean(ds: list[float], os_: list[str]) -> float | None:
+    """One process's crossover-balanced mean: (mean of AB pairs + mean of BA pairs) / 2 (None without both)."""
+    ab = [d for d, o in zip(ds, os_) if o == "AB"]
+    ba = [d for d, o in zip(ds, os_) if o == "BA"]
+    return (statistics.fmean(ab) + statistics.fmean(ba)) / 2 if ab and ba else None
+
+
+def summarize(
+    series: list[list[float]],
+    lag1_floor: float = 0.0,
+    orders: list[list[str]] | None = None,
+    segments: list[list] | None = None,
+) -> dict:
+    """The pooled pairs: mean, spread and AR(1) effective sample size (the guard against serial
+    correlation), with the crossover analysis when `orders` holds both orders (each d carries +p or -p by
+    its order; the mean of the AB mean and the BA mean cancels p; the spread is taken around each order's
+    mean, two degrees of freedom spent). Reported beside the decision; the decision is `decide`'s."""
     flat = [x for s in series for x in s]
     n = len(flat)
     cross = orders is not None and all(sum(o == k for os_ in orders for o in os_) >= 2 for k in ("AB", "BA"))
@@ -190,10 +231,10 @@ def summarize(series: list[list[float]], lag1_floor: float = 0.0, orders: list[l
         resid = [[x - mean for x in s_] for s_ in series]
     rflat = [x for s_ in resid for x in s_]
     sd = math.sqrt(sum(x * x for x in rflat) / (n - spent)) if n > spent else 0.0
-    r = lag1(resid, 0.0) if n > 2 else None
+    r = lag1(resid, 0.0, segments) if n > 2 else None
     # the lag-1 estimate of a short series is biased low, by about (1 + 4r) / length for an AR(1) with an
-    # estimated mean (Kendall; Marriott and Pope): corrected, then floored at what the GPU is known to show
-    per = n / max(len(series), 1)
+    # estimated mean (Kendall; Marriott and Pope): corrected (length: the mean contiguous run), then floored
+    per = n / max(_runs(series, segments), 1)
     r_adj = (r + (1 + 4 * r) / per if BIAS else r) if r is not None else 0.0
     r_used = min(max(r_adj, lag1_floor, 0.0), R_MAX)
     n_eff = n * (1 - r_used) / (1 + r_used)
@@ -212,32 +253,84 @@ def summarize(series: list[list[float]], lag1_floor: float = 0.0, orders: list[l
     }
 
 
+def process_component(series, orders, means: list[float | None], pooled: dict) -> dict:
+    """Kalibera and Jones's two-level split of the variance of the process means: the within-process
+    part (the pooled within-order spread over each process's n_eff, the serial-correlation guard) and
+    the process component sigma_b^2 = var(m_i) - mean within part, floored at 0."""
+    ok = [(s, m) for s, m in zip(series, means) if m is not None]
+    if len(ok) < 2:
+        return {"process_sd": None, "process_means_sd": None, "within_sd_of_mean": None}
+    sd_m = statistics.stdev([m for _, m in ok])
+    r = pooled["lag1_used"]
+    within = statistics.fmean(pooled["sd"] ** 2 * (1 + r) / (1 - r) / len(s) for s, _ in ok)
+    return {
+        "process_sd": math.sqrt(max(sd_m**2 - within, 0.0)),
+        "process_means_sd": sd_m,
+        "within_sd_of_mean": math.sqrt(within),
+    }
+
+
 def _fmt(x) -> str:
     return "n/a" if x is None else f"{x:.4f}"
 
 
 def decide(
     series: list[list[float]],
-    *,
-    confidence: float,
-    min_gain: float,
+    orders: list[list[str]],
+    p: dict,
     look: int,
-    looks: tuple[int, ...],
-    max_attempts: int,
+    *,
     dropped: int = 0,
-    lag1_floor: float = 0.0,
-    orders: list[list[str]] | None = None,
+    segments: list[list] | None = None,
 ) -> dict:
-    """The decision at look `look` (0-based) of `looks` from the per-process series of d (and their orders)."""
-    s = summarize(series, lag1_floor, orders)
-    a = level(confidence, len(looks), max_attempts)
-    t = t_ppf(1 - a, s["dof"])
-    lower, upper = math.exp(s["mean"] - t * s["se"]), math.exp(s["mean"] + t * s["se"])
-    c = 1 - min_gain
-    stats = f"look {look + 1}/{len(looks)}, n_eff {s['n_eff']:.1f}, lag-1 {_fmt(s['lag1'])}"
-    where = f"after {s['pairs']} pairs in {len(series)} processes ({stats})"
-    bound = f"{(1 - a) * 100:.2f}% bound of the mean paired ratio ({confidence * 100:g}% over every look and attempt)"
-    total = s["pairs"] + dropped
+    """The decision at look `look` (0-based) from the per-process series of d and their orders: the t
+    bound over the crossover-balanced process means, on P - 1 degrees of freedom."""
+    p = params(p)
+    looks, lv = looks_schedule(p), levels(p)
+    a = lv[look]
+    pooled = summarize(series, p["lag1_floor"], orders, segments)
+    means = [process_mean(s, o) for s, o in zip(series, orders)]
+    used = [m for m in means if m is not None]
+    comp = process_component(series, orders, means, pooled)
+    c = 1 - p["min_gain"]
+    P = len(used)
+    base = {
+        **{f"pooled_{k}": v for k, v in pooled.items()},
+        **comp,
+        "pairs": pooled["pairs"],
+        "order_effect": pooled["order_effect"],
+        "lag1": pooled["lag1"],
+        "n_eff": pooled["n_eff"],
+        "process_means": means,
+        "processes_used": P,
+        "look": look,
+        "looks": list(looks),
+        "level": a,
+        "threshold": c,
+    }
+    if P < 2:
+        return {
+            **base,
+            "mean": None,
+            "se": None,
+            "dof": None,
+            "t": None,
+            "ratio": None,
+            "lower": None,
+            "upper": None,
+            "decision": "continue",
+            "reason": f"{P} process(es) hold pairs of both orders: no process-level bound on look {look + 1}",
+        }
+    mean, sd = statistics.fmean(used), statistics.stdev(used)
+    se, dof = sd / math.sqrt(P), P - 1
+    t = t_ppf(1 - a, dof)
+    lower, upper = math.exp(mean - t * se), math.exp(mean + t * se)
+    where = (
+        f"after {pooled['pairs']} pairs in {len(series)} processes (look {look + 1}/{len(looks)}, "
+        f"{P} process means, process SD {_fmt(comp['process_sd'])}, lag-1 {_fmt(pooled['lag1'])})"
+    )
+    bound = f"{(1 - a) * 100:.3f}% t bound ({dof} df) of the process means ({p['confidence'] * 100:g}% over both bounds, looks, attempts)"
+    total = pooled["pairs"] + dropped
     if total and dropped / total > THROTTLED_SHARE:
         decision, reason = (
             "continue",
@@ -256,36 +349,46 @@ def decide(
             f"{bound} interval [{lower:.4f}, {upper:.4f}] contains 1 - min_gain {c:.4f} {where}",
         )
     return {
-        **s,
-        "look": look,
-        "looks": list(looks),
-        "level": a,
+        **base,
+        "mean": mean,
+        "sd": sd,
+        "se": se,
+        "dof": dof,
         "t": t,
-        "ratio": math.exp(s["mean"]),
+        "ratio": math.exp(mean),
         "lower": lower,
         "upper": upper,
-        "threshold": c,
         "decision": decision,
         "reason": reason,
     }
 
 
-def method_text(p: dict) -> str:
+def timing_seconds(p: dict, call_s: float, processes: int, lead: int) -> list[float]:
+    """Seconds of GPU time (lead calls included) by the end of each look, for a block call of call_s."""
+    p = params(p)
+    out, before = [], 0
+    for n in looks_schedule(p):
+        out.append(processes * (lead + (n - before) * 2 * (p["calls"] + 1)) * call_s + (out[-1] if out else 0.0))
+        before = n
+    return out
+
+
+def method_text(p: dict, processes: int) -> str:
     p = params(p)
     looks = looks_schedule(p)
-    a = level(p["confidence"], len(looks), p["max_attempts"])
     return (
-        f"mean of the log paired ratios of {p['processes']} processes (construction order alternating), each pair one untimed "
-        f"switch call and {p['calls']} back-to-back timed calls per side, sides in balanced random order; one-sided Student-t "
-        f"bounds with the AR(1) effective sample size of the within-process lag-1 autocorrelation; looks at {list(looks)} pairs "
-        f"per process; level {a:.5f} per bound per look = (1 - {p['confidence']}) / ({len(looks)} looks x {p['max_attempts']} attempts)"
+        f"t bound over the crossover-balanced means of {processes} fresh processes (construction order alternating, "
+        f"prepared at once, timed in turns), {processes - 1} degrees of freedom; each pair one untimed switch call and "
+        f"{p['calls']} back-to-back timed calls per side, sides in balanced random order; looks at {list(looks)} pairs per "
+        f"process; one-sided levels {[round(x, 6) for x in levels(p)]} per bound per look = (1 - {p['confidence']}) / "
+        f"(2 bounds x {p['max_attempts']} attempts) split over the looks"
+        + (f" ({p['early_share']:g} of it to the early look)" if p["early_pairs"] else "")
     )
 
 
 # ------------------------------------------------------------------ what the GPU did meanwhile
 def noise(pairs: list[dict]) -> dict:
-    """The noise the gate saw: per-call CV of each side, lag-1 autocorrelation of the per-pair d, the
-    switch call against the steady ones."""
+    """The noise the gate saw: per-call CV of each side and the switch call against the steady ones."""
     out = {}
     for side in ("A", "B"):
         calls = [t for p in pairs for t in p[side]]
@@ -303,10 +406,11 @@ def noise(pairs: list[dict]) -> dict:
 
 # ------------------------------------------------------------------ attempts
 class Attempts:
-    """Every rung-4 attempt, one JSON line each in results/<profile>/attempts/<candidate>.jsonl: an
-    attempt is recorded when it starts (so one that is killed counts too) and again with its decision.
-    The key of an attempt is the candidate's kernel and code fingerprints, the profile, the device and
-    the block: a config change to the timing alone does not start a new budget."""
+    """Every rung-4 attempt, one JSON line per event in results/<profile>/attempts/<candidate>.jsonl:
+    `start` when timing begins, `look` when it first looks at data, `end` with its decision. An attempt
+    counts once it has looked at data (a kill before its first look costs nothing: it learned nothing);
+    one killed after its first look counts. The key is the candidate's kernel and code fingerprints, the
+    profile, the device and the block: a config change to the timing alone does not start a new budget."""
 
     def __init__(self, path):
         self.path = Path(path)
@@ -319,13 +423,21 @@ class Attempts:
             try:
                 out.append(json.loads(line))
             except ValueError:
-                continue  # a line cut by a kill: the started entry before it still counts
+                continue  # a line cut by a kill
         return out
 
-    def started(self, key: str, block) -> list[dict]:
-        return [
-            e for e in self.entries() if e.get("key") == key and e.get("block") == block and e.get("event") == "start"
-        ]
+    def _mine(self, key: str, block) -> list[dict]:
+        return [e for e in self.entries() if e.get("key") == key and e.get("block") == block]
+
+    def counted(self, key: str, block) -> list[str]:
+        """The runs that count as attempts, in the order they first looked (a ledger line of the former
+        format, a `start` with an attempt number and no run, counts: it was counted when written)."""
+        out = []
+        for e in self._mine(key, block):
+            run = e.get("run") or (f"legacy-{e.get('attempt')}" if e.get("event") == "start" else None)
+            if (e.get("event") == "look" or (e.get("event") == "start" and not e.get("run"))) and run not in out:
+                out.append(run)
+        return out
 
     def _append(self, entry: dict) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -334,18 +446,25 @@ class Attempts:
             f.write(("\n" if cut else "") + json.dumps(entry, sort_keys=True) + "\n")
             f.flush()
 
-    def start(self, key: str, block) -> int:
-        n = len(self.started(key, block)) + 1
-        self._append({"event": "start", "key": key, "block": block, "attempt": n, "at": time.time()})
-        return n
+    def start(self, key: str, block) -> tuple[str, int]:
+        """A new run: its id and the attempt number it becomes once it looks."""
+        run = uuid.uuid4().hex[:12]
+        self._append({"event": "start", "key": key, "block": block, "run": run, "at": time.time()})
+        return run, len(self.counted(key, block)) + 1
 
-    def finish(self, key: str, block, attempt: int, decision: str, interval, level_: float) -> None:
+    def looked(self, key: str, block, run: str) -> int:
+        """Record the run's first look (from here on it counts); its attempt number."""
+        if run not in self.counted(key, block):
+            self._append({"event": "look", "key": key, "block": block, "run": run, "at": time.time()})
+        return self.counted(key, block).index(run) + 1
+
+    def finish(self, key: str, block, run: str, decision: str, interval, level_: float) -> None:
         self._append(
             {
                 "event": "end",
                 "key": key,
                 "block": block,
-                "attempt": attempt,
+                "run": run,
                 "decision": decision,
                 "interval": interval,
                 "level": level_,
@@ -353,22 +472,58 @@ class Attempts:
             }
         )
 
+    def uncounted(self, key: str, block) -> int:
+        """Runs that started but never looked (killed before their first look, or refused before timing)."""
+        runs = {e["run"] for e in self._mine(key, block) if e.get("event") == "start" and e.get("run")}
+        return len(runs - set(self.counted(key, block)))
+
     def history(self, key: str, block) -> list[dict]:
-        """Each attempt at this key and block: its number and, where it ended, its decision and interval."""
-        ends = {
-            e["attempt"]: e
-            for e in self.entries()
-            if e.get("key") == key and e.get("block") == block and e.get("event") == "end"
-        }
+        """Each counted attempt at this key and block: its number and, where it ended, its decision and interval."""
+        ends = {}
+        for e in self._mine(key, block):
+            if e.get("event") == "end":
+                ends[e.get("run") or f"legacy-{e.get('attempt')}"] = e
         return [
             {
-                "attempt": s["attempt"],
-                "decision": ends.get(s["attempt"], {}).get("decision", "killed"),
-                "interval": ends.get(s["attempt"], {}).get("interval"),
+                "attempt": i + 1,
+                "decision": ends.get(run, {}).get("decision", "killed after its first look"),
+                "interval": ends.get(run, {}).get("interval"),
             }
-            for s in self.started(key, block)
+            for i, run in enumerate(self.counted(key, block))
         ]
 
 
 def attempts_path(results: str, profile: str, candidate: str) -> str:
     return f"{results}/{profile}/attempts/{candidate}.jsonl"
+
+
+class DecidedStore:
+    """Decided (pass or fail) rung-4 reports, content-keyed by the attempts ledger's key and the block,
+    in results/<profile>/decided/<candidate>/: a fingerprint that has a decision is never timed again (a
+    revert to it, or a rerun after its report was deleted, gets the decided timing back)."""
+
+    def __init__(self, root):
+        self.root = Path(root)
+
+    def path(self, key: str, block) -> Path:
+        return self.root / f"{key}.block{block}.json"
+
+    def get(self, key: str, block) -> dict | None:
+        f = self.path(key, block)
+        try:
+            d = json.loads(f.read_text())
+        except (OSError, ValueError):
+            return None
+        t = d.get("timing") or {}
+        return d if t.get("decision") in DECIDED and t.get("attempt_key") == key else None
+
+    def put(self, key: str, block, report: dict) -> None:
+        f = self.path(key, block)
+        f.parent.mkdir(parents=True, exist_ok=True)
+        tmp = f.with_suffix(".tmp")
+        tmp.write_text(json.dumps(report, sort_keys=True))
+        tmp.replace(f)
+
+
+def decided_path(results: str, profile: str, candidate: str) -> str:
+    return f"{results}/{profile}/decided/{candidate}"

@@ -1,10 +1,15 @@
 """Rung 4: the complete block with the candidate's roles equals the baseline block bit for bit, and the
 two timed side by side in the state a deployment runs them in pass the performance gate: a sequential
-test on a confidence bound of the mean paired ratio, over two or more processes, whose error rate
-accounts for the serial correlation it measures and for every earlier attempt at the same fingerprint
-(h3gates.core.perfgate for the decision, h3gates.rungs.timing for the measurement)."""
+test on a t bound over the means of P fresh processes, whose level is split over its looks, both bounds
+and the attempts one fingerprint may make (h3gates.core.perfgate for the decision and the attempts
+ledger, h3gates.rungs.timing for the measurement). An attempt counts once it has looked at data; a
+fingerprint with a decided report is never timed again (the decided timing is reused)."""
 
 from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
 
 from h3gates.core import perfgate as PG
 from h3gates.core.fingerprints import digest
@@ -13,8 +18,6 @@ from h3gates.core.outputs import RESULTS
 from h3gates.nvfp4.compare import compare_outputs
 from h3gates.rungs import timing as T
 from h3gates.rungs.gate import Gate
-
-TIMING_KEYS = tuple(PG.DEFAULTS)
 
 
 def attempt_key(gate) -> str:
@@ -43,9 +46,8 @@ def run(ctx, out, block, upstream=()):
     gate = Gate(ctx, 4, block, upstream)
     base, cand = sides_of(gate, block)
     cmp = compare_outputs(cand(), base())
-    params = ctx.rung_params
-    p = {k: params[k] for k in TIMING_KEYS if k in params}
-    enforced = bool(params["enforce"])
+    params = {k: v for k, v in ctx.rung_params.items() if k != "enforce"}
+    enforced = bool(ctx.rung_params["enforce"])
     if not cmp["equal"]:
         gate.fail(f"candidate block output differs from baseline in {cmp['elements_differing']} elements")
         return gate.write(
@@ -64,41 +66,51 @@ def run(ctx, out, block, upstream=()):
                 }
             },
         )
+    q = PG.params(params)
     ledger = PG.Attempts(PG.attempts_path(RESULTS, ctx.profile, ctx.candidate))
+    store = PG.DecidedStore(PG.decided_path(RESULTS, ctx.profile, ctx.candidate))
     key = attempt_key(gate)
-    attempt = ledger.start(key, block)
-    history = ledger.history(key, block)
-    if attempt > p.get("max_attempts", PG.DEFAULTS["max_attempts"]):
-        timing = {
-            "decision": "refused",
-            "reason": (
-                f"attempt {attempt} at this fingerprint, beyond max_attempts {p['max_attempts']}: the "
-                f"error rate is spent ({len(history) - 1} earlier attempts: {', '.join(h['decision'] for h in history[:-1])}); change the "
-                f"candidate (a new fingerprint) to time again"
-            ),
-            "interval": [None, None],
-            "attempt": attempt,
-            "params": PG.params(p),
+    stored = store.get(key, block)
+    if stored is not None:  # decided at this fingerprint already: never timed again
+        timing = dict(stored["timing"])
+        timing["reused"] = {
+            "from": str(store.path(key, block)),
+            "written_at": stored.get("written_at"),
+            "note": "this fingerprint's decided rung-4 timing, reused: a decided fingerprint is not timed again",
         }
-        ledger.finish(key, block, attempt, "refused", [None, None], 0.0)
+        attempt = timing.get("attempt")
+        progress(f"perf gate: block {block} was decided at this fingerprint ({timing['decision']}): reused, not timed")
     else:
-        timing = _timed(gate, block, base, cand, p, attempt)
-        ledger.finish(key, block, attempt, timing["decision"], timing["interval"], timing.get("level") or 0.0)
-    passed = timing["decision"] == "pass"
+        counted = ledger.counted(key, block)
+        if len(counted) >= q["max_attempts"]:
+            attempt = None
+            timing = {
+                "decision": "refused",
+                "reason": _refusal(ledger.history(key, block), q, ctx, block),
+                "interval": [None, None],
+                "attempt": None,
+                "params": q,
+            }
+        else:
+            run_id, attempt = ledger.start(key, block)
+            timing = _timed(gate, block, base, cand, q, attempt, lambda: ledger.looked(key, block, run_id))
+            ledger.finish(key, block, run_id, timing["decision"], timing["interval"], timing.get("level") or 0.0)
     timing["attempts"] = ledger.history(key, block)
+    timing["attempts_not_counted"] = ledger.uncounted(key, block)
     timing["attempt_key"] = key
+    passed = timing["decision"] == "pass"
     timing["performance_gate"] = {
         "enforced": enforced,
         "decision": timing["decision"],
         "passed": passed,
         "reason": timing["reason"],
         "interval": timing["interval"],
-        "threshold": 1 - PG.params(p)["min_gain"],
+        "threshold": 1 - q["min_gain"],
         "gain": timing.get("gain"),
         "mode": timing.get("mode"),
         "mode_reason": timing.get("mode_reason"),
         "attempt": attempt,
-        "max_attempts": PG.params(p)["max_attempts"],
+        "max_attempts": q["max_attempts"],
         "level": timing.get("level"),
     }
     if not passed:
@@ -108,33 +120,66 @@ def run(ctx, out, block, upstream=()):
             note = f"performance gate not met ({timing['decision']}), not enforced on profile {ctx.profile}: {timing['reason']}"
             timing["performance_gate"]["note"] = note
             progress(f"NOTE: {note}")
-    return gate.write(
+    written = gate.write(
         out, {"output": cmp, "bytes_compared": cmp["bytes_compared"], "bytes_differing": cmp["bytes_differing"]}, timing
     )
+    if timing["decision"] in PG.DECIDED and stored is None:
+        store.put(key, block, json.loads(Path(out).read_text()))
+    return written
 
 
-def _timed(gate, block, base, cand, p: dict, attempt: int) -> dict:
-    q = PG.params(p)
-    progress(
-        f"perf gate: preparing both sides ({q['mode']} mode), baseline first, and {q['processes'] - 1} worker process(es)"
+def _refusal(history: list[dict], q: dict, ctx, block) -> str:
+    tried = ", ".join(f"attempt {h['attempt']} {h['decision']} {_iv(h['interval'])}" for h in history)
+    return (
+        f"this fingerprint has made {len(history)} attempts that looked at data at block {block}, none decided ({tried}); "
+        f"max_attempts {q['max_attempts']}: its error rate is spent, so it is not timed again. Ways on: the intervals bound "
+        "the true ratio; a candidate whose gain is smaller than they resolve is not promotable as it is: make it faster (any "
+        "kernel or code change is a new fingerprint with its own budget), or, before the first attempt of a fingerprint, "
+        "choose a gate with more information per attempt (config/timing_long.yaml: 12 processes). A decided attempt is "
+        "never repeated: its report is kept in results/"
+        f"{ctx.profile}/decided/ and given back to a rerun"
     )
-    sides = T.prepare(base, cand, gate.device, q["mode"], q["warmup"], "baseline")
-    mode, why = sides["A"].mode, sides["A"].reason or sides["B"].reason
-    procs = [T.Local(sides, gate.device, T.Monitor(gate.device))]
+
+
+def _iv(iv) -> str:
+    return "[n/a]" if not iv or iv[0] is None else f"[{iv[0]:.4f}, {iv[1]:.4f}]"
+
+
+def _timed(gate, block, base, cand, q: dict, attempt: int, on_look) -> dict:
+    n = PG.processes_for(q, gate.device)
+    progress(f"perf gate: preparing {n} processes at once ({q['mode']} mode), construction order alternating")
+    ctx_json = gate.ctx.to_json()
+
+    def argv(i, first):
+        return [
+            sys.executable,
+            "-m",
+            "h3gates",
+            "perf-worker",
+            "--context",
+            ctx_json,
+            "--block",
+            str(block),
+            "--first",
+            first,
+            "--mode",
+            q["mode"],
+        ]
+
+    def local():
+        sides = T.prepare(base, cand, gate.device, q["mode"], q["warmup"], "baseline")
+        return T.Local(sides, gate.device, T.Monitor(gate.device))
+
+    procs = T.start_processes(n, argv, local)
     try:
-        for i in range(1, q["processes"]):
-            procs.append(T.Worker(gate.ctx, block, "candidate" if i % 2 else "baseline", mode))
-        for w in procs[1:]:
-            if set(w.ready["modes"].values()) != {mode}:
-                raise RuntimeError(
-                    f"a timing worker ran its sides in {w.ready['modes']} mode, this process in {mode} ({w.ready['reasons']})"
-                )
-        timing = T.gate(procs, q, attempt)
+        mode = procs[0].ready["modes"]["A"]
+        why = procs[0].ready["reasons"]["A"] or procs[0].ready["reasons"]["B"]
+        timing = T.gate(procs, q, attempt, on_look=on_look)
         infos = [proc.info() for proc in procs]
     finally:
-        for proc in procs:
-            proc.close()
+        T.close_all(procs)
     timing.update(mode=mode, mode_reason=why, nvml=[i["nvml"] for i in infos])
+    timing["throttle"] = T.merge_throttle([i["nvml"].get("throttle") for i in infos])
     if not all(i["checked"] for i in infos):  # a captured graph's output moved during timing: nothing timed is trusted
         timing.update(
             decision="invalid",
@@ -148,5 +193,5 @@ def worker(ctx, block: int, first: str, mode: str) -> None:
     captured in the order `first`, serving pairs to the rung's process."""
     gate = Gate(ctx, 4, block)
     base, cand = sides_of(gate, block)
-    q = PG.params({k: ctx.rung_params[k] for k in TIMING_KEYS if k in ctx.rung_params})
+    q = PG.params({k: v for k, v in ctx.rung_params.items() if k != "enforce"})
     T.serve(T.prepare(base, cand, gate.device, mode, q["warmup"], first), gate.device)

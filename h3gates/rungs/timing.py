@@ -1,5 +1,5 @@
 """Rung 4's measurement (the decision is h3gates.core.perfgate's): both sides of a block timed in the
-state a deployment runs them in, in two or more processes.
+state a deployment runs them in, in P fresh processes.
 
 - A `Side` is one side's block as a timed call. In `graph` mode it is captured as a CUDA graph: an eager
   run records the alphas the emulated GEMMs read back (h3gates.nvfp4.gemm.AlphaTape), the capture
@@ -7,19 +7,23 @@ state a deployment runs them in, in two or more processes.
   replay must equal the eager run's byte for byte, or the gate falls back to `eager` and says why. On a
   CPU, or where a side cannot be captured, `eager`: the block as the stand-in runs it (its host
   synchronizations included).
-- A pair: for each side in the pair's order, one untimed call (the switch call, recorded but not a
-  sample) and `calls` back-to-back timed calls (CUDA events around each call on a GPU, perf_counter on
-  a CPU); then a synchronize and the garbage collector, outside any timed call. NVML is sampled before
-  and after each side's calls: clocks, temperature, power and the clock-event (throttle) reasons.
-- Processes: this process (it built the baseline first) and `processes - 1` workers (`python -m h3gates
-  perf-worker`), alternately building and capturing the candidate first; each answers requests for
-  more pairs on stdin/stdout, so the looks of the sequential test span every process.
+- A request: LEAD untimed calls, then for each pair and each side in the pair's order one untimed call
+  (the switch call, recorded but not a sample) and `calls` back-to-back timed calls (CUDA events around
+  each call on a GPU, perf_counter on a CPU), all queued back to back; the host waits once at the end.
+- Processes: this process (it built the baseline first) and P - 1 workers (`python -m h3gates
+  perf-worker`, or a study's own worker speaking the same protocol), alternately building and capturing
+  the candidate first. All are started before any prepares and all prepare at once; timing starts when
+  every one has reported ready. Then the parent grants one process one request at a time (no two time
+  at once) and each look's requests go round the processes, in a rotating order.
 
-Throttle rule (stated in the report): NVML is sampled before a request's calls are queued and after
-they finish; if it reported a hardware slowdown, a thermal slowdown or the power brake, every pair of
-the request is dropped (both sides, so the pairing holds) and counted; a look where more than a quarter
-of the pairs were dropped cannot decide. The software power cap is recorded, not dropped: a loaded
-GPU at its power limit is the deployment's steady state (the H200 ran at it in every sample).
+Throttle rule (stated in the report): NVML is read before a request's calls are queued and after they
+finish: the clock-event reasons at both ends and the cumulative violation (throttle-time) counters over
+the request, so a throttle inside the request is seen even when it is over by its end. A thermal or
+hardware slowdown, the power brake, a board limit or a reliability limit (reasons or counters) drops
+every pair of the request (both sides, so the pairing holds), counted; a look where more than a quarter
+of the pairs were dropped cannot decide. The software power cap is recorded (the time it held, too), not
+dropped: a loaded GPU at its power limit is the deployment's steady state (the H200 ran at it in every
+sample).
 """
 
 from __future__ import annotations
@@ -35,16 +39,17 @@ import torch
 
 from h3gates.core import perfgate as PG
 from h3gates.core.jobs import progress
+from h3gates.nvfp4.cuda.sync import sync
 from h3gates.nvfp4.gemm import AlphaTape
 
-SIDES = ("A", "B")  # A the baseline, B the candidate
 LEAD = 8  # untimed calls queued before a request's pairs: after the host's wait a power-capped H200 ran its next calls up to
 # 10% slower, for about six calls (studies/perfgate/evidence/campaign_2026-12-01/: with 3 lead calls the first pair still showed it)
 
 
 # ---------------------------------------------------------------------- NVML
 class Monitor:
-    """NVML samples of one GPU (nvidia-ml-py); `available` False where there is no NVML or no GPU."""
+    """NVML samples of one GPU (nvidia-ml-py, imported only here); `available` False where there is no
+    NVML or no GPU (a CPU run never imports it)."""
 
     ABNORMAL = {0x8: "hw_slowdown", 0x20: "sw_thermal", 0x40: "hw_thermal", 0x80: "hw_power_brake"}
     RECORDED = {
@@ -54,9 +59,20 @@ class Monitor:
         0x10: "sync_boost",
         0x100: "display_clocks",
     }
+    # nvmlDeviceGetViolationStatus policies: cumulative nanoseconds each limit held the clocks down
+    VIOLATIONS = {
+        "power": ("NVML_PERF_POLICY_POWER", 0, False),
+        "thermal": ("NVML_PERF_POLICY_THERMAL", 1, True),
+        "sync_boost": ("NVML_PERF_POLICY_SYNC_BOOST", 2, False),
+        "board_limit": ("NVML_PERF_POLICY_BOARD_LIMIT", 3, True),
+        "low_utilization": ("NVML_PERF_POLICY_LOW_UTILIZATION", 4, False),
+        "reliability": ("NVML_PERF_POLICY_RELIABILITY", 5, True),
+        "total_app_clocks": ("NVML_PERF_POLICY_TOTAL_APP_CLOCKS", 10, False),
+        "total_base_clocks": ("NVML_PERF_POLICY_TOTAL_BASE_CLOCKS", 11, False),
+    }
 
     def __init__(self, device: str):
-        self.available, self.reason, self.samples = False, None, []
+        self.available, self.reason, self.samples, self.requests = False, None, [], []
         if device != "cuda":
             self.reason = "no GPU"
             return
@@ -76,6 +92,20 @@ class Monitor:
             self.available = True
         except Exception as e:  # noqa: BLE001 (no nvidia-ml-py, no driver library, another UUID form)
             self.reason = f"NVML unavailable: {type(e).__name__}: {e}"
+            return
+        self.counters_supported = {k: v is not None for k, v in self.violations().items()}
+
+    def violations(self) -> dict:
+        """The cumulative violation times (ns) per policy; None where this GPU does not report one."""
+        out = {}
+        for name, (const, value, _) in self.VIOLATIONS.items():
+            try:
+                out[name] = int(
+                    self.nv.nvmlDeviceGetViolationStatus(self.handle, getattr(self.nv, const, value)).violationTime
+                )
+            except Exception:  # noqa: BLE001 (NVML_ERROR_NOT_SUPPORTED and kin)
+                out[name] = None
+        return out
 
     def sample(self) -> dict | None:
         if not self.available:
@@ -88,20 +118,41 @@ class Monitor:
             "temp_c": nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU),
             "power_w": nv.nvmlDeviceGetPowerUsage(h) / 1000,
             "reasons": int(self._reasons(h)),
+            "violations_ns": self.violations(),
         }
         self.samples.append(s)
         return s
 
-    def throttled(self, *samples) -> list[str]:
-        bits = 0
-        for s in samples:
-            bits |= (s or {}).get("reasons", 0)
-        return [name for bit, name in self.ABNORMAL.items() if bits & bit]
+    @classmethod
+    def request_delta(cls, m0: dict | None, m1: dict | None) -> dict:
+        """Over one request: the violation time each policy added (ns) and the abnormal reasons seen at either end."""
+        if not m0 or not m1:
+            return {"violations_ns": {}, "reasons": []}
+        v0, v1 = m0.get("violations_ns") or {}, m1.get("violations_ns") or {}
+        delta = {k: v1[k] - v0[k] for k in v1 if v1.get(k) is not None and v0.get(k) is not None}
+        bits = m0.get("reasons", 0) | m1.get("reasons", 0)
+        return {"violations_ns": delta, "reasons": [n for b, n in cls.ABNORMAL.items() if bits & b]}
+
+    @classmethod
+    def throttled(cls, m0: dict | None, m1: dict | None) -> list[str]:
+        """Why a request's pairs are dropped: abnormal reasons at either end, or an abnormal violation
+        counter that grew during the request (a throttle that came and went between the two reads)."""
+        d = cls.request_delta(m0, m1)
+        grew = [
+            f"{k}_violation" for k, (_, _, bad) in cls.VIOLATIONS.items() if bad and d["violations_ns"].get(k, 0) > 0
+        ]
+        return d["reasons"] + grew
+
+    def record(self, m0, m1) -> dict:
+        """One request's NVML record (kept for the report's throttle counts)."""
+        r = {**self.request_delta(m0, m1), "dropped_for": self.throttled(m0, m1)}
+        self.requests.append(r)
+        return r
 
     def summary(self) -> dict:
         if not self.available:
             return {"available": False, "reason": self.reason}
-        out = {"available": True, "samples": len(self.samples)}
+        out = {"available": True, "samples": len(self.samples), "counters_supported": self.counters_supported}
         for k in ("sm_mhz", "mem_mhz", "temp_c", "power_w"):
             v = [s[k] for s in self.samples]
             out[k] = {"min": min(v), "median": statistics.median(v), "max": max(v)} if v else None
@@ -111,7 +162,35 @@ class Monitor:
                 if s["reasons"] & bit:
                     seen[name] = seen.get(name, 0) + 1
         out["reasons_seen"] = seen
+        out["throttle"] = throttle_counts(self.requests)
         return out
+
+
+def throttle_counts(requests: list[dict]) -> dict:
+    """Per policy: in how many requests its violation counter grew and by how much in all (ms); how many
+    requests were dropped."""
+    out = {"requests": len(requests), "dropped_requests": sum(bool(r["dropped_for"]) for r in requests)}
+    for r in requests:
+        for k, ns in r["violations_ns"].items():
+            c = out.setdefault(k, {"requests": 0, "ms": 0.0})
+            c["requests"] += ns > 0
+            c["ms"] += ns / 1e6
+    return out
+
+
+def merge_throttle(counts: list[dict | None]) -> dict:
+    """The throttle counts of several processes summed (available False where no process had NVML)."""
+    have = [c for c in counts if c]
+    out = {"available": bool(have), "requests": 0, "dropped_requests": 0}
+    for c in have:
+        for k, v in c.items():
+            if isinstance(v, dict):
+                m = out.setdefault(k, {"requests": 0, "ms": 0.0})
+                m["requests"] += v["requests"]
+                m["ms"] += v["ms"]
+            else:
+                out[k] += v
+    return out
 
 
 # ---------------------------------------------------------------------- one side
@@ -133,7 +212,7 @@ class Side:
             self.mode, self.reason = self._capture()
         for _ in range(warmup):
             self.call()
-        _sync(self.device)
+        sync(self.device)
 
     def _capture(self) -> tuple[str, str | None]:
         if self.device != "cuda":
@@ -174,13 +253,8 @@ class Side:
         """After timing: the graph's last output is still the eager output, byte for byte."""
         if self.graph is None:
             return True
-        _sync(self.device)
+        sync(self.device)
         return torch.equal(self.static_out.view(torch.uint8), self.eager_out.view(torch.uint8))
-
-
-def _sync(device):
-    if device == "cuda":
-        torch.cuda.synchronize()
 
 
 def _timed_calls(side: Side, n: int, device: str) -> list[float]:
@@ -206,7 +280,8 @@ def run_pairs(sides: dict, orders: list[str], calls: int, device: str, monitor: 
     On a GPU every call of every pair is queued back to back (an event pair around each) and the host
     waits once, at the end: a synchronize between sides or pairs idles the GPU, and a power-capped H200
     coming out of even a short idle runs its next calls at another clock (measured: the second side's
-    first calls up to 10% slower). NVML is sampled before the queue and after the wait."""
+    first calls up to 10% slower). NVML is read before the queue and after the wait (reasons and the
+    cumulative violation counters)."""
     out = [{"order": o} for o in orders]
     was = gc.isenabled()
     gc.collect()
@@ -235,7 +310,7 @@ def run_pairs(sides: dict, orders: list[str], calls: int, device: str, monitor: 
         else:
             times = iter([_timed_calls(sides[s], calls + 1, device) for o in orders for s in o])
         m1 = monitor.sample()
-        bad = monitor.throttled(m0, m1)
+        bad = monitor.record(m0, m1)["dropped_for"] if monitor.available else []
         for pair in out:
             for s in pair["order"]:
                 t = next(times)
@@ -253,65 +328,62 @@ class Local:
 
     def __init__(self, sides: dict, device: str, monitor: Monitor, first: str = "baseline"):
         self.sides, self.device, self.monitor, self.first = sides, device, monitor, first
+        self.ready = {
+            "modes": {k: s.mode for k, s in sides.items()},
+            "reasons": {k: s.reason for k, s in sides.items()},
+        }
 
     def run(self, orders: list[str], calls: int) -> list[dict]:
         return run_pairs(self.sides, orders, calls, self.device, self.monitor)
 
     def info(self) -> dict:
-        return {
-            "first": self.first,
-            "modes": {k: s.mode for k, s in self.sides.items()},
-            "reasons": {k: s.reason for k, s in self.sides.items()},
-            "nvml": self.monitor.summary(),
-            "checked": all(s.check() for s in self.sides.values()),
-        }
+        return {"first": self.first, **_info(self.sides, self.monitor)}
 
     def close(self) -> None:
         pass
 
 
-class Worker:
-    """A `python -m h3gates perf-worker` process: the same block, its sides built and captured in the
-    order `first`, answering requests for pairs (one JSON line each way)."""
+def _info(sides: dict, monitor: Monitor) -> dict:
+    return {
+        "modes": {k: s.mode for k, s in sides.items()},
+        "reasons": {k: s.reason for k, s in sides.items()},
+        "nvml": monitor.summary(),
+        "checked": all(s.check() for s in sides.values()),
+    }
 
-    def __init__(self, ctx, block: int, first: str, mode: str):
-        argv = [
-            sys.executable,
-            "-m",
-            "h3gates",
-            "perf-worker",
-            "--context",
-            ctx.to_json(),
-            "--block",
-            str(block),
-            "--first",
-            first,
-            "--mode",
-            mode,
-        ]
-        self.first = first
-        self.p = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-        )  # its stderr: the rule's log
-        self.ready = self._read()  # {"modes", "reasons"} once its sides are prepared
+
+class Worker:
+    """A timing process of its own (`python -m h3gates perf-worker`, or a study's worker speaking the same
+    protocol: one JSON line each way, the first line its `ready` once both sides are prepared). Started
+    without waiting: `wait_ready` collects the ready line, so every worker prepares at once."""
+
+    def __init__(self, argv: list[str], first: str):
+        self.first, self.ready = first, None
+        self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # stderr: the log
+
+    def wait_ready(self) -> dict:
+        if self.ready is None:
+            self.ready = self._read()
+        return self.ready
 
     def _read(self) -> dict:
         line = self.p.stdout.readline()
         if not line:
             raise RuntimeError(
-                f"perf-worker ({self.first} first) exited with {self.p.wait()} before answering (see the log above)"
+                f"timing worker ({self.first} first) exited with {self.p.wait()} before answering (see the log above)"
             )
         return json.loads(line)
 
-    def run(self, orders: list[str], calls: int) -> list[dict]:
-        self.p.stdin.write(json.dumps({"orders": orders, "calls": calls}) + "\n")
+    def _ask(self, req: dict) -> dict:
+        self.p.stdin.write(json.dumps(req) + "\n")
         self.p.stdin.flush()
-        return self._read()["pairs"]
+        return self._read()
+
+    def run(self, orders: list[str], calls: int) -> list[dict]:
+        return self._ask({"orders": orders, "calls": calls})["pairs"]
 
     def info(self) -> dict:
-        self.p.stdin.write(json.dumps({"info": True}) + "\n")
-        self.p.stdin.flush()
-        return {"first": self.first, **self._read()}
+        return {"first": self.first, **self._ask({"info": True})}
 
     def close(self) -> None:
         if self.p.poll() is None:
@@ -323,82 +395,95 @@ class Worker:
                 self.p.kill()
 
 
+def first_of(i: int) -> str:
+    """Construction order of process i: the baseline first in the even ones (process 0: the rung's own)."""
+    return "candidate" if i % 2 else "baseline"
+
+
+def start_processes(n: int, argv_of, local=None) -> list:
+    """P processes prepared at once: the workers are started first (argv_of(i, first) for i >= 1, or for
+    i >= 0 without a local one), then the local sides are prepared (local(): a Local), then every ready
+    line is awaited. The caller closes them (close_all). Both sides of every process must run in one mode."""
+    workers = [Worker(argv_of(i, first_of(i)), first_of(i)) for i in range(1 if local else 0, n)]
+    procs = []
+    try:
+        procs = ([local()] if local else []) + workers
+        for w in workers:
+            w.wait_ready()
+        modes = {m for p in procs for m in p.ready["modes"].values()}
+        if len(modes) != 1:
+            raise RuntimeError(
+                f"the timing processes ran their sides in different modes: {[p.ready for p in procs]} "
+                "(a side captured in one process and not in another)"
+            )
+    except BaseException:
+        close_all(workers)
+        raise
+    return procs
+
+
+def close_all(procs) -> None:
+    for p in procs:
+        p.close()
+
+
 def prepare(base, cand, device: str, mode: str, warmup: int, first: str) -> dict:
     sides = {"A": Side("the baseline", base, device), "B": Side("the candidate", cand, device)}
     for s in ("B", "A") if first == "candidate" else ("A", "B"):
         sides[s].prepare(mode, warmup)
-    if (
-        any(s.mode != "graph" for s in sides.values()) and mode == "graph"
-    ):  # both sides in one mode, or neither captured
+    if any(s.mode != "graph" for s in sides.values()) and mode == "graph":  # both sides in one mode
         why = next(s.reason for s in sides.values() if s.mode != "graph")
         for s in sides.values():
             s.call, s.mode, s.reason = s.fn, "eager", why
     return sides
 
 
-def serve(sides: dict, device: str) -> None:
-    """The worker's loop: requests on stdin, answers on stdout (progress stays on stderr)."""
+def serve(sides: dict, device: str, extra: dict | None = None) -> None:
+    """The worker's loop: its ready line (with `extra`, a study's own measurements), then requests on
+    stdin, answers on stdout (progress stays on stderr)."""
     monitor = Monitor(device)
     out = sys.stdout
     sys.stdout = sys.stderr  # nothing else may write the protocol channel
-    out.write(
-        json.dumps({"modes": {k: s.mode for k, s in sides.items()}, "reasons": {k: s.reason for k, s in sides.items()}})
-        + "\n"
-    )
+    ready = {"modes": {k: s.mode for k, s in sides.items()}, "reasons": {k: s.reason for k, s in sides.items()}}
+    out.write(json.dumps({**(extra or {}), **ready}) + "\n")
     out.flush()
     for line in sys.stdin:
         req = json.loads(line)
         if req.get("quit"):
             break
-        if req.get("info"):
-            reply = {
-                "modes": {k: s.mode for k, s in sides.items()},
-                "reasons": {k: s.reason for k, s in sides.items()},
-                "nvml": monitor.summary(),
-                "checked": all(s.check() for s in sides.values()),
-            }
-        else:
-            reply = {"pairs": run_pairs(sides, req["orders"], req["calls"], device, monitor)}
+        reply = (
+            _info(sides, monitor)
+            if req.get("info")
+            else {"pairs": run_pairs(sides, req["orders"], req["calls"], device, monitor)}
+        )
         out.write(json.dumps(reply) + "\n")
         out.flush()
 
 
 # ---------------------------------------------------------------------- the gate
-def gate(processes: list, p: dict, attempt: int, say=progress) -> dict:
-    """The sequential test over `processes` (Local and Worker objects): pairs at each look, the decision,
-    and everything measured -> the timing record of the rung-4 report."""
+def gate(processes: list, p: dict, attempt: int, say=progress, on_look=None) -> dict:
+    """The sequential test over `processes` (Local and Worker objects, all prepared): at each look each
+    process in turn is granted one request for its new pairs (the turn order rotates from look to look),
+    then the decision; `on_look()` is called once, when the first look's data are in (the attempt counts
+    from there). Returns the timing record of the rung-4 report."""
     p = PG.params(p)
     looks = PG.looks_schedule(p)
+    P = len(processes)
     raw: list[list[dict]] = [[] for _ in processes]
     t0 = time.perf_counter()
     d, history = None, []
     for look, n in enumerate(looks):
-        for i, proc in enumerate(processes):
+        for k in range(P):
+            i = (look + k) % P
             todo = PG.orders(n, p["seed"], i, attempt)[len(raw[i]) : n]
-            raw[i] += proc.run(todo, p["calls"])
-        kept = [[x for x in r if not x["throttled"]] for r in raw]
-        dropped = sum(len(r) - len(k) for r, k in zip(raw, kept))
-        series = [[PG.pair_stat(x["A"], x["B"]) for x in k] for k in kept]
-        orders = [[x["order"] for x in k] for k in kept]
-        if sum(len(s) for s in series) < 3:
-            d = {
-                "decision": "continue",
-                "reason": f"{dropped} pairs dropped for throttling, too few left",
-                "lower": None,
-                "upper": None,
-            }
-        else:
-            d = PG.decide(
-                series,
-                confidence=p["confidence"],
-                min_gain=p["min_gain"],
-                look=look,
-                looks=looks,
-                max_attempts=p["max_attempts"],
-                dropped=dropped,
-                lag1_floor=p["lag1_floor"],
-                orders=orders,
-            )
+            got = processes[i].run(todo, p["calls"])
+            for x in got:
+                x["request"] = look
+            raw[i] += got
+        if look == 0 and on_look is not None:
+            on_look()
+        series, orders, segments, dropped = _kept(raw)
+        d = PG.decide(series, orders, p, look, dropped=dropped, segments=segments)
         history.append(
             {
                 "look": look,
@@ -406,11 +491,13 @@ def gate(processes: list, p: dict, attempt: int, say=progress) -> dict:
                 "ratio": d.get("ratio"),
                 "lower": d["lower"],
                 "upper": d["upper"],
+                "process_sd": d["process_sd"],
                 "decision": d["decision"],
+                "timed_s": _timed_s([x for r in raw for x in r]),
             }
         )
         say(
-            f"perf gate look {look + 1}/{len(looks)} ({n} pairs x {len(processes)} processes): ratio {d.get('ratio', float('nan')):.4f}, "
+            f"perf gate look {look + 1}/{len(looks)} ({n} pairs x {P} processes): ratio {_f(d.get('ratio'))}, "
             f"interval [{_f(d['lower'])}, {_f(d['upper'])}] vs {1 - p['min_gain']:.4f}: {d['decision']}"
         )
         if d["decision"] != "continue":
@@ -419,6 +506,7 @@ def gate(processes: list, p: dict, attempt: int, say=progress) -> dict:
     if decision == "continue":
         decision, reason = "undecided", f"undecided at the last look ({looks[-1]} pairs per process): {reason}"
     every = [x for r in raw for x in r]
+    series, orders, _, _ = _kept(raw)
     return {
         "decision": decision,
         "reason": reason,
@@ -427,24 +515,78 @@ def gate(processes: list, p: dict, attempt: int, say=progress) -> dict:
         "gain": None if d.get("ratio") is None else 1 - d["ratio"],
         "threshold": 1 - p["min_gain"],
         "level": d.get("level"),
+        "levels": list(PG.levels(p)),
         "statistics": {
             k: d.get(k)
-            for k in ("pairs", "mean", "sd", "lag1", "lag1_corrected", "lag1_used", "n_eff", "se", "dof", "t")
+            for k in (
+                "pairs",
+                "mean",
+                "sd",
+                "se",
+                "dof",
+                "t",
+                "processes_used",
+                "process_sd",
+                "process_means_sd",
+                "within_sd_of_mean",
+                "order_effect",
+                "lag1",
+                "n_eff",
+                "pooled_mean",
+                "pooled_se",
+                "pooled_lag1_used",
+                "pooled_dof",
+            )
         },
+        "process_means": d.get("process_means"),
+        "process_order_effects": [_order_effect(s, o) for s, o in zip(series, orders)],
+        "process_sd": d.get("process_sd"),
+        "order_effect": d.get("order_effect"),
         "looks": list(looks),
         "look": d.get("look"),
         "look_history": history,
         "attempt": attempt,
         "params": p,
-        "method": PG.method_text(p),
-        "throttle_rule": "a side's calls with NVML hw_slowdown, sw_thermal, hw_thermal or hw_power_brake drop the pair; "
+        "method": PG.method_text(p, P),
+        "throttle_rule": "a request whose NVML reasons (at either end) show hw_slowdown, sw_thermal, hw_thermal or "
+        "hw_power_brake, or whose thermal, board-limit or reliability violation counter grew during it, drops its pairs; "
         f"a look with more than {PG.THROTTLED_SHARE:.0%} of its pairs dropped cannot decide",
-        "dropped_throttled": sum(x["throttled"] for x in every),
+        "dropped_throttled": sum(bool(x["throttled"]) for x in every),
         "noise": PG.noise(every),
         "processes": [{"first": getattr(proc, "first", None), "pairs": r} for proc, r in zip(processes, raw)],
-        "timed_s": sum(sum(x["A"]) + sum(x["B"]) + x["A_switch"] + x["B_switch"] for x in every),
+        "timed_s": _timed_s(every),
         "wall_s": time.perf_counter() - t0,
     }
+
+
+def _kept(raw):
+    """Per process: the kept pairs' d, their orders, their segment labels (a new segment at each request
+    and after each dropped pair: the lag-1 estimate never joins pairs across a gap), and the dropped count."""
+    series, orders, segments, dropped = [], [], [], 0
+    for r in raw:
+        s, o, g, seg, prev_req = [], [], [], 0, None
+        for x in r:
+            if x.get("request") != prev_req:
+                seg, prev_req = seg + 1, x.get("request")
+            if x["throttled"]:
+                dropped, seg = dropped + 1, seg + 1
+                continue
+            s.append(PG.pair_stat(x["A"], x["B"]))
+            o.append(x["order"])
+            g.append(seg)
+        series.append(s)
+        orders.append(o)
+        segments.append(g)
+    return series, orders, segments, dropped
+
+
+def _order_effect(s, o) -> float | None:
+    ab, ba = [x for x, k in zip(s, o) if k == "AB"], [x for x, k in zip(s, o) if k == "BA"]
+    return (statistics.fmean(ab) - statistics.fmean(ba)) / 2 if ab and ba else None
+
+
+def _timed_s(pairs) -> float:
+    return sum(sum(x["A"]) + sum(x["B"]) + x["A_switch"] + x["B_switch"] for x in pairs)
 
 
 def _f(x) -> str:

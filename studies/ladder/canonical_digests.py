@@ -39,7 +39,18 @@ def main() -> int:
 
     config = load_config([ROOT / c for c in CONFIGS])
     target = artifact_path(baseline_context(config, 7))
-    cmd = [sys.executable, "-m", "snakemake", "--cores", "4", "--resources", "gpu=1", "--configfile", CONFIGS[1], target]
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--cores",
+        "4",
+        "--resources",
+        "gpu=1",
+        "--configfile",
+        CONFIGS[1],
+        target,
+    ]
     t0 = time.time()
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=a.timeout)
     wall = time.time() - t0

@@ -1,0 +1,211 @@
+"""The campaign's analysis (issue 30): reads every committed piece (studies/perfgate/campaign.py's
+campaign_*.json) and, as a smoke test, the older one-process rung-4 A/A reports
+(../shared/data/h200_timing_2026-12-01/*_run*.json), and estimates at the canonical level:
+
+- per block, the process SD of the A/A processes (Kalibera and Jones: var of the crossover-balanced process
+  means less their within-process part), with a 95% percentile interval from resampling the processes;
+- the false pass and false fail of an A/A, and the power for a 0.3% gain and a 0.3%-slower side, per attempt,
+  by a two-stage bootstrap: (1) the processes resampled with replacement (the source-data stage: its spread
+  over `outer` replicates is the interval that comes from the data), (2) within each replicate, `boot` gates
+  whose P processes are drawn from the resampled ones, each process's pairs drawn as request-aligned circular
+  blocks (a block per request of the canonical layout, starting anywhere in the process's series, wrapping),
+  each pair keeping its own order (so the measured order effect is in), the A/A mean removed and the planted
+  log ratio added; the Monte-Carlo interval (Wilson, over every simulated gate) is given beside it;
+- the decisions of the planted and real gates as they ran, with the planted ratio each process measured.
+
+    python studies/perfgate/analyze_campaign.py DIR_OR_FILE... [--out FILE] [--boot 400] [--outer 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from h3gates.core import config as C  # noqa: E402
+from h3gates.core import perfgate as G  # noqa: E402
+
+CASES = (("a_a", 0.0), ("gain_0.3pct", math.log(0.997)), ("slower_0.3pct", -math.log(0.997)))
+
+
+def canonical() -> dict:
+    return G.params(C.load_config([ROOT / "config/config.yaml", ROOT / "config/canonical.yaml"])["timing"])
+
+
+def _pairs_of_report(t: dict) -> list[tuple[float, str]]:
+    """A one-process rung-4 report of the older format: each round one call a side, in timing.order."""
+    return [(math.log(b / a), o) for a, b, o in zip(t["baseline_s"], t["candidate_s"], t["order"])]
+
+
+def load(paths) -> list[dict]:
+    """Every process of every gate: {kind, block, gate, pairs [(d, order)], plant}."""
+    files = []
+    for p in map(Path, paths):
+        files += sorted(p.glob("*.json")) if p.is_dir() else [p]
+    out = []
+    for f in files:
+        try:
+            d = json.loads(f.read_text())
+        except ValueError:
+            continue
+        if "gates" in d:  # a campaign piece
+            for gi, g in enumerate(d["gates"]):
+                for i, proc in enumerate(g["processes"]):
+                    pairs = [(G.pair_stat(x["A"], x["B"]), x["order"]) for x in proc["pairs"] if not x.get("throttled")]
+                    plant = ((g.get("ready") or [{}] * (i + 1))[i] or {}).get("plant")
+                    out.append(
+                        {
+                            "kind": g["kind"],
+                            "block": g["block"],
+                            "gate": f"{f.name}:{gi}",
+                            "pairs": pairs,
+                            "decision": g["decision"],
+                            "plant": plant,
+                        }
+                    )
+        elif (d.get("timing") or {}).get("baseline_s"):  # an older one-process rung-4 A/A report
+            out.append(
+                {
+                    "kind": "aa",
+                    "block": d["block"],
+                    "gate": f.name,
+                    "pairs": _pairs_of_report(d["timing"]),
+                    "decision": d["timing"].get("decision"),
+                    "plant": None,
+                }
+            )
+    return out
+
+
+def process_sd(procs: list[dict], lag1_floor: float) -> float | None:
+    series = [[x for x, _ in p["pairs"]] for p in procs]
+    orders = [[o for _, o in p["pairs"]] for p in procs]
+    means = [G.process_mean(s, o) for s, o in zip(series, orders)]
+    if sum(m is not None for m in means) < 2:
+        return None
+    return G.process_component(series, orders, means, G.summarize(series, lag1_floor, orders))["process_sd"]
+
+
+def _draw(pairs, lengths, rng):
+    """Request-aligned circular blocks: one block per request of the layout, each from a random start."""
+    out = []
+    for n in lengths:
+        i = rng.randrange(len(pairs))
+        out += [pairs[(i + k) % len(pairs)] for k in range(n)]
+    return out
+
+
+def _gate(pool, p, shift, rng) -> str:
+    looks = G.looks_schedule(p)
+    lengths = [b - a for a, b in zip((0, *looks), looks)]
+    P = p["processes"]
+    full = [_draw(pool[rng.randrange(len(pool))], lengths, rng) for _ in range(P)]
+    for j, n in enumerate(looks):
+        s = [[x + shift for x, _ in f[:n]] for f in full]
+        o = [[k for _, k in f[:n]] for f in full]
+        d = G.decide(s, o, p, j)
+        if d["decision"] != "continue":
+            return d["decision"]
+    return "undecided"
+
+
+def wilson(k, n, z=1.96):
+    q = k / n
+    c = (q + z * z / (2 * n)) / (1 + z * z / n)
+    h = z * math.sqrt(q * (1 - q) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return [max(0.0, c - h), min(1.0, c + h)]
+
+
+def _pct(v, q):
+    v = sorted(v)
+    return v[min(len(v) - 1, max(0, round(q * (len(v) - 1))))] if v else None
+
+
+def analyze(paths, boot: int = 400, outer: int = 200, seed: int = 0) -> dict:
+    p = canonical()
+    procs = load(paths)
+    aa = [x for x in procs if x["kind"] == "aa" and len(x["pairs"]) >= 2]
+    rng = random.Random(seed)
+    out = {"schedule": p, "levels": list(G.levels(p)), "boot": boot, "outer": outer, "blocks": {}, "rates": {}}
+    for b in sorted({x["block"] for x in aa}):
+        here = [x for x in aa if x["block"] == b]
+        reps = (
+            [process_sd([rng.choice(here) for _ in here], p["lag1_floor"]) for _ in range(outer)]
+            if len(here) >= 2
+            else []
+        )
+        reps = [r for r in reps if r is not None]
+        out["blocks"][str(b)] = {
+            "processes": len(here),
+            "pairs": sum(len(x["pairs"]) for x in here),
+            "process_sd": process_sd(here, p["lag1_floor"]),
+            "process_sd_95": [_pct(reps, 0.025), _pct(reps, 0.975)] if reps else [None, None],
+        }
+    # the A/A pool: every process's pairs with the A/A grand mean removed (process offsets kept)
+    grand = statistics.fmean(x for q in aa for x, _ in q["pairs"]) if aa else 0.0
+    pool = [[(x - grand, o) for x, o in q["pairs"]] for q in aa]
+    for name, shift in CASES:
+        counts = {"pass": 0, "fail": 0, "undecided": 0}
+        rep_rates = {"pass": [], "fail": []}
+        for _ in range(outer):
+            src = [rng.choice(pool) for _ in pool]  # stage 1: the processes
+            c = {"pass": 0, "fail": 0, "undecided": 0}
+            for _ in range(boot):  # stage 2: gates from request-aligned circular blocks of their pairs
+                c[_gate(src, p, shift, rng)] += 1
+            for k in counts:
+                counts[k] += c[k]
+            for k in rep_rates:
+                rep_rates[k].append(c[k] / boot)
+        n = outer * boot
+        out["rates"][name] = {
+            **{k: v / n for k, v in counts.items()},
+            **{f"{k}_95_mc": wilson(counts[k], n) for k in ("pass", "fail")},
+            **{f"{k}_95_source": [_pct(rep_rates[k], 0.025), _pct(rep_rates[k], 0.975)] for k in ("pass", "fail")},
+        }
+        out["rates"][name]["pass_95"] = out["rates"][name]["pass_95_source"]
+    gates = {}
+    for x in procs:
+        g = gates.setdefault(
+            x["gate"], {"kind": x["kind"], "block": x["block"], "decision": x["decision"], "planted": []}
+        )
+        if x["plant"]:
+            g["planted"].append(x["plant"].get("planted_ratio"))
+    out["gates"] = {}
+    for g in gates.values():
+        k = out["gates"].setdefault(
+            f"{g['kind']} block {g['block']}", {"n": 0, "pass": 0, "fail": 0, "undecided": 0, "planted": []}
+        )
+        k["n"] += 1
+        k[g["decision"] if g["decision"] in ("pass", "fail") else "undecided"] += 1
+        k["planted"] += [r for r in g["planted"] if r is not None]
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("paths", nargs="+")
+    ap.add_argument("--out")
+    ap.add_argument("--boot", type=int, default=400)
+    ap.add_argument("--outer", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    out = analyze(a.paths, a.boot, a.outer, a.seed)
+    text = json.dumps(out, indent=1)
+    if a.out:
+        Path(a.out).write_text(text)
+    for b, v in out["blocks"].items():
+        print(f"block {b}: {v['processes']} A/A processes, process SD {v['process_sd']} 95% {v['process_sd_95']}")
+    for name, r in out["rates"].items():
+        print(f"{name:14s} pass {r['pass']:.4f} {r['pass_95_source']} fail {r['fail']:.4f} {r['fail_95_source']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
