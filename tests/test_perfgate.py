@@ -315,9 +315,7 @@ def test_rung4_counts_information_and_never_retimes_a_decided_fingerprint(tmp_pa
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(R, "Gate", _FakeGate)
     monkeypatch.setattr(R, "sides_of", lambda g, b: (lambda: 1, lambda: 1))
-    monkeypatch.setattr(
-        R.nvfp4, "compare_outputs", lambda a, b: {"equal": True, "bytes_compared": 1, "bytes_differing": 0}
-    )
+    monkeypatch.setattr(R, "compare_outputs", lambda a, b: {"equal": True, "bytes_compared": 1, "bytes_differing": 0})
     outcome = {"decision": "undecided"}
     calls = []
 
