@@ -88,16 +88,6 @@ def context(rung):
     return lambda wc: ctx_of(wc, rung).to_json()
 
 
-def kernels(rung):
-    """The kernel files of the candidate and of the accepted candidates under it."""
-    return lambda wc: H3fp.kernel_files(ctx_of(wc, rung))
-
-
-def code(rung):
-    """The h3gates modules the rung imports (derived from the source: Snakemake does not track imports)."""
-    return lambda wc: H3fp.code_files(ctx_of(wc, rung))
-
-
 def artifacts(rung):
     """Workflow artifacts the rung reads (a study's output, the shared baseline artifact, the captured
     block inputs): produced by their own rules, recorded among each report's upstream digests.
@@ -174,8 +164,10 @@ def capture_context(wc):
 
 
 def artifact_inputs(actx):
-    """What an artifact's job reads: its files, and for rung 8's capture the captured block input."""
-    files = H3context.artifact_files(actx)
+    """What an artifact's job reads that the workflow makes (for rung 8's capture, the captured block input).
+    The sources computing it are no input (their bytes would rerun it on a comment): the artifact's key,
+    in its path, covers their behaviour digests (h3gates.core.context.artifact_key)."""
+    files = []
     if actx.rung == 8:
         cctx = actx.capture_context()
         files.append(H3context.artifact_path(cctx, block=actx.profiler["block"]))

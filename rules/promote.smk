@@ -8,7 +8,6 @@ rule promotion_record:
     input:
         tokens=[token(r) for r in range(1, 9)],
         reports=[r for rung in range(1, 9) for r in reports_of(rung)],
-        kernels=kernels(8),
     output:
         record=report(
             promotion()["record"],

@@ -1,7 +1,10 @@
 # Rungs 1-8, generated from one table (h3gates/core/outputs.py RUNGS): each a `python -m h3gates rung N`
 # over the kernel files of the candidate (and of the accepted candidates under it) and the h3gates
-# modules its rung module imports. A gate writes its report atomically (pass or fail) and exits 0 on
-# a numeric failure; the next rung waits for the previous rung's pass token.
+# modules its rung module imports. Those source files are not rule inputs: Snakemake's `input` rerun
+# trigger compares an input's bytes, so a comment would rerun the gate; their behaviour digests are the
+# `fingerprint` param instead (h3gates/core/fingerprints.py, docs/ladder.md "What reruns"). A gate writes
+# its report atomically (pass or fail) and exits 0 on a numeric failure; the next rung waits for the
+# previous rung's pass token.
 
 
 for _rung in H3out.RUNGS:
@@ -10,8 +13,6 @@ for _rung in H3out.RUNGS:
         name:
             f"r{_rung.n}_{_rung.name}"
         input:
-            kernels=kernels(_rung.n),
-            code=code(_rung.n),
             artifacts=artifacts(_rung.n),
             token=token(_rung.n - 1) if _rung.n > 1 else [],
             upstream=upstream_of(_rung.n),
@@ -46,8 +47,6 @@ for _rung in H3out.RUNGS:
 # 4 and 8 of every candidate (h3gates/rungs/artifacts.py; 406 MB per block at canonical size). One job
 # per block: changing the gated blocks or rung 8's block makes only the new ones.
 rule baseline_captures:
-    input:
-        files=lambda wc: artifact_inputs(capture_context(wc)),
     output:
         f"{RES}/baseline/r0-{{key}}.block{{block}}.pt",
     log:

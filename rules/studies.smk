@@ -5,8 +5,6 @@
 
 
 rule fc2_sweep:
-    input:
-        code=lambda wc: H3fp.imported(("h3gates/fc2/commands.py",), str(H3fp.ROOT)),
     output:
         f"{RES}/fc2_algo/study/fc2_sweep.json",
     log:
@@ -17,5 +15,10 @@ rule fc2_sweep:
         gpu=1,
     params:
         study=fc2_study,
+        # the study's code by its behaviour digests (as the rungs' fingerprint param: no input, whose bytes
+        # a comment would change)
+        fingerprint=lambda wc: H3fp.files_digest(
+            H3fp.imported(("h3gates/fc2/commands.py",), str(H3fp.ROOT))
+        ),
     shell:
         "python -m h3gates fc2 sweep {params.study} --out {output} > {log} 2>&1"

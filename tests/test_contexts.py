@@ -146,6 +146,7 @@ def test_the_code_holds_no_second_copy_of_the_schemas_defaults():
     assert readers == {
         ("h3gates/core/config.py", "set_defaults"),  # the validator filling them
         ("h3gates/core/registry.py", "markdown_table"),  # the README's table showing them
+        ("h3gates/core/perfgate.py", "defaults"),  # the gate reading the timing defaults from the schema itself
     }
 
 

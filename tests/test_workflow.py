@@ -448,7 +448,10 @@ ModulateFusedProducer.produce = _slow
     assert rung == 4 and "performance gate" in err and "block" in err
     rep = json.loads((ws / RES / "modulate_fusion/r4_block/block0.json").read_text())
     assert rep["measurements"]["output"]["equal"] and rep["timing"]["performance_gate"]["gain"] < 0
-    assert rep["timing"]["decision"] == "fail" and rep["timing"]["look"] == 0  # decided at the first look
+    # refused by a decision, not by running out of looks: on a CPU the early look's t over 4 process means has
+    # 3 degrees of freedom (t = 10 at its level), so a loaded machine may take the gate to its last look; the
+    # early look's reach is pinned in tests/test_perfgate.py and measured on the H200 (studies/perfgate)
+    assert rep["timing"]["decision"] == "fail" and rep["timing"]["look"] in (0, 1), rep["timing"]["reason"]
     _passed_below(ws, "modulate_fusion", 4)
 
 

@@ -147,17 +147,29 @@ def import_blocked(*modules: str, blocked=BLOCKED) -> subprocess.CompletedProces
 
 
 def cosmetic_edit(path: Path) -> None:
-    """Edit what a fingerprint must not see: a comment, a docstring, the layout (Python: a comment line, the
-    module docstring reworded, blank lines; CUDA/C++: line and block comments, indentation widened)."""
+    """Edit what a fingerprint must not see: a comment, a docstring, the layout (Python: a comment line at the
+    top and before every top-level def and class (found by tokenize, never inside a string), the module
+    docstring reworded, a comment at the end; CUDA/C++: line and block comments, indentation widened)."""
     import ast
+    import io
     import re
+    import tokenize
 
     text = path.read_text()
     if path.suffix == ".py":
+        lines = text.splitlines(keepends=True)
+        starts = {
+            t.start[0]
+            for t in tokenize.generate_tokens(io.StringIO(text).readline)
+            if t.type == tokenize.NAME and t.string in ("def", "class") and t.start[1] == 0
+        }
+        for n in sorted(starts, reverse=True):
+            lines.insert(n - 1, "# a comment added by a test\n\n")
+        text = "".join(lines)
         if ast.get_docstring(ast.parse(text)) is not None and text.lstrip().startswith(('"""', "'''")):
             q = text.lstrip()[:3]
             text = text.replace(q, q + "Reworded. ", 1)
-        text = "# a comment added by a test\n" + text.replace("\n\n", "\n\n\n", 3) + "\n# and one at the end\n"
+        text = "# a comment added by a test\n" + text + "\n# and one at the end\n"
     else:
         text = "// a comment\n/* and a\n   block comment */\n" + re.sub(
             r"\n([ \t]+)", lambda m: "\n" + m.group(1) + " ", text

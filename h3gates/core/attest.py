@@ -415,7 +415,8 @@ def _compare(kind: str, attested: dict[str, str], here: dict[str, str]) -> list[
             reasons.append(f"{kind} {p}: in the attestation but not here (missing, or another promotion's)")
         elif attested[p] != here[p]:
             reasons.append(
-                f"{kind} {p}: {_short(here[p])} is not the attested {_short(attested[p])} (edited, or another promotion's)"
+                f"{kind} {p}: {_short(here[p])} is not the attested {_short(attested[p]).split()[-1]} "
+                "(edited, or another promotion's)"
             )
     return reasons
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run on the H200 device machine from the repository root, with .devsite/ (pack-site core) carried.
 # Usage: bash studies/device/device_run.sh STEP...   (studies/device/README.md says what each step runs)
-# Steps: tests cachetests qkvstudy gemmparts onegpu onemore gpucheck ci4cuda r1cuda canon2 canonx2 canon r8swiglu perfgate
+# Steps: gputests digests tests cachetests qkvstudy gemmparts onegpu onemore gpucheck ci4cuda r1cuda canon2 canonx2 canon r8swiglu perfgate
 #        blocktime jobprofile warmimports evidence ncu profile canonical4 tune model ladder ncuquery ladderci fc2;
 #        with BUNDLE=name the outputs also come back as one $OUT/name.tgz
 set -uo pipefail
@@ -36,6 +36,15 @@ for step in "$@"; do
     warmimports)  # one import of what every job imports, so the bytecode cache is in place before the timed jobs
       python3 -c "import time; t = time.time(); import torch, comfy_kitchen, snakemake; from h3gates.rungs import artifacts, gate, ladder, nsight; print(f'imports {time.time() - t:.1f}s')"
       python3 -c "import time; t = time.time(); import torch, comfy_kitchen, snakemake; from h3gates.rungs import artifacts, gate, ladder, nsight; print(f'imports again {time.time() - t:.1f}s')" ;;
+    gputests)  # every GPU test file under the project's default workers (pyproject addopts: -n 2), then under 4;
+               # a test that hangs dumps every thread's stack after 100 s (faulthandler) instead of stalling the call
+      for n in default 4; do w=(); [ "$n" = default ] || w=(-n "$n")
+        t0=$(date +%s.%N); timeout "${GT_TIMEOUT:-200}" python3 -m pytest -q -p no:cacheprovider -o faulthandler_timeout=100 "${w[@]}" \
+          tests/test_gpu.py tests/test_kernels_compile.py tests/test_fc2.py tests/test_fc2_algo.py tests/test_cubin_cache.py \
+          tests/test_gpu_digest.py tests/test_standin_cuda.py tests/test_nvfp4_cuda_model.py > "$OUT/gpu_tests_$n.log" 2>&1
+        echo "gpu tests ($n workers): rc=$? wall $(python3 -c "import time; print(round(time.time() - $t0, 1))") s"; tail -2 "$OUT/gpu_tests_$n.log"; done ;;
+    digests)  # the canonical 12-step baseline digests through the workflow's rung-7 baseline artifact job
+      python3 studies/ladder/canonical_digests.py --out "$OUT/canonical_digests.json" ;;
     tests) python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/test_gpu.py tests/test_kernels_compile.py tests/test_fc2.py tests/test_fc2_algo.py 2>&1 | tee "$OUT/gpu_tests.log" | tail -15 ;;
     gpucheck)  # the CI profile on CUDA: rung 1 (path coverage) of the three producers, fc2_algo (its sweep,
                # rungs 1-7, its pin checked here), then the ring over the fused producer through rung 3
