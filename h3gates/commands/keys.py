@@ -104,4 +104,3 @@ def _paths(a) -> tuple[str | None, str | None]:
             merged = merge(merged, read_config_file(f))
         att = merged.get("attestation") or {}
     return a.key or att.get("key"), a.trusted_keys or att.get("trusted_keys")
-
