@@ -12,6 +12,9 @@ What each one means for a user:
 - `NVFP4InputError`: an input outside a quantizer's or GEMM's domain (the message names the constraint).
 - `AttestationError`: a promotion attestation is unsigned, signed by an untrusted key, or does not
   match the record it travels with.
+
+`exit_status` turns them into a command's exit status, for the user's commands (h3gates.cli) and the
+workflow's jobs (h3gates.job) alike.
 """
 
 from __future__ import annotations
