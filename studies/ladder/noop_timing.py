@@ -36,7 +36,7 @@ def main() -> int:
 
     cfg_args = ["--configfile", *a.configfile] if a.configfile else []
     cfg = C.validate_config(C.load_config(["config/config.yaml", *a.configfile]))
-    cands = sorted(c for c, v in cfg["candidates"].items() if v.get("enabled", True))
+    cands = sorted(c for c, v in cfg["candidates"].items() if v["enabled"])
     sm = [sys.executable, "-m", "snakemake"]
     commands = {
         "dry_run_all": [*sm, "-n", "all", *cfg_args],
