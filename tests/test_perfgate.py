@@ -26,7 +26,7 @@ def test_the_canonical_schedule_is_pinned():
     """Catches: any change to the canonical schedule, its level split or its timing budget."""
     cfg = C.load_config([ROOT / "config/config.yaml", ROOT / "config/canonical.yaml"])
     p = G.params(cfg["timing"])
-    pinned = ("graph", 4, 6, 2, 9, 9, 1, 0.1, 2, 0.95)
+    pinned = ("graph", 4, 10, 1, 5, 5, 1, 0.1, 2, 0.95)
     got = (
         "mode",
         "calls",
@@ -39,15 +39,15 @@ def test_the_canonical_schedule_is_pinned():
         "max_attempts",
     )
     assert tuple(p[k] for k in got) + (p["confidence"],) == pinned
-    assert G.processes_for(p, "cuda") == 6 and G.looks_schedule(p) == (2, 9)
+    assert G.processes_for(p, "cuda") == 10 and G.looks_schedule(p) == (1, 5)
     assert G.levels(p) == pytest.approx((0.00125, 0.01125))  # (1 - 0.95) / (2 bounds x 2 attempts), 10% early
-    assert G.t_ppf(1 - 0.00125, 5) == pytest.approx(5.6042, abs=1e-4)  # the early look's t on 5 df
-    assert G.t_ppf(1 - 0.01125, 5) == pytest.approx(3.2578, abs=1e-4)  # the last look's
+    assert G.t_ppf(1 - 0.00125, 9) == pytest.approx(4.1458, abs=1e-3)  # the early look's t on 9 df
+    assert G.t_ppf(1 - 0.01125, 9) == pytest.approx(2.7494, abs=1e-3)  # the last look's
     from h3gates.rungs.timing import LEAD
 
     # seconds of GPU time by each look at 132.5 ms a call, lead calls included: about 20 s and at most 90 s
-    early, last = G.timing_seconds(p, 0.1325, 6, LEAD)
-    assert (round(early, 1), round(last, 1)) == (22.3, 84.3) and last <= 90
+    early, last = G.timing_seconds(p, 0.1325, 10, LEAD)
+    assert (round(early, 1), round(last, 1)) == (23.9, 87.5) and last <= 90
 
 
 def test_the_timing_defaults_live_in_the_schema_only():
@@ -73,7 +73,6 @@ def test_looks_schedule_with_and_without_the_early_look():
         {"min_pairs": 10, "max_pairs": 4},
         {"min_pairs": 1, "max_pairs": 4},
         {"min_pairs": 4, "max_pairs": 5, "looks": 3},
-        {"early_pairs": 3, "max_pairs": 9},  # odd: a process's early pairs would not hold both orders
         {"early_pairs": 10, "max_pairs": 9},
     ):
         with pytest.raises(ValueError):
@@ -105,7 +104,26 @@ def test_orders_are_balanced_random_and_seeded():
     assert all(sorted(o[i : i + 2]) == ["AB", "BA"] for i in range(0, 40, 2))  # one of each in every two pairs
     assert o != ["AB", "BA"] * 20 and o != ["BA", "AB"] * 20  # not a fixed alternation
     assert o == G.orders(40, 0, 0) and o != G.orders(40, 0, 1) and o != G.orders(40, 1, 0)
-    assert G.orders(6, 0, 0) == ["BA", "AB", "AB", "BA", "AB", "BA"]  # pinned: the seed string is part of the design
+    assert G.orders(6, 0, 0) == ["AB", "BA", "BA", "AB", "AB", "BA"]  # pinned: the seed string is part of the design
+    # the first pair alternates with the process: an odd look (the early look at one pair) over an even number
+    # of processes holds as many AB as BA pairs
+    assert [G.orders(1, 0, i)[0] for i in range(6)] == ["AB", "BA"] * 3
+
+
+def test_an_odd_early_look_balances_the_order_effect_across_processes():
+    """One pair per process: no process holds both orders, so each process's plain mean carries +-p/2 of the
+    order effect; over an even number of processes whose first pairs alternate, it cancels in the mean of the
+    means. Catches: a parity rule dropped (all processes start AB: the order effect becomes a bias), or the
+    early look left without a decision."""
+    p = G.params({"processes": 6, "early_pairs": 1, "min_pairs": 5, "max_pairs": 5})
+    offs = [0.0004, -0.0003, 0.0002, -0.0004, 0.0001, 0.0]
+    o = [G.orders(1, 0, i) for i in range(6)]
+    s = [[-0.03 + off + (0.004 if x[0] == "AB" else -0.004)] for off, x in zip(offs, o)]  # a 3% gain, +-0.4% order
+    d = G.decide(s, o, p, 0)
+    assert d["order_balance"] == "across processes" and d["processes_used"] == 6 and d["decision"] == "pass"
+    assert d["mean"] == pytest.approx(-0.03, abs=1e-4)  # the order effect cancelled
+    biased = [["AB"]] * 6  # all starting AB: not balanced, so no process-level bound at this look
+    assert G.decide(s, biased, p, 0)["decision"] == "continue"
 
 
 def test_the_pair_statistic_is_the_log_of_the_mean_call_ratio():

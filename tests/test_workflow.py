@@ -630,15 +630,19 @@ def test_rerun_of_a_gate_reproduces_its_report_except_timing(ws):
 @pytest.mark.parametrize("overlays", [["config/canonical.yaml"], ["config/canonical.yaml", "config/timing_long.yaml"]])
 def test_shipped_config_overlays_validate(overlays):
     """The overlays under config/ merge over config.yaml into a valid config (timing_long changes only
-    the number of processes)."""
+    the pairs per process)."""
     from h3gates.core.config import load_config
 
     root = Path(__file__).resolve().parent.parent
     cfg = load_config([root / "config/config.yaml"] + [root / o for o in overlays])
     assert cfg["profile"] == "canonical" and cfg["device"] == "cuda"
     long = "config/timing_long.yaml" in overlays
-    assert (cfg["timing"]["early_pairs"], cfg["timing"]["max_pairs"], cfg["timing"]["looks"]) == (2, 9, 1)
-    assert cfg["timing"]["processes"] == (12 if long else 6)
+    assert (cfg["timing"]["early_pairs"], cfg["timing"]["max_pairs"], cfg["timing"]["looks"]) == (
+        1,
+        10 if long else 5,
+        1,
+    )
+    assert cfg["timing"]["processes"] == 10
     assert cfg["timing"]["mode"] == "graph" and cfg["timing"]["calls"] == 4
 
 

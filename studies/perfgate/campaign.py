@@ -225,13 +225,12 @@ def parse_gate(spec: str) -> tuple[str, int]:
 
 
 def plan() -> dict[str, list[str]]:
-    """The campaign in pieces of about 8 minutes (a gate: ~30-60 s preparing 6 processes, up to ~85 s timing):
-    A/A 4 gates per block (24 fresh processes a block), planted +-0.3% 4 of each per block (12 each), one
-    real gate per shipped candidate and block."""
+    """The campaign in pieces of about 8 minutes (a gate: ~30-60 s preparing 10 processes, up to ~90 s timing):
+    A/A 3 gates per block (30 fresh processes a block, 90 in all), planted +-0.3% 4 of each per block (12
+    each), one real gate per shipped candidate and block."""
     out = {}
     for b in BLOCKS:
-        out[f"aa-b{b}-1"] = [f"aa:{b}"] * 3
-        out[f"aa-b{b}-2"] = [f"aa:{b}"] * 1
+        out[f"aa-b{b}"] = [f"aa:{b}"] * 3
         out[f"planted-b{b}-1"] = [f"gain:0.003:{b}", f"slower:0.003:{b}", f"gain:0.003:{b}"]
         out[f"planted-b{b}-2"] = [f"slower:0.003:{b}", f"gain:0.003:{b}", f"slower:0.003:{b}"]
         out[f"planted-b{b}-3"] = [f"gain:0.003:{b}", f"slower:0.003:{b}"]
