@@ -11,7 +11,7 @@ import time
 sys.path.insert(0, sys.argv[1])
 import torch  # noqa: E402
 
-from h3gates.core.shapes import load_profile  # noqa: E402
+from h3gates.core.model_profiles import load_profile  # noqa: E402
 from h3gates.model.h3 import build  # noqa: E402
 from h3gates.nvfp4.compare import sha256  # noqa: E402
 
