@@ -11,8 +11,8 @@ from h3gates.core import config as H3config
 from h3gates.core import context as H3context
 from h3gates.core import fingerprints as H3fp
 from h3gates.core import outputs as H3out
-from h3gates.core import shapes as H3shapes
-from h3gates.core import workflow as H3wf
+from h3gates.core import model_profiles as H3profiles
+from h3gates.core import report_labels as H3wf
 from h3gates.core.jobs import configured_device
 
 # Refuse a bad config before any job runs, naming the key and the reason; fill the defaults
@@ -177,7 +177,7 @@ def artifact_inputs(actx):
 # ---- the FC2 sweep (rules/studies.smk)
 def fc2_study(wildcards):
     """The sweep's shape (the profile's FC2: tokens x d_ff -> d_model) and options (fc2_algo's params)."""
-    prof = H3shapes.load_profile(PROFILE, config["profiles"])
+    prof = H3profiles.load_profile(PROFILE, config["profiles"])
     n, k = prof.gemm_shapes()["fc2"]
     p = H3config.cand_config(config, "fc2_algo")["params"]
     return (
@@ -186,7 +186,7 @@ def fc2_study(wildcards):
     )
 
 
-# ---- the HTML report's labels (read from the JSON when the report is built; h3gates/core/workflow.py)
+# ---- the HTML report's labels (read from the JSON when the report is built; h3gates/core/report_labels.py)
 _STATES = {}
 
 

@@ -104,7 +104,7 @@ def test_a_comment_in_a_report_writing_or_cli_module_reruns_no_baseline_artifact
         "h3gates/commands/status.py",
         "h3gates/core/promotion.py",
         "h3gates/core/config.py",
-        "h3gates/core/workflow.py",
+        "h3gates/core/report_labels.py",
         "h3gates/core/tokens.py",
     ):
         with open(tmp_path / module, "a") as f:
@@ -284,7 +284,7 @@ def test_captured_inputs_are_the_traversals_and_are_checked_when_read(tmp_path, 
     environment."""
     import torch
 
-    from h3gates.core.shapes import load_profile
+    from h3gates.core.model_profiles import load_profile
     from h3gates.model.h3 import build
     from h3gates.rungs.gate import Gate
 

@@ -13,7 +13,7 @@ import pytest
 
 from h3gates.core import config as C
 from h3gates.core import context as X
-from h3gates.model.setup import Sides
+from h3gates.model.setup import RoleSetup
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = C.load_config([ROOT / "config/config.yaml", ROOT / "config/ci.yaml"])
@@ -69,7 +69,11 @@ def test_the_captures_key_leaves_out_the_baseline_only():
 # ------------------------------------------------------------------ the role setup reads either kind
 def test_sides_of_reads_both_kinds_of_context():
     ctx = X.RungContext.from_config(ACCEPTED, "qkv_ring", 5)
-    rung, artifact, captures = Sides.of(ctx), Sides.of(ctx.artifact_context()), Sides.of(ctx.capture_context())
+    rung, artifact, captures = (
+        RoleSetup.of(ctx),
+        RoleSetup.of(ctx.artifact_context()),
+        RoleSetup.of(ctx.capture_context()),
+    )
     for s in (rung, artifact, captures):
         assert (s.device, s.profile.name, s.reference_q.semantics) == (
             "cpu",
@@ -86,7 +90,7 @@ def test_sides_of_reads_both_kinds_of_context():
     assert kinds(rung.baseline) == kinds(artifact.baseline) != lib
     assert kinds(captures.baseline) == lib
     seeded = dataclasses.replace(ctx, shared=dataclasses.replace(ctx.shared, seed=7))
-    assert Sides.of(seeded).ctx.shared.seed == 7
+    assert RoleSetup.of(seeded).ctx.shared.seed == 7
 
 
 # ------------------------------------------------------------------ the defaults: one table, filled once

@@ -279,7 +279,7 @@ def test_rung1_catalogue_values_reach_a_gemm_that_owns_only_the_model_shape():
     """Rung 1 embeds each catalogue activation in the role's whole shape: a GEMM fault that shows only
     for a degenerate global scale at the model's shape is caught there (the whole-shape cases with
     random activations alone pass it)."""
-    from h3gates.core.shapes import load_profile
+    from h3gates.core.model_profiles import load_profile
     from h3gates.model.reference import Reference
     from h3gates.model.roles import reference_roles
     from h3gates.rungs import r1_adversarial as R1

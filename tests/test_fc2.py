@@ -427,7 +427,7 @@ def test_percentile_and_shapes():
 def test_ncu_argv_profiles_only_the_range():
     argv = study.ncu_argv(["--algorithm", "heuristic0"], "/tmp/fc2")
     assert argv[:5] == ["ncu", "--target-processes", "all", "--profile-from-start", "off"]
-    assert argv[-5:] == ["-m", "h3gates.fc2.commands", "profile", "--algorithm", "heuristic0"]
+    assert argv[-5:] == ["-m", "h3gates.fc2.commands", "capture", "--algorithm", "heuristic0"]
 
 
 # ---------------------------------------------------------------- CLI refusals on a CPU
@@ -457,7 +457,7 @@ def test_cli_needs_a_gpu_subprocess():
     [
         ["sweep", "--rows", "100"],
         ["selected", "--algorithm", "heuristic0"],
-        ["profile", "--algorithm", '{"algo_id": 1}'],
+        ["capture", "--algorithm", '{"algo_id": 1}'],
     ],
 )
 def test_cli_needs_a_gpu(monkeypatch, capsys, mode):
@@ -489,7 +489,7 @@ def test_cli_nvmath_missing(monkeypatch, capsys):
             "--algorithm: 'enumerate:x:1': expected enumerate:<budget_mib>:<index>",
         ),
         (["selected", "--algorithm", "auto"], "--algorithm auto needs --sweep REPORT"),
-        (["profile", "--algorithm", "auto"], "--algorithm auto needs --sweep REPORT"),
+        (["capture", "--algorithm", "auto"], "--algorithm auto needs --sweep REPORT"),
         (["selected", "--algorithm", "auto", "--sweep", "no/such.json"], "--algorithm: [Errno 2]"),
     ],
 )
@@ -574,7 +574,7 @@ def test_gpu_small_study_reports_validate(tmp_path):
     assert (
         main(
             [
-                "profile",
+                "capture",
                 "--algorithm",
                 "heuristic0",
                 "--rows",

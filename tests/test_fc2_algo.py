@@ -286,7 +286,7 @@ def test_gpu_candidate_gemm_is_the_reference_gemms_bytes(tmp_path, algorithm):
     catalogue-like operands: zero rows, one row, odd rows, the profile's K; and its pin here holds."""
     import torch
 
-    from h3gates.core.shapes import load_profile
+    from h3gates.core.model_profiles import load_profile
     from h3gates.fc2 import study
     from h3gates.model.candidates import Workflow
     from h3gates.model.reference import Reference

@@ -500,7 +500,7 @@ def _fc2_module():
 
 
 def _workflow():
-    from h3gates.core.shapes import load_profile
+    from h3gates.core.model_profiles import load_profile
     from h3gates.model.candidates import Workflow
 
     return Workflow(load_profile("ci", CI_CONFIG["profiles"]), {})

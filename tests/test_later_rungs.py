@@ -106,7 +106,7 @@ def test_state_kept_between_calls_is_caught_at_rung_5(tree):
 
 
 def test_an_error_at_the_second_sampler_step_is_caught_at_rung_6(tree):
-    from h3gates.core.shapes import load_profile
+    from h3gates.core.model_profiles import load_profile
     from h3gates.model.h3 import build
     from h3gates.model.reference import Reference
 

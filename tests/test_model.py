@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from h3gates.core.errors import CheckpointError
-from h3gates.core.shapes import load_profile
+from h3gates.core.model_profiles import load_profile
 from h3gates.model.checkpoint import load_checkpoint, save_checkpoint
 from h3gates.model.h3 import build
 from h3gates.model.roles import ReferenceProducer, Role, SwiGLU, materialize
@@ -27,7 +27,8 @@ def test_profiles():
     t = load_profile("tiny")
     assert t.blocks == 50 and t.rows % 16 and len(t.segments) == 3
     user = load_profile(
-        "mine", {"mine": {**__import__("h3gates.core.shapes").core.shapes.PROFILES["tiny"], "blocks": 3}}
+        "mine",
+        {"mine": {**__import__("h3gates.core.model_profiles").core.model_profiles.PROFILES["tiny"], "blocks": 3}},
     )
     assert user.blocks == 3
     with pytest.raises(KeyError, match="unknown profile"):

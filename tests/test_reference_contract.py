@@ -3,7 +3,7 @@
 - a job (rung, baseline, and the rung's perf-worker and profile-target children) planned under one GEMM
   reference and run where the other is chosen refuses in one line (exit 2) before any work: before the
   lease, the model, and any torch import (shown with torch blocked), writing no report;
-- a GemmReferenceMismatch raised by the reference itself (Sides.of passes the planned one) is the job's
+- a GemmReferenceMismatch raised by the reference itself (RoleSetup.of passes the planned one) is the job's
   refusal, never a "candidate crashed" report;
 - implementations declare what they need (compute capabilities, reference semantics, packages) and the
   registry checks them against the planned devices before any job: on a host without sm_90 stream_a is
@@ -174,22 +174,22 @@ def test_the_job_host_checks_the_candidates_needs_too(monkeypatch):
 
 def test_sides_pass_the_planned_reference_and_a_mismatch_is_no_crash_report(tmp_path, monkeypatch, capsys):
     """Inside a job (past the first check: e.g. torch sees another GPU than nvidia-smi did) the reference
-    itself refuses (Sides.of passes the context's gemm_reference), and the crash guard lets it through as
+    itself refuses (RoleSetup.of passes the context's gemm_reference), and the crash guard lets it through as
     the job's refusal: no failing "candidate crashed" report, no "the LADDER failed" line."""
     from h3gates.model.reference import GemmReferenceMismatch as FromReference
-    from h3gates.model.setup import Sides
+    from h3gates.model.setup import RoleSetup
     from h3gates.rungs import ladder
 
     assert FromReference is GemmReferenceMismatch and issubclass(GemmReferenceMismatch, ConfigError)
     monkeypatch.chdir(tmp_path)
     cfg = C.validate_config(BASE)
     ctx = X.RungContext.from_config(cfg, "qkv_ring", 1)
-    assert Sides.of(ctx).reference_q.gemm_choice.kind == "emulated"
+    assert RoleSetup.of(ctx).reference_q.gemm_choice.kind == "emulated"
     bad = X.RungContext.from_dict({**ctx.to_dict(), "gemm_reference": "fp4_mma"})
     with pytest.raises(GemmReferenceMismatch, match="planned with the fp4_mma GEMM reference, but this machine's is"):
-        Sides.of(bad)
+        RoleSetup.of(bad)
     with pytest.raises(GemmReferenceMismatch):
-        Sides.of(X.ArtifactContext.from_dict({**X.baseline_context(cfg, 5).to_dict(), "gemm_reference": "fp4_mma"}))
+        RoleSetup.of(X.ArtifactContext.from_dict({**X.baseline_context(cfg, 5).to_dict(), "gemm_reference": "fp4_mma"}))
     out = tmp_path / "r1.json"
     with pytest.raises(GemmReferenceMismatch):
         ladder.run(1, bad, str(out), None, [])

@@ -1,4 +1,4 @@
-"""What the rules ask of the package (h3gates/core/workflow.py): the reading of snakemake's command line,
+"""What the rules ask of the package (h3gates/core/report_labels.py): the reading of snakemake's command line,
 the lock hint, the HTML report's labels; and the schemas shipped as package data."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import zipfile
 import pytest
 from workflow_util import ROOT
 
-from h3gates.core import workflow as W
+from h3gates.core import report_labels as W
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ from h3gates.core import config as C
 from h3gates.core import fingerprints as provenance
 from h3gates.core import registry
 from h3gates.core.context import RungContext
-from h3gates.core.shapes import load_profile
+from h3gates.core.model_profiles import load_profile
 from h3gates.model.h3 import build, rms_norm
 from h3gates.nvfp4 import formats as F
 from h3gates.nvfp4 import quantize as Q

@@ -136,7 +136,7 @@ def test_declared_paths_and_base_gemm_fallback_on_cpu():
 def test_the_owned_kernel_runs_at_the_model_shapes_only():
     """cuBLAS splits K on small problems (studies/stream_a/evidence/stream_a_2026-12-01/split_probe.json): in the
     ladder the owned GEMM takes the profile's rows x N x K of its role and nothing else."""
-    from h3gates.core.shapes import load_profile
+    from h3gates.core.model_profiles import load_profile
     from h3gates.model.candidates import Workflow
     from h3gates.model.reference import Reference
     from h3gates.model.roles import reference_roles

@@ -11,7 +11,7 @@ def subparser(sub):
 
     f = sub.add_parser(
         NAME,
-        help="the FC2 cuBLASLt scheduling study (seed 003): characterize, sweep, selected, profile (needs a GPU)",
+        help="the FC2 cuBLASLt scheduling study (seed 003): characterize, sweep, selected, capture (needs a GPU)",
         description=commands.DESCRIPTION,
     )
     commands.arguments(f)

@@ -17,7 +17,7 @@ import yaml
 from h3gates.core import registry
 from h3gates.core.errors import ConfigError, RegistryError
 from h3gates.core.jobs import configured_device, gpu_capabilities
-from h3gates.core.shapes import PROFILES
+from h3gates.core.model_profiles import PROFILES
 
 ROOT = registry.ROOT
 CONFIG_SCHEMA = Path(__file__).resolve().parent.parent / "schemas" / "config.schema.yaml"

@@ -24,7 +24,7 @@ def verdicts(config: dict, candidates=None) -> list[str]:
     from h3gates.core.errors import Refusal
     from h3gates.core.outputs import RUNG_NAMES, promotion_paths
     from h3gates.core.promotion import status, verify
-    from h3gates.core.workflow import one_line
+    from h3gates.core.report_labels import one_line
 
     rows = [r for r in status(config) if candidates is None or r["candidate"] in candidates]
     lines = []

@@ -1,5 +1,5 @@
 """h3gates.fc2: the `fc2_algo` candidate (seed 003) -- the emulated NVFP4 FC2 GEMM run with one named
-cuBLASLt algorithm -- and its study commands (characterize, sweep, selected, profile).
+cuBLASLt algorithm -- and its study commands (characterize, sweep, selected, capture).
 
 `spec` (algorithm specifications and pins) and `select` (which algorithm `auto` names) import neither
 torch nor nvmath; `cublaslt` (the GEMM, `AlgoGemm`), `study` and `commands` need a CUDA GPU and

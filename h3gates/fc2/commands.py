@@ -3,7 +3,7 @@
   characterize [--budgets 0,4,8,16,32,64] [--heuristic-limit 32] [--explicit-bases 2]
   sweep        [--workspace-mib 32] [--max-candidates 8] [--max-explicit 4] [--rounds 6] [--iters 2]
   selected     --algorithm SPEC [--sweep REPORT] [--rounds 6] [--iters 2]
-  profile      --algorithm SPEC        (run it under ncu --profile-from-start off)
+  capture      --algorithm SPEC        (run it under ncu --profile-from-start off)
 each with [--rows 37810 --n 5376 --k 14336] [--descriptor-rows logical|padded] [--seed 0] [--out FILE.json].
 SPEC: inline JSON, a JSON file, enumerate:<budget_mib>:<index>, heuristic0, or auto (with --sweep).
 Without --out the report goes to stdout. Exit 2 with one line when the machine cannot run the study.
@@ -81,7 +81,9 @@ def arguments(ap: argparse.ArgumentParser) -> None:
         p.add_argument("--iters", type=_positive, default=2, help="GEMMs per timed sample")
     s.add_argument("--algorithm", required=True, help="SPEC")
     s.add_argument("--sweep", help="the sweep report `auto` selects from")
-    pr = sub.add_parser("profile", parents=[common], help="one GEMM inside cudaProfilerStart/Stop")
+    pr = sub.add_parser(
+        "capture", parents=[common], help="one GEMM inside cudaProfilerStart/Stop, for an Nsight Compute capture"
+    )
     pr.add_argument("--algorithm", required=True, help="SPEC")
 
 
@@ -154,7 +156,7 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
         elif a.mode == "selected":
             doc = study.selected(algorithm, **shape, rounds=a.rounds, iters=a.iters, seed=a.seed)
         else:
-            doc = study.profile(algorithm, **shape, seed=a.seed)
+            doc = study.capture(algorithm, **shape, seed=a.seed)
     except (cublaslt.AlgoError, SpecError) as e:
         return _fail(str(e), 1)
     if a.out:

@@ -480,7 +480,7 @@ def selected(
     return doc
 
 
-def profile(
+def capture(
     algorithm: dict,
     rows=CANONICAL["rows"],
     n=CANONICAL["n"],
@@ -495,7 +495,7 @@ def profile(
     `ncu --profile-from-start off`, see ncu_argv); one untimed call first loads the kernel."""
     ops = operands(rows, n, k, seed=seed, descriptor_rows=descriptor_rows, device=device)
     shape = ops.shapes
-    doc = header("profile", command, shape, device)
+    doc = header("capture", command, shape, device)
     run = _Runner(C.AlgoGemm(algorithm, device=device), ops)
     doc["candidate"] = run.gemm.describe(shape["m_descriptor"], n, k)
     run()
@@ -509,9 +509,9 @@ def profile(
     return doc
 
 
-def ncu_argv(profile_args: list[str], export: str, metrics: list[str] | None = None) -> list[str]:
-    """The Nsight Compute command that captures only the profiled range of `h3gates fc2 profile`.
-    h3gates.rungs.nsight.capture(profile_target(args), metrics, workdir, timeout) is the same capture through
+def ncu_argv(capture_args: list[str], export: str, metrics: list[str] | None = None) -> list[str]:
+    """The Nsight Compute command that captures only the profiled range of `h3gates fc2 capture`.
+    h3gates.rungs.nsight.capture(capture_target(args), metrics, workdir, timeout) is the same capture through
     the project's Nsight wrapper."""
     sel = ["--metrics", ",".join(metrics)] if metrics else ["--set", "full"]
     return [
@@ -523,12 +523,12 @@ def ncu_argv(profile_args: list[str], export: str, metrics: list[str] | None = N
         *sel,
         "--export",
         export,
-        *profile_target(profile_args),
+        *capture_target(capture_args),
     ]
 
 
-def profile_target(profile_args: list[str]) -> list[str]:
-    return [sys.executable, "-m", "h3gates.fc2.commands", "profile", *profile_args]
+def capture_target(capture_args: list[str]) -> list[str]:
+    return [sys.executable, "-m", "h3gates.fc2.commands", "capture", *capture_args]
 
 
 def validate(doc: dict) -> None:

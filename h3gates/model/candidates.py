@@ -15,7 +15,7 @@ class Workflow:
     """What a kernel module's `build(params, reference, base, workflow)` may ask of the run it is built
     for, when its signature names `workflow`: the model profile and the candidate's artifacts."""
 
-    profile: object = None  # h3gates.core.shapes.H3Config
+    profile: object = None  # h3gates.core.model_profiles.H3Config
     artifacts: dict = field(default_factory=dict)  # {name: path} (registry.artifacts)
 
 

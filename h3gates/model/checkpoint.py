@@ -19,7 +19,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from h3gates.core.errors import CheckpointError
-from h3gates.core.shapes import H3Config
+from h3gates.core.model_profiles import H3Config
 from h3gates.model.h3 import Block, H3Model, build
 from h3gates.model.roles import Weight
 from h3gates.nvfp4 import formats as F

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from h3gates.core.shapes import H3Config
+from h3gates.core.model_profiles import H3Config
 from h3gates.model.reference import Reference
 from h3gates.model.roles import Modulated, Plain, SwiGLU, Weight, reference_roles
 from h3gates.nvfp4.cuda import standin as standin_cuda

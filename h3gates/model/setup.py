@@ -9,14 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from h3gates.core.jobs import progress, runtime_device
-from h3gates.core.shapes import H3Config, load_profile
+from h3gates.core.model_profiles import H3Config, load_profile
 from h3gates.model.candidates import baseline_roles
 from h3gates.model.reference import Reference
 from h3gates.model.roles import reference_roles
 
 
 @dataclass
-class Sides:
+class RoleSetup:
     ctx: object  # a RungContext or an ArtifactContext (h3gates.core.context; not imported: no key code here)
     device: str
     reference_q: Reference
@@ -27,7 +27,7 @@ class Sides:
     _model: object = field(default=None, repr=False)
 
     @classmethod
-    def of(cls, ctx, lazy: bool = True) -> Sides:
+    def of(cls, ctx, lazy: bool = True) -> RoleSetup:
         shared = ctx.shared  # the typed shared part both kinds of context carry
         device = runtime_device(shared.device)
         ref = Reference(device, shared.semantics, shared.rcp_table, gemm_reference=shared.gemm_reference)

@@ -33,7 +33,7 @@ from h3gates.core import machine
 from h3gates.core.errors import ArtifactError
 from h3gates.core.fsutil import atomic_write
 from h3gates.core.jobs import progress
-from h3gates.model.setup import Sides
+from h3gates.model.setup import RoleSetup
 from h3gates.nvfp4.compare import sha256
 from h3gates.nvfp4.cuda.sync import sync
 
@@ -54,9 +54,9 @@ def compute(actx, out: str, meta: dict) -> dict:
         raise ValueError(
             f"compute makes the artifacts of rungs 5-7, not rung {actx.rung} (the CLI dispatches the others)"
         )
-    sides = Sides.of(actx, lazy=False)
-    model, prof, roles = sides.model, sides.profile, sides.baseline
-    sync(sides.device)
+    setup = RoleSetup.of(actx, lazy=False)
+    model, prof, roles = setup.model, setup.profile, setup.baseline
+    sync(setup.device)
     t0 = time.perf_counter()
     if actx.rung == 5:
         every = lambda i: progress(f"baseline block {i + 1}/{prof.blocks}") if i % 10 == 9 else None  # noqa: E731
@@ -65,7 +65,7 @@ def compute(actx, out: str, meta: dict) -> dict:
         steps = actx.steps
         video, audio = model.trajectory(steps, roles, progress=lambda s: progress(f"baseline step {s + 1}/{steps}"))
         outputs = {"video": video, "audio": audio}
-    sync(sides.device)
+    sync(setup.device)
     wall = time.perf_counter() - t0
     described = {
         k: {"shape": list(v.shape), "dtype": str(v.dtype).replace("torch.", ""), "sha256": sha256(v)}
@@ -74,7 +74,7 @@ def compute(actx, out: str, meta: dict) -> dict:
     meta = {
         **meta,
         "wall_s": wall,
-        "environment": environment(sides.device),
+        "environment": environment(setup.device),
         "outputs": described,
         "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
@@ -94,13 +94,13 @@ def compute_captures(cctx, blocks: list[int], outs: list[str], meta: dict) -> di
         raise ValueError(
             f"captures: each output needs its own block (--blocks B1 B2 ... --out F1 F2 ...), got blocks {blocks} for {len(outs)} output(s)"
         )
-    sides = Sides.of(cctx)
-    model, prof = sides.model, sides.profile
+    setup = RoleSetup.of(cctx)
+    model, prof = setup.model, setup.profile
     if not all(0 <= b < prof.blocks for b in blocks):
         raise ValueError(f"captures: blocks {blocks} outside the model's 0..{prof.blocks - 1}")
     want = dict(zip(blocks, outs))
-    env = environment(sides.device)
-    sync(sides.device)
+    env = environment(setup.device)
+    sync(setup.device)
     t0 = time.perf_counter()
     x = model.initial_hidden(0)
     metas = {}

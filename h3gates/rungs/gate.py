@@ -12,7 +12,7 @@ from h3gates.core.fingerprints import provenance
 from h3gates.core.jobs import progress
 from h3gates.core.outputs import RUNG_NAMES
 from h3gates.model import candidates
-from h3gates.model.setup import Sides
+from h3gates.model.setup import RoleSetup
 from h3gates.nvfp4.compare import dump_replay
 
 CURRENT: list = []  # the gate of this process, for the crash handler
@@ -39,9 +39,13 @@ class Gate:
         for p in ctx.workflow_artifacts(block):
             if p not in self.upstream and Path(p).is_file():
                 self.upstream[p] = report.file_sha256(p)
-        self.sides = Sides.of(ctx, lazy=bool(ctx.captures))
-        self.device, self.reference_q, self.config = self.sides.device, self.sides.reference_q, self.sides.profile
-        self.reference, self.baseline = self.sides.reference, self.sides.baseline
+        self.setup = RoleSetup.of(ctx, lazy=bool(ctx.captures))
+        self.device, self.reference_q, self.model_profile = (
+            self.setup.device,
+            self.setup.reference_q,
+            self.setup.profile,
+        )
+        self.reference, self.baseline = self.setup.reference, self.setup.baseline
         self.provenance = provenance(ctx)
         self._scheduled = None
         # rungs 1-2 gate a candidate's kernel; its schedule (e.g. the ring's chunks) from rung 3 on
@@ -63,7 +67,7 @@ class Gate:
             self.reference_q,
             self.baseline,
             level,
-            self.config,
+            self.model_profile,
             c.artifacts.get(self.name),
         )
 
@@ -80,10 +84,10 @@ class Gate:
     def model(self):
         """The model; where the context names captured block inputs (rungs 3, 4, 8), its blocks are made on
         first use (only the gated block's, the bytes of a full build)."""
-        return self.sides.model
+        return self.setup.model
 
     def drop_model(self) -> None:
-        self.sides.drop_model()
+        self.setup.drop_model()
 
     def capture(self, block: int):
         """The reference inputs of `block` (its input and each role's): from the block input the shared
@@ -145,7 +149,7 @@ class Gate:
             "roles": list(self.spec.roles),
             "overrides": list(self.spec.overrides),
             "block": self.block,
-            "profile": self.config.to_dict(),
+            "profile": self.model_profile.to_dict(),
             "device": environment(self.device),
             "reference": self.reference_q.describe(),
             "baseline": {"accepted": self.ctx.baseline["accepted"]},

@@ -224,7 +224,7 @@ def gemm_cases(gate, out, inputs) -> tuple[list[dict], dict]:
     role's shape (path_cases.gemm_value_cases). Counts the GEMM's declared paths over all of them ->
     (case entries, coverage, values: the value x placement matrix per role)."""
     cases, declared, values = [], [], {}
-    shapes = gate.config.gemm_shapes()
+    shapes = gate.model_profile.gemm_shapes()
 
     def case(role, cand, ref, cid, tags, variant, x, static, wshape, paths, hits, w=None, wseed=None):
         n, k, kind = wshape
@@ -277,7 +277,7 @@ def gemm_cases(gate, out, inputs) -> tuple[list[dict], dict]:
                     hits,
                 )
         n, k = shapes[role]
-        rows = gate.config.rows
+        rows = gate.model_profile.rows
         x = C.random_tensor("outliers", (rows, k), seed=5000).to(gate.device)
         for kind in ("normal", "zeros", "extreme"):  # the role's whole shape
             case(

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from h3gates.core.errors import ArtifactError
 from h3gates.core.jobs import progress
-from h3gates.model.setup import Sides
+from h3gates.model.setup import RoleSetup
 from h3gates.rungs import nsight
 from h3gates.rungs.artifacts import environment, load_capture, save
 
@@ -61,13 +61,13 @@ def profile_target(actx, capture: str, want) -> None:
     """The profiled process of the rung-8 artifact: one baseline block inside the profiled range,
     after two warm-up calls, exactly as rung 8's own target does for a side. `capture`: the block's
     captured input, made from the captures' ArtifactContext `want`."""
-    sides = Sides.of(actx)
+    setup = RoleSetup.of(actx)
     block = actx.profiler["block"]
-    x = load_capture(capture, want, block, sides.device)
+    x = load_capture(capture, want, block, setup.device)
     for _ in range(2):
-        sides.model.block_forward(block, x, 0, sides.baseline)
+        setup.model.block_forward(block, x, 0, setup.baseline)
     with nsight.profiled_range():
-        sides.model.block_forward(block, x, 0, sides.baseline)
+        setup.model.block_forward(block, x, 0, setup.baseline)
 
 
 def capture_of(gate) -> dict:

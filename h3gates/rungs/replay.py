@@ -13,7 +13,7 @@ import torch
 from h3gates.core.context import RungContext
 from h3gates.model import candidates
 from h3gates.model.roles import Modulated, Plain, SwiGLU
-from h3gates.model.setup import Sides
+from h3gates.model.setup import RoleSetup
 from h3gates.rungs.inputs import packed_activation, role_input, weight
 from h3gates.rungs.side_by_side import compare_gemms, compare_producers
 
@@ -64,17 +64,17 @@ def producer_shown(cmp: dict) -> dict:
 def replay(path) -> int:
     d = torch.load(Path(path), weights_only=False)
     ctx = RungContext.from_dict(d["context"])
-    sides = Sides.of(ctx)
-    device, ref_q, reference = sides.device, sides.reference_q, sides.reference
+    setup = RoleSetup.of(ctx)
+    device, ref_q, reference = setup.device, setup.reference_q, setup.reference
     level = d.get("level") or ("kernel" if d["rung"] <= 2 else "schedule")
     cand = candidates.build_one(
         ctx.candidate,
         ctx.candidate_config,
         device,
         ref_q,
-        sides.baseline,
+        setup.baseline,
         level,
-        sides.profile,
+        setup.profile,
         ctx.artifacts.get(ctx.candidate),
     )
     role = d["role"]

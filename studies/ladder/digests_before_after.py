@@ -11,9 +11,15 @@ import time
 sys.path.insert(0, sys.argv[1])
 import torch  # noqa: E402
 
-from h3gates.core.shapes import load_profile  # noqa: E402
-from h3gates.model.h3 import build  # noqa: E402
-from h3gates.nvfp4.compare import sha256  # noqa: E402
+try:  # the tree after the structure change (empty package __init__ files, renamed modules: issue 29)
+    from h3gates.core.model_profiles import load_profile  # noqa: E402
+    from h3gates.model.h3 import build  # noqa: E402
+    from h3gates.nvfp4.compare import sha256  # noqa: E402
+except ImportError:  # the trees before it
+    from h3gates import nvfp4  # noqa: E402
+    from h3gates.model import build, load_profile  # noqa: E402
+
+    sha256 = nvfp4.sha256
 
 try:  # the tree before the layers (b14965d and earlier)
     from h3gates.reference import Reference  # noqa: E402

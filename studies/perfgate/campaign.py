@@ -3,7 +3,7 @@ real one (h3gates.rungs.timing.start_processes + timing.gate, the code rung 4 ru
 `timing.processes` fresh processes, construction order alternating, prepared at once and timed in turns,
 the canonical request layout (lead calls, early look, last look) and levels; every raw call time kept.
 
-Sides:  L      the library path (the baseline with nothing accepted)
+RoleSetup:  L      the library path (the baseline with nothing accepted)
         L2     the library path in Role objects of its own (A/A: baseline against baseline under another name)
         D<g>   the library path plus a device-to-device copy after the fc2 GEMM of g/(1-g) of the block's time
                (a delay set by HBM bandwidth: the memory clock does not move under the power cap, a spin
@@ -51,15 +51,15 @@ def _setup(block: int):
 
     from h3gates.core import config as C
     from h3gates.core import context as X
-    from h3gates.model.setup import Sides
+    from h3gates.model.setup import RoleSetup
     from h3gates.rungs.artifacts import load_capture
 
     cfg = C.load_config([ROOT / c for c in CONFIGS])
     cctx = X.capture_context(X.SharedContext.of(cfg))
-    sides = Sides.of(cctx)  # the library path (the roles this study times are built on it)
-    x = load_capture(X.artifact_path(cctx, block=block), cctx, block, sides.device)
+    setup = RoleSetup.of(cctx)  # the library path (the roles this study times are built on it)
+    x = load_capture(X.artifact_path(cctx, block=block), cctx, block, setup.device)
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
-    return cfg, sides, x
+    return cfg, setup, x
 
 
 def _captures(cfg, blocks) -> None:

@@ -25,7 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for the imports below (E402)
 
-from h3gates.core.shapes import load_profile  # noqa: E402
+from h3gates.core.model_profiles import load_profile  # noqa: E402
 from h3gates.model.h3 import build  # noqa: E402
 from h3gates.nvfp4.compare import sha256
 from h3gates.nvfp4.cuda import standin as standin_cuda  # noqa: E402

@@ -317,7 +317,7 @@ def main() -> int:
     ap.add_argument("--rows", type=int, default=37810)
     a = ap.parse_args()
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
-    from h3gates.core.shapes import load_profile
+    from h3gates.core.model_profiles import load_profile
 
     prof = load_profile("canonical")
     shapes = prof.gemm_shapes()

@@ -21,7 +21,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # the repository root, for the imports below (E402)
 
-from h3gates.core.shapes import load_profile  # noqa: E402
+from h3gates.core.model_profiles import load_profile  # noqa: E402
 from h3gates.model.reference import Reference  # noqa: E402
 from h3gates.model.roles import ReferenceGemm, reference_roles  # noqa: E402
 from h3gates.nvfp4 import catalogue as CAT  # noqa: E402

@@ -32,8 +32,8 @@ def main() -> int:
     import cutlass
     import cutlass.cute as cute
 
+    from h3gates.core.model_profiles import load_profile
     from h3gates.core.registry import load_module
-    from h3gates.core.shapes import load_profile
 
     dsl = load_module(ROOT / "kernels/stream_a/dsl.py")
     shapes = load_profile("canonical").gemm_shapes()
