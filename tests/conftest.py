@@ -13,6 +13,15 @@ if _run:
     os.environ["XDG_CONFIG_HOME"] = _cfg
 else:
     os.environ["XDG_CONFIG_HOME"] = __import__("tempfile").mkdtemp(prefix="h3gates-test-config.")
+# GPU leases (h3gates.core.lease): a lease is held for the life of the process that takes it (a job is a
+# process), and a test that runs a job in-process (the fc2 study's main) holds it until its xdist worker
+# exits: another worker waiting for the same GPU then waited for the whole run (the GPU test files hung on
+# the H200 under -n 2 and -n 4). Each test process leases from its own lock folder: the workers share the
+# GPU, and the jobs of a snakemake run inside one worker still take turns on it.
+os.environ["H3GATES_LEASE_DIR"] = os.path.join(
+    __import__("tempfile").gettempdir(),
+    f"h3gates-test-leases.{_run or os.getpid()}.{os.environ.get('PYTEST_XDIST_WORKER', 'main')}",
+)
 os.environ.pop("H3GATES_KEY", None)
 os.environ.pop("H3GATES_TRUSTED_KEYS", None)
 

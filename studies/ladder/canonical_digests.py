@@ -43,13 +43,13 @@ def main() -> int:
         sys.executable,
         "-m",
         "snakemake",
+        target,  # before --configfile, which takes every word after it
         "--cores",
         "4",
         "--resources",
         "gpu=1",
         "--configfile",
         CONFIGS[1],
-        target,
     ]
     t0 = time.time()
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=a.timeout)
