@@ -170,7 +170,8 @@ def _timed(gate, block, base, cand, q: dict, attempt: int, on_look) -> dict:
         sides = T.prepare(base, cand, gate.device, q["mode"], q["warmup"], "baseline")
         return T.Local(sides, gate.device, T.Monitor(gate.device))
 
-    procs = T.start_processes(n, argv, local)
+    # on a GPU the workers prepare a few at a time (memory: T.PREPARE_AT_ONCE); on a CPU all at once
+    procs = T.start_processes(n, argv, local, at_once=T.PREPARE_AT_ONCE if gate.device == "cuda" else None)
     try:
         mode = procs[0].ready["modes"]["A"]
         why = procs[0].ready["reasons"]["A"] or procs[0].ready["reasons"]["B"]

@@ -204,17 +204,17 @@ class Side:
         self.mode, self.reason = "eager", None
         self.eager_out = None
 
-    def prepare(self, mode: str, warmup: int) -> None:
-        """Run eagerly (the output every later call must reproduce), capture where asked and possible,
-        then `warmup` untimed calls."""
+    def prepare(self, mode: str, warmup: int, pool=None) -> None:
+        """Run eagerly (the output every later call must reproduce), capture where asked and possible (into
+        `pool`, the memory pool both sides of a process share), then `warmup` untimed calls."""
         self.eager_out = self.fn().clone()
         if mode == "graph":
-            self.mode, self.reason = self._capture()
+            self.mode, self.reason = self._capture(pool)
         for _ in range(warmup):
             self.call()
         sync(self.device)
 
-    def _capture(self) -> tuple[str, str | None]:
+    def _capture(self, pool=None) -> tuple[str, str | None]:
         if self.device != "cuda":
             return "eager", "no GPU: CUDA graphs need one"
         tape = AlphaTape()
@@ -228,7 +228,7 @@ class Side:
             torch.cuda.current_stream().wait_stream(side)
             torch.cuda.synchronize()
             g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g), tape.replaying():
+            with torch.cuda.graph(g, pool=pool), tape.replaying():
                 static = self.fn()
             g.replay()
             torch.cuda.synchronize()
@@ -250,9 +250,12 @@ class Side:
         )
 
     def check(self) -> bool:
-        """After timing: the graph's last output is still the eager output, byte for byte."""
+        """After timing: one more replay of the graph gives the eager output, byte for byte (replayed here: the
+        two sides' graphs share one memory pool, so the other side's replays may have overwritten this
+        side's last output; a graph that kept state in the pool between replays is caught here)."""
         if self.graph is None:
             return True
+        self.graph.replay()
         sync(self.device)
         return torch.equal(self.static_out.view(torch.uint8), self.eager_out.view(torch.uint8))
 
@@ -400,16 +403,28 @@ def first_of(i: int) -> str:
     return "candidate" if i % 2 else "baseline"
 
 
-def start_processes(n: int, argv_of, local=None) -> list:
-    """P processes prepared at once: the workers are started first (argv_of(i, first) for i >= 1, or for
-    i >= 0 without a local one), then the local sides are prepared (local(): a Local), then every ready
-    line is awaited. The caller closes them (close_all). Both sides of every process must run in one mode."""
-    workers = [Worker(argv_of(i, first_of(i)), first_of(i)) for i in range(1 if local else 0, n)]
-    procs = []
+# Processes preparing at one time on a GPU. A canonical process holds about 17 GB once prepared and peaks
+# near 25 GB while it builds and captures (H200, studies/perfgate/evidence/canonical_memory_2026-12-02/):
+# six preparing at once ran the H200's 140 GB out, two at a time beside four prepared ones fit.
+PREPARE_AT_ONCE = 1
+
+
+def start_processes(n: int, argv_of, local=None, at_once: int | None = PREPARE_AT_ONCE) -> list:
+    """P processes, all prepared before any timing: the local sides first (local(): a Local), then the
+    workers (argv_of(i, first) for i >= 1, or for i >= 0 without a local one) in groups of `at_once`
+    started together, each group's ready lines awaited before the next starts (None: all at once). The
+    caller closes them (close_all). Both sides of every process must run in one mode."""
+    todo = list(range(1 if local else 0, n))
+    step = (len(todo) or 1) if at_once is None else max(1, at_once)
+    workers, procs = [], []
     try:
-        procs = ([local()] if local else []) + workers
-        for w in workers:
-            w.wait_ready()
+        procs = [local()] if local else []
+        for k in range(0, len(todo), step):
+            group = [Worker(argv_of(i, first_of(i)), first_of(i)) for i in todo[k : k + step]]
+            workers += group
+            for w in group:
+                w.wait_ready()
+        procs += workers
         modes = {m for p in procs for m in p.ready["modes"].values()}
         if len(modes) != 1:
             raise RuntimeError(
@@ -429,12 +444,17 @@ def close_all(procs) -> None:
 
 def prepare(base, cand, device: str, mode: str, warmup: int, first: str) -> dict:
     sides = {"A": Side("the baseline", base, device), "B": Side("the candidate", cand, device)}
+    # the two graphs of a process never run at once: one memory pool for both halves what a canonical process
+    # holds (a block's activations once, not twice), so that P processes fit on one GPU
+    pool = torch.cuda.graph_pool_handle() if device == "cuda" and mode == "graph" else None
     for s in ("B", "A") if first == "candidate" else ("A", "B"):
-        sides[s].prepare(mode, warmup)
+        sides[s].prepare(mode, warmup, pool)
     if any(s.mode != "graph" for s in sides.values()) and mode == "graph":  # both sides in one mode
         why = next(s.reason for s in sides.values() if s.mode != "graph")
         for s in sides.values():
             s.call, s.mode, s.reason = s.fn, "eager", why
+    if device == "cuda":  # what the eager runs and captures left cached goes back: the other processes need it
+        torch.cuda.empty_cache()
     return sides
 
 
