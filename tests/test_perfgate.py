@@ -26,7 +26,7 @@ def test_the_canonical_schedule_is_pinned():
     """Catches: any change to the canonical schedule, its level split or its timing budget."""
     cfg = C.load_config([ROOT / "config/config.yaml", ROOT / "config/canonical.yaml"])
     p = G.params(cfg["timing"])
-    pinned = ("graph", 4, 10, 1, 5, 5, 1, 0.1, 2, 0.95)
+    pinned = ("graph", 4, 6, 2, 9, 9, 1, 0.1, 2, 0.95)
     got = (
         "mode",
         "calls",
@@ -39,15 +39,15 @@ def test_the_canonical_schedule_is_pinned():
         "max_attempts",
     )
     assert tuple(p[k] for k in got) + (p["confidence"],) == pinned
-    assert G.processes_for(p, "cuda") == 10 and G.looks_schedule(p) == (1, 5)
+    assert G.processes_for(p, "cuda") == 6 and G.looks_schedule(p) == (2, 9)
     assert G.levels(p) == pytest.approx((0.00125, 0.01125))  # (1 - 0.95) / (2 bounds x 2 attempts), 10% early
-    assert G.t_ppf(1 - 0.00125, 9) == pytest.approx(4.1458, abs=1e-3)  # the early look's t on 9 df
-    assert G.t_ppf(1 - 0.01125, 9) == pytest.approx(2.7494, abs=1e-3)  # the last look's
+    assert G.t_ppf(1 - 0.00125, 5) == pytest.approx(5.6042, abs=1e-4)  # the early look's t on 5 df
+    assert G.t_ppf(1 - 0.01125, 5) == pytest.approx(3.2578, abs=1e-4)  # the last look's
     from h3gates.rungs.timing import LEAD
 
     # seconds of GPU time by each look at 132.5 ms a call, lead calls included: about 20 s and at most 90 s
-    early, last = G.timing_seconds(p, 0.1325, 10, LEAD)
-    assert (round(early, 1), round(last, 1)) == (23.9, 87.5) and last <= 90
+    early, last = G.timing_seconds(p, 0.1325, 6, LEAD)
+    assert (round(early, 1), round(last, 1)) == (22.3, 84.3) and last <= 90
 
 
 def test_the_timing_defaults_live_in_the_schema_only():

@@ -638,11 +638,11 @@ def test_shipped_config_overlays_validate(overlays):
     assert cfg["profile"] == "canonical" and cfg["device"] == "cuda"
     long = "config/timing_long.yaml" in overlays
     assert (cfg["timing"]["early_pairs"], cfg["timing"]["max_pairs"], cfg["timing"]["looks"]) == (
-        1,
-        10 if long else 5,
+        2,
+        18 if long else 9,
         1,
     )
-    assert cfg["timing"]["processes"] == 10
+    assert cfg["timing"]["processes"] == 6
     assert cfg["timing"]["mode"] == "graph" and cfg["timing"]["calls"] == 4
 
 

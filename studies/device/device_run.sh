@@ -36,7 +36,8 @@ for step in "$@"; do
     warmimports)  # one import of what every job imports, so the bytecode cache is in place before the timed jobs
       python3 -c "import time; t = time.time(); import torch, comfy_kitchen, snakemake; from h3gates.rungs import artifacts, gate, ladder, nsight; print(f'imports {time.time() - t:.1f}s')"
       python3 -c "import time; t = time.time(); import torch, comfy_kitchen, snakemake; from h3gates.rungs import artifacts, gate, ladder, nsight; print(f'imports again {time.time() - t:.1f}s')" ;;
-    gputests)  # every GPU test file under the project's default workers (pyproject addopts: -n 2), then under 4;
+    gputests)  # every GPU test file under the project's default workers (pyproject addopts: -n 2), then under 4
+               # (pytest-xdist and execnet are not on the device: carry them, with nvmath and nvidia-ml-py, as a zip in .devsite);
                # a test that hangs dumps every thread's stack after 100 s (faulthandler) instead of stalling the call
       for n in default 4; do w=(); [ "$n" = default ] || w=(-n "$n")
         t0=$(date +%s.%N); timeout "${GT_TIMEOUT:-200}" python3 -m pytest -q -p no:cacheprovider -o faulthandler_timeout=100 "${w[@]}" \

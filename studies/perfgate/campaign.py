@@ -225,8 +225,8 @@ def parse_gate(spec: str) -> tuple[str, int]:
 
 
 def plan() -> dict[str, list[str]]:
-    """The campaign in pieces of about 8 minutes (a gate: ~30-60 s preparing 10 processes, up to ~90 s timing):
-    A/A 3 gates per block (30 fresh processes a block, 90 in all), planted +-0.3% 4 of each per block (12
+    """The campaign in pieces of about 8 minutes (a gate: ~72 s preparing 6 processes, up to ~85 s timing):
+    A/A 3 gates per block (18 fresh processes a block, 54 in all), planted +-0.3% 4 of each per block (12
     each), one real gate per shipped candidate and block."""
     out = {}
     for b in BLOCKS:
