@@ -291,7 +291,7 @@ def test_rung1_catalogue_values_reach_a_gemm_that_owns_only_the_model_shape():
     cand = {"out": Role(base["out"].producer, _DegenerateScaleAtModelShape(base["out"].gemm, (prof.rows, n, k)))}
     reasons = []
     gate = SimpleNamespace(
-        config=prof,
+        model_profile=prof,
         device="cpu",
         reference_q=ref,
         candidate=cand,
