@@ -43,11 +43,13 @@ def test_the_canonical_schedule_is_pinned():
     assert G.levels(p) == pytest.approx((0.00125, 0.01125))  # (1 - 0.95) / (2 bounds x 2 attempts), 10% early
     assert G.t_ppf(1 - 0.00125, 5) == pytest.approx(5.6042, abs=1e-4)  # the early look's t on 5 df
     assert G.t_ppf(1 - 0.01125, 5) == pytest.approx(3.2578, abs=1e-4)  # the last look's
-    from h3gates.rungs.timing import LEAD
+    from h3gates.rungs.timing import FIRST_LEAD, LEAD, TRAIL
 
-    # seconds of GPU time by each look at 132.5 ms a call, lead calls included: about 20 s and at most 90 s
-    early, last = G.timing_seconds(p, 0.1325, 6, LEAD)
-    assert (round(early, 1), round(last, 1)) == (22.3, 84.3) and last <= 90
+    # seconds of GPU time by each look at 132.5 ms a call, lead and trail calls included (the gate's first
+    # request leads with FIRST_LEAD): about 20 s and at most 90 s
+    assert (LEAD, TRAIL, FIRST_LEAD) == (4, 2, 32)
+    early, last = G.timing_seconds(p, 0.1325, 6, LEAD, TRAIL, FIRST_LEAD)
+    assert (round(early, 1), round(last, 1)) == (24.4, 84.8) and last <= 90
 
 
 def test_the_timing_defaults_live_in_the_schema_only():
@@ -407,7 +409,8 @@ def test_run_pairs_discards_the_switch_call_and_times_calls_per_side(fake_clock)
     a, b = _Clock(0.002, rng), _Clock(0.0016, rng)
     sides = T.prepare(a, b, "cpu", "graph", 1, "baseline")
     assert sides["A"].mode == "eager" and "no GPU" in sides["A"].reason
-    pairs = T.run_pairs(sides, ["AB", "BA"], 3, "cpu", T.Monitor("cpu"))
+    pairs, host = T.run_pairs(sides, ["AB", "BA"], 3, "cpu", T.Monitor("cpu"))
+    assert host["start"] <= host["queued"] <= host["done"] and host["lead"] == host["trail"] == 0  # none on a CPU
     assert [p["order"] for p in pairs] == ["AB", "BA"] and all(len(p["A"]) == 3 and len(p["B"]) == 3 for p in pairs)
     assert all(p["A_switch"] > 0 and not p["throttled"] for p in pairs)
     assert a.calls == 1 + 1 + 2 * 4  # prepare's eager run, one warm-up, then 4 calls per pair (one switch + 3)
@@ -421,9 +424,11 @@ class _Recorder:
     def __init__(self, i, effect=0.0):
         self.i, self.first, self.effect = i, "baseline" if i % 2 == 0 else "candidate", effect
 
-    def run(self, orders, calls):
+    def run(self, orders, calls, lead, trail):
         _Recorder.log.append((self.i, len(orders)))
+        _Recorder.leads.append((lead, trail))
         rng = random.Random(len(_Recorder.log))
+        t = float(len(_Recorder.log))
         return [
             {
                 "order": o,
@@ -434,13 +439,13 @@ class _Recorder:
                 "throttled": [],
             }
             for o in orders
-        ]
+        ], {"start": t, "queued": t + 0.1, "done": t + 0.5, "lead": lead, "trail": trail}
 
 
 def test_the_gate_grants_requests_in_turns_and_counts_the_attempt_at_its_first_look():
     """Catches: a look's requests not going round every process (or not rotating), the early look's
     request layout changed, or the attempt counted before any data (or at every look)."""
-    _Recorder.log = []
+    _Recorder.log, _Recorder.leads = [], []
     from h3gates.rungs import timing as T
 
     looked = []
@@ -455,6 +460,10 @@ def test_the_gate_grants_requests_in_turns_and_counts_the_attempt_at_its_first_l
     assert looked == [6]  # once, after the early look's six requests
     assert _Recorder.log[:6] == [(i, 2) for i in range(6)]
     assert _Recorder.log[6:] == [((1 + k) % 6, 7) for k in range(6)]  # the turn order rotates
+    # only the gate's first request follows an idle GPU (a long lead); every request ends in a trail that keeps
+    # the GPU busy over the handover to the next process
+    assert _Recorder.leads == [(T.FIRST_LEAD, T.TRAIL)] + [(T.LEAD, T.TRAIL)] * 11 and T.TRAIL > 0
+    assert t["protocol"]["handover_gaps_s"] == [0.5] * 11 and len(t["processes"][0]["requests"]) == 2
     assert t["decision"] == "undecided" and len(t["process_means"]) == 6 and t["process_sd"] is not None
     assert t["order_effect"] is not None and [p["first"] for p in t["processes"]] == ["baseline", "candidate"] * 3
     json.dumps(t)  # the record is JSON

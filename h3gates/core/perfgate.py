@@ -381,12 +381,18 @@ def decide(
     }
 
 
-def timing_seconds(p: dict, call_s: float, processes: int, lead: int) -> list[float]:
-    """Seconds of GPU time (lead calls included) by the end of each look, for a block call of call_s."""
+def timing_seconds(
+    p: dict, call_s: float, processes: int, lead: int, trail: int = 0, first_lead: int | None = None
+) -> list[float]:
+    """Seconds of GPU time by the end of each look, for a block call of call_s: every call of every request,
+    its lead and trail calls included, and the gate's first request's `first_lead` in place of its lead."""
     p = params(p)
     out, before = [], 0
     for n in looks_schedule(p):
-        out.append(processes * (lead + (n - before) * 2 * (p["calls"] + 1)) * call_s + (out[-1] if out else 0.0))
+        calls = processes * (lead + trail + (n - before) * 2 * (p["calls"] + 1))
+        if not out and first_lead is not None:
+            calls += first_lead - lead
+        out.append(calls * call_s + (out[-1] if out else 0.0))
         before = n
     return out
 

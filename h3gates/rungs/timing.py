@@ -7,14 +7,20 @@ state a deployment runs them in, in P fresh processes.
   replay must equal the eager run's byte for byte, or the gate falls back to `eager` and says why. On a
   CPU, or where a side cannot be captured, `eager`: the block as the stand-in runs it (its host
   synchronizations included).
-- A request: LEAD untimed calls, then for each pair and each side in the pair's order one untimed call
+- A request: `lead` untimed calls, then for each pair and each side in the pair's order one untimed call
   (the switch call, recorded but not a sample) and `calls` back-to-back timed calls (CUDA events around
-  each call on a GPU, perf_counter on a CPU), all queued back to back; the host waits once at the end.
+  each call on a GPU, perf_counter on a CPU), then TRAIL untimed calls, all queued back to back; the host
+  waits for the last timed call only and answers while the trail still runs.
 - Processes: this process (it built the baseline first) and P - 1 workers (`python -m h3gates
   perf-worker`, or a study's own worker speaking the same protocol), alternately building and capturing
-  the candidate first. All are started before any prepares and all prepare at once; timing starts when
+  the candidate first. They prepare before any timing (PREPARE_AT_ONCE at a time); timing starts when
   every one has reported ready. Then the parent grants one process one request at a time (no two time
-  at once) and each look's requests go round the processes, in a rotating order.
+  at once) and each look's requests go round the processes, in a rotating order. The GPU never idles
+  between two requests: the next process is granted its request as soon as the last one's timed calls are
+  done, and queues its lead calls while the last one's trail still runs. An idle power-capped H200 comes
+  back with a clock transient of about 5 s (studies/perfgate/evidence/canonical_memory_2026-12-02/: every
+  request of the old protocol, which handed over through an idle GPU, ran calls 8-45 up to 7% slow and
+  fast in turn); only the gate's first request follows an idle GPU, and it leads with FIRST_LEAD calls.
 
 Throttle rule (stated in the report): NVML is read before a request's calls are queued and after they
 finish: the clock-event reasons at both ends and the cumulative violation (throttle-time) counters over
@@ -42,8 +48,14 @@ from h3gates.core.jobs import progress
 from h3gates.nvfp4.cuda.sync import sync
 from h3gates.nvfp4.gemm import AlphaTape
 
-LEAD = 8  # untimed calls queued before a request's pairs: after the host's wait a power-capped H200 ran its next calls up to
-# 10% slower, for about six calls (studies/perfgate/evidence/campaign_2026-12-01/: with 3 lead calls the first pair still showed it)
+# Untimed calls per request (the request layout; docs/performance-gate.md):
+# LEAD before its pairs (the next process's first calls run beside the last one's trail); TRAIL after its last
+# timed call, so the GPU stays busy while the next process is granted its request and queues its lead (a few
+# milliseconds of host time; the trail is 0.27 s of GPU time at canonical size).
+LEAD = 4
+TRAIL = 2
+FIRST_LEAD = 32  # the gate's first request follows an idle GPU (its processes preparing): an idle power-capped H200 ran
+# calls 8-45 of every request up to 7% slow and fast in turn (studies/perfgate/evidence/canonical_memory_2026-12-02/)
 
 
 # ---------------------------------------------------------------------- NVML
@@ -277,25 +289,29 @@ def _timed_calls(side: Side, n: int, device: str) -> list[float]:
     return out
 
 
-def run_pairs(sides: dict, orders: list[str], calls: int, device: str, monitor: Monitor) -> list[dict]:
-    """Timed pairs in the given side orders: per side one switch call and `calls` steady calls.
+def run_pairs(
+    sides: dict, orders: list[str], calls: int, device: str, monitor: Monitor, lead: int = LEAD, trail: int = TRAIL
+) -> tuple[list[dict], dict]:
+    """Timed pairs in the given side orders: per side one switch call and `calls` steady calls. Returns the
+    pairs and the request's host times (time.time(): `start` when asked, `queued` when every call is queued,
+    `done` when the last timed call has finished).
 
     On a GPU every call of every pair is queued back to back (an event pair around each) and the host
-    waits once, at the end: a synchronize between sides or pairs idles the GPU, and a power-capped H200
-    coming out of even a short idle runs its next calls at another clock (measured: the second side's
-    first calls up to 10% slower). NVML is read before the queue and after the wait (reasons and the
-    cumulative violation counters)."""
+    waits once, for the last timed call: a synchronize between sides or pairs idles the GPU, and a
+    power-capped H200 coming out of even a short idle runs its next calls at another clock (measured: the
+    second side's first calls up to 10% slower). The `lead` untimed calls are queued first (the GPU is busy
+    within a millisecond of the request), then NVML is read, then the pairs, then `trail` untimed calls that
+    keep the GPU busy while the host answers and the next process starts. NVML is read again once the last
+    timed call has finished (reasons and the cumulative violation counters)."""
+    host = {"start": time.time()}
     out = [{"order": o} for o in orders]
     was = gc.isenabled()
-    gc.collect()
-    gc.disable()  # no collection while calls are queued or timed
+    gc.disable()  # no collection while calls are queued or timed (the worker collects after answering)
     try:
-        m0 = monitor.sample()
         if device == "cuda":
-            for _ in range(
-                LEAD
-            ):  # untimed: the GPU out of the idle before this request (a power-capped H200's transient)
+            for _ in range(lead):  # untimed: the GPU into the steady state before the pairs
                 sides[orders[0][0]].call()
+            m0 = monitor.sample()
             ev = []
             for o in orders:
                 for s in o:
@@ -308,10 +324,16 @@ def run_pairs(sides: dict, orders: list[str], calls: int, device: str, monitor: 
                         sides[s].call()
                         end.record()
                     ev.append(pair_ev)
-            torch.cuda.synchronize()
+            for _ in range(trail):  # untimed: the GPU stays busy over the handover to the next process
+                sides[orders[-1][-1]].call()
+            host["queued"] = time.time()
+            ev[-1][-1][1].synchronize()  # the last timed call (every earlier event is done too); the trail runs on
             times = iter([[a.elapsed_time(b) / 1e3 for a, b in e] for e in ev])
         else:
+            m0 = monitor.sample()
+            host["queued"] = time.time()
             times = iter([_timed_calls(sides[s], calls + 1, device) for o in orders for s in o])
+        host["done"] = time.time()
         m1 = monitor.sample()
         bad = monitor.record(m0, m1)["dropped_for"] if monitor.available else []
         for pair in out:
@@ -322,7 +344,8 @@ def run_pairs(sides: dict, orders: list[str], calls: int, device: str, monitor: 
     finally:
         if was:
             gc.enable()
-    return out
+    host.update(lead=lead if device == "cuda" else 0, trail=trail if device == "cuda" else 0)
+    return out, host
 
 
 # ---------------------------------------------------------------------- processes
@@ -336,8 +359,8 @@ class Local:
             "reasons": {k: s.reason for k, s in sides.items()},
         }
 
-    def run(self, orders: list[str], calls: int) -> list[dict]:
-        return run_pairs(self.sides, orders, calls, self.device, self.monitor)
+    def run(self, orders: list[str], calls: int, lead: int = LEAD, trail: int = TRAIL) -> tuple[list[dict], dict]:
+        return run_pairs(self.sides, orders, calls, self.device, self.monitor, lead, trail)
 
     def info(self) -> dict:
         return {"first": self.first, **_info(self.sides, self.monitor)}
@@ -382,8 +405,9 @@ class Worker:
         self.p.stdin.flush()
         return self._read()
 
-    def run(self, orders: list[str], calls: int) -> list[dict]:
-        return self._ask({"orders": orders, "calls": calls})["pairs"]
+    def run(self, orders: list[str], calls: int, lead: int = LEAD, trail: int = TRAIL) -> tuple[list[dict], dict]:
+        r = self._ask({"orders": orders, "calls": calls, "lead": lead, "trail": trail})
+        return r["pairs"], r["host"]
 
     def info(self) -> dict:
         return {"first": self.first, **self._ask({"info": True})}
@@ -467,17 +491,21 @@ def serve(sides: dict, device: str, extra: dict | None = None) -> None:
     ready = {"modes": {k: s.mode for k, s in sides.items()}, "reasons": {k: s.reason for k, s in sides.items()}}
     out.write(json.dumps({**(extra or {}), **ready}) + "\n")
     out.flush()
+    gc.collect()
     for line in sys.stdin:
         req = json.loads(line)
         if req.get("quit"):
             break
-        reply = (
-            _info(sides, monitor)
-            if req.get("info")
-            else {"pairs": run_pairs(sides, req["orders"], req["calls"], device, monitor)}
-        )
+        if req.get("info"):
+            reply = _info(sides, monitor)
+        else:
+            pairs, host = run_pairs(
+                sides, req["orders"], req["calls"], device, monitor, req.get("lead", LEAD), req.get("trail", TRAIL)
+            )
+            reply = {"pairs": pairs, "host": host}
         out.write(json.dumps(reply) + "\n")
         out.flush()
+        gc.collect()  # after answering: the next request starts without a collection pending
 
 
 # ---------------------------------------------------------------------- the gate
@@ -490,16 +518,18 @@ def gate(processes: list, p: dict, attempt: int, say=progress, on_look=None) -> 
     looks = PG.looks_schedule(p)
     P = len(processes)
     raw: list[list[dict]] = [[] for _ in processes]
+    hosts: list[list[dict]] = [[] for _ in processes]
     t0 = time.perf_counter()
     d, history = None, []
     for look, n in enumerate(looks):
         for k in range(P):
             i = (look + k) % P
             todo = PG.orders(n, p["seed"], i, attempt)[len(raw[i]) : n]
-            got = processes[i].run(todo, p["calls"])
+            got, host = processes[i].run(todo, p["calls"], FIRST_LEAD if look == k == 0 else LEAD, TRAIL)
             for x in got:
                 x["request"] = look
             raw[i] += got
+            hosts[i].append({"look": look, **host})
         if look == 0 and on_look is not None:
             on_look()
         series, orders, segments, dropped = _kept(raw)
@@ -573,7 +603,11 @@ def gate(processes: list, p: dict, attempt: int, say=progress, on_look=None) -> 
         f"a look with more than {PG.THROTTLED_SHARE:.0%} of its pairs dropped cannot decide",
         "dropped_throttled": sum(bool(x["throttled"]) for x in every),
         "noise": PG.noise(every),
-        "processes": [{"first": getattr(proc, "first", None), "pairs": r} for proc, r in zip(processes, raw)],
+        "processes": [
+            {"first": getattr(proc, "first", None), "pairs": r, "requests": h}
+            for proc, r, h in zip(processes, raw, hosts)
+        ],
+        "protocol": {"lead": LEAD, "first_lead": FIRST_LEAD, "trail": TRAIL, "handover_gaps_s": _gaps(hosts)},
         "timed_s": _timed_s(every),
         "wall_s": time.perf_counter() - t0,
     }
@@ -603,6 +637,13 @@ def _kept(raw):
 def _order_effect(s, o) -> float | None:
     ab, ba = [x for x, k in zip(s, o) if k == "AB"], [x for x, k in zip(s, o) if k == "BA"]
     return (statistics.fmean(ab) - statistics.fmean(ba)) / 2 if ab and ba else None
+
+
+def _gaps(hosts: list[list[dict]]) -> list[float]:
+    """Host seconds between one request's last timed call and the next request's start, in turn order (the
+    trail keeps the GPU busy over them)."""
+    reqs = sorted((h for hs in hosts for h in hs), key=lambda h: h["start"])
+    return [round(b["start"] - a["done"], 6) for a, b in zip(reqs, reqs[1:])]
 
 
 def _timed_s(pairs) -> float:

@@ -168,9 +168,9 @@ def main() -> int:
             "gain_0.3pct": rates(draw, p, a.trials // 4, math.log(0.997)),
         }
         print(f"AR(1) {rho}: {out['ar1'][str(rho)]}", flush=True)
-    from h3gates.rungs.timing import LEAD
+    from h3gates.rungs.timing import FIRST_LEAD, LEAD, TRAIL
 
-    out["timing_s_by_look"] = G.timing_seconds(p, 0.1325, p["processes"], LEAD)
+    out["timing_s_by_look"] = G.timing_seconds(p, 0.1325, p["processes"], LEAD, TRAIL, FIRST_LEAD)
     out["elapsed_s"] = time.time() - t0
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(out, indent=1))
