@@ -47,7 +47,7 @@ def test_the_canonical_schedule_is_pinned():
 
     # seconds of GPU time by each look at 132.5 ms a call, lead and trail calls included (the gate's first
     # request leads with FIRST_LEAD): about 20 s and at most 90 s
-    assert (LEAD, TRAIL, FIRST_LEAD) == (4, 2, 32)
+    assert (LEAD, TRAIL, FIRST_LEAD) == (4, 2, 48)
     early, last = G.timing_seconds(p, 0.1325, 6, LEAD, TRAIL, FIRST_LEAD)
     assert (round(early, 1), round(last, 1)) == (24.4, 84.8) and last <= 90
 
@@ -545,8 +545,9 @@ def test_config_refuses_what_the_gate_cannot_run():
 
 # ------------------------------------------------------------------ the studies, as smoke tests
 def test_the_campaign_analysis_runs_on_the_committed_h200_samples(tmp_path):
-    """studies/perfgate/analyze_campaign.py on ../shared/data/h200_timing_2026-12-01 (A/A, three blocks)
-    with a tiny bootstrap: per block a process SD with its interval, and the rates with both intervals."""
+    """studies/perfgate/analyze_campaign.py on ../shared/data/h200_timing_2026-12-01 (A/A, three blocks) and
+    the first pieces under the no-idle handover (studies/perfgate/evidence/campaign_2026-12-02) with a tiny
+    bootstrap: per block a process SD with its interval, and the rates with both intervals."""
     src = ROOT.parent.parent / "shared/data/h200_timing_2026-12-01"
     if not src.is_dir():
         src = Path("/work/shared/data/h200_timing_2026-12-01")
@@ -557,13 +558,39 @@ def test_the_campaign_analysis_runs_on_the_committed_h200_samples(tmp_path):
         import analyze_campaign as A
     finally:
         sys.path.remove(str(ROOT / "studies/perfgate"))
-    out = A.analyze([src], boot=6, outer=3, seed=1)
+    campaign = ROOT / "studies/perfgate/evidence/campaign_2026-12-02"
+    out = A.analyze([src, campaign], boot=6, outer=3, seed=1)
     assert set(out["blocks"]) == {"0", "24", "49"}
+    assert out["gates"]["gain:0.003 block 24"]["n"] == 1 and len(out["gates"]["gain:0.003 block 24"]["planted"]) == 6
     b = out["blocks"]["24"]
     assert b["processes"] >= 1 and len(b["process_sd_95"]) == 2
     r = out["rates"]["a_a"]
     assert 0 <= r["pass"] <= 1 and len(r["pass_95_source"]) == 2 and len(r["pass_95_mc"]) == 2
     json.dumps(out)
+
+
+def test_the_campaign_bootstrap_keeps_the_level_on_independent_normal_pairs(monkeypatch):
+    """Catches: the analysis's simulated gates drawing one measured process twice (two simulated processes
+    sharing most of their pairs: the gate then underestimates the spread of its process means and the
+    measured false-pass rate is overstated, 1.8% where the true one is under 1.25%), or a bootstrap that
+    loses the planted shift. 18 processes of 9 independent normal pairs (the H200's pair SD at 4 calls)."""
+    sys.path.insert(0, str(ROOT / "studies/perfgate"))
+    try:
+        import analyze_campaign as A
+    finally:
+        sys.path.remove(str(ROOT / "studies/perfgate"))
+    rng = random.Random(5)
+    procs = [
+        {"kind": "aa", "block": 24, "gate": f"g{g}", "decision": "undecided", "plant": None,
+         "pairs": [(rng.gauss(0, 0.0045), o) for o in G.orders(9, g, i, 1)]}
+        for g in range(3) for i in range(6)
+    ]  # fmt: skip
+    monkeypatch.setattr(A, "load", lambda paths: procs)
+    out = A.analyze([], boot=150, outer=8, seed=3)
+    aa, gain = out["rates"]["a_a"], out["rates"]["gain_0.3pct"]
+    assert aa["pass"] <= 0.0125 and aa["fail"] <= 0.0125  # 1200 simulated gates each; the level is 1.25%
+    assert gain["pass"] > 0.5 and gain["fail"] == 0 and out["rates_by_block"]["24"]["processes"] == 18
+    assert sorted(A._distinct([0, 3, 1, 0, 2], 3, random.Random(0))) == [1, 2, 4]  # each weighted one once
 
 
 def test_the_gate_simulation_runs_at_the_canonical_level(tmp_path):

@@ -54,7 +54,7 @@ from h3gates.nvfp4.gemm import AlphaTape
 # milliseconds of host time; the trail is 0.27 s of GPU time at canonical size).
 LEAD = 4
 TRAIL = 2
-FIRST_LEAD = 32  # the gate's first request follows an idle GPU (its processes preparing): an idle power-capped H200 ran
+FIRST_LEAD = 48  # the gate's first request follows an idle GPU (its processes preparing): an idle power-capped H200 ran
 # calls 8-45 of every request up to 7% slow and fast in turn (studies/perfgate/evidence/canonical_memory_2026-12-02/)
 
 

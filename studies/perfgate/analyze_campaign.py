@@ -7,10 +7,17 @@ campaign_*.json) and, as a smoke test, the older one-process rung-4 A/A reports
 - the false pass and false fail of an A/A, and the power for a 0.3% gain and a 0.3%-slower side, per attempt,
   by a two-stage bootstrap: (1) the processes resampled with replacement (the source-data stage: its spread
   over `outer` replicates is the interval that comes from the data), (2) within each replicate, `boot` gates
-  whose P processes are drawn from the resampled ones, each process's pairs drawn as request-aligned circular
-  blocks (a block per request of the canonical layout, starting anywhere in the process's series, wrapping),
-  each pair keeping its own order (so the measured order effect is in), the A/A mean removed and the planted
-  log ratio added; the Monte-Carlo interval (Wilson, over every simulated gate) is given beside it;
+  whose P processes are P distinct measured processes drawn with the weights stage 1 gave them, each
+  process's pairs drawn as request-aligned circular blocks (a block per request of the canonical layout,
+  starting anywhere in the process's series, wrapping), each pair keeping its own order (so the measured
+  order effect is in), the A/A mean removed and the planted log ratio added; the Monte-Carlo interval
+  (Wilson, over every simulated gate) is given beside it. Why distinct: a measured process has only about 9
+  pairs, so two simulated processes drawn from one measured process share most of their pairs and their
+  offset, and a gate holding both underestimates the spread of its process means. Drawn with replacement
+  (as this analysis first did) the level was overstated by that: on independent normal pairs of the
+  measured spread, whose true false-pass rate is under the 1.25% per attempt, it gave 1.8%
+  (tests/test_perfgate.py checks the distinct draw stays under the level there);
+- the same per block, where a block has at least 2 P A/A processes;
 - the decisions of the planted and real gates as they ran, with the planted ratio each process measured.
 
     python studies/perfgate/analyze_campaign.py DIR_OR_FILE... [--out FILE] [--boot 400] [--outer 200]
@@ -102,11 +109,21 @@ def _draw(pairs, lengths, rng):
     return out
 
 
-def _gate(pool, p, shift, rng) -> str:
+def _distinct(weights: list[int], k: int, rng) -> list[int]:
+    """k distinct indices, each drawn with probability proportional to its weight among those left."""
+    idx, w, out = list(range(len(weights))), list(weights), []
+    for _ in range(k):
+        j = rng.choices(range(len(idx)), weights=w)[0]
+        out.append(idx.pop(j))
+        w.pop(j)
+    return out
+
+
+def _gate(pool, weights, p, shift, rng) -> str:
+    """One simulated canonical gate over P distinct processes of `pool` (drawn by `weights`)."""
     looks = G.looks_schedule(p)
     lengths = [b - a for a, b in zip((0, *looks), looks)]
-    P = p["processes"]
-    full = [_draw(pool[rng.randrange(len(pool))], lengths, rng) for _ in range(P)]
+    full = [_draw(pool[i], lengths, rng) for i in _distinct(weights, p["processes"], rng)]
     for j, n in enumerate(looks):
         s = [[x + shift for x, _ in f[:n]] for f in full]
         o = [[k for _, k in f[:n]] for f in full]
@@ -126,6 +143,39 @@ def wilson(k, n, z=1.96):
 def _pct(v, q):
     v = sorted(v)
     return v[min(len(v) - 1, max(0, round(q * (len(v) - 1))))] if v else None
+
+
+def rates(aa: list[dict], p: dict, boot: int, outer: int, rng) -> dict:
+    """False pass / fail and power per attempt from these A/A processes by the two-stage bootstrap."""
+    if len(aa) < p["processes"]:
+        return {}
+    grand = statistics.fmean(x for q in aa for x, _ in q["pairs"])
+    pool = [[(x - grand, o) for x, o in q["pairs"]] for q in aa]
+    out = {"processes": len(aa)}
+    for name, shift in CASES:
+        counts = {"pass": 0, "fail": 0, "undecided": 0}
+        rep_rates = {"pass": [], "fail": []}
+        for _ in range(outer):
+            weights = [0] * len(pool)  # stage 1: the processes, resampled with replacement
+            for _ in pool:
+                weights[rng.randrange(len(pool))] += 1
+            while sum(w > 0 for w in weights) < p["processes"]:  # a gate needs P distinct processes
+                weights[rng.randrange(len(pool))] += 1
+            c = {"pass": 0, "fail": 0, "undecided": 0}
+            for _ in range(boot):  # stage 2: gates from request-aligned circular blocks of their pairs
+                c[_gate(pool, weights, p, shift, rng)] += 1
+            for k in counts:
+                counts[k] += c[k]
+            for k in rep_rates:
+                rep_rates[k].append(c[k] / boot)
+        n = outer * boot
+        out[name] = {
+            **{k: v / n for k, v in counts.items()},
+            **{f"{k}_95_mc": wilson(counts[k], n) for k in ("pass", "fail")},
+            **{f"{k}_95_source": [_pct(rep_rates[k], 0.025), _pct(rep_rates[k], 0.975)] for k in ("pass", "fail")},
+        }
+        out[name]["pass_95"] = out[name]["pass_95_source"]
+    return out
 
 
 def analyze(paths, boot: int = 400, outer: int = 200, seed: int = 0) -> dict:
@@ -149,42 +199,31 @@ def analyze(paths, boot: int = 400, outer: int = 200, seed: int = 0) -> dict:
             "process_sd_95": [_pct(reps, 0.025), _pct(reps, 0.975)] if reps else [None, None],
         }
     # the A/A pool: every process's pairs with the A/A grand mean removed (process offsets kept)
-    grand = statistics.fmean(x for q in aa for x, _ in q["pairs"]) if aa else 0.0
-    pool = [[(x - grand, o) for x, o in q["pairs"]] for q in aa]
-    for name, shift in CASES:
-        counts = {"pass": 0, "fail": 0, "undecided": 0}
-        rep_rates = {"pass": [], "fail": []}
-        for _ in range(outer):
-            src = [rng.choice(pool) for _ in pool]  # stage 1: the processes
-            c = {"pass": 0, "fail": 0, "undecided": 0}
-            for _ in range(boot):  # stage 2: gates from request-aligned circular blocks of their pairs
-                c[_gate(src, p, shift, rng)] += 1
-            for k in counts:
-                counts[k] += c[k]
-            for k in rep_rates:
-                rep_rates[k].append(c[k] / boot)
-        n = outer * boot
-        out["rates"][name] = {
-            **{k: v / n for k, v in counts.items()},
-            **{f"{k}_95_mc": wilson(counts[k], n) for k in ("pass", "fail")},
-            **{f"{k}_95_source": [_pct(rep_rates[k], 0.025), _pct(rep_rates[k], 0.975)] for k in ("pass", "fail")},
-        }
-        out["rates"][name]["pass_95"] = out["rates"][name]["pass_95_source"]
+    out["rates"] = rates(aa, p, boot, outer, rng)
+    out["rates_by_block"] = {
+        str(b): rates([x for x in aa if x["block"] == b], p, boot, outer, rng)
+        for b in sorted({x["block"] for x in aa})
+        if sum(x["block"] == b for x in aa) >= 2 * p["processes"]
+    }
     gates = {}
     for x in procs:
         g = gates.setdefault(
-            x["gate"], {"kind": x["kind"], "block": x["block"], "decision": x["decision"], "planted": []}
+            x["gate"],
+            {"kind": x["kind"], "block": x["block"], "decision": x["decision"], "planted": [], "block_ratio": []},
         )
         if x["plant"]:
             g["planted"].append(x["plant"].get("planted_ratio"))
+            g["block_ratio"].append(x["plant"].get("block_ratio"))
     out["gates"] = {}
     for g in gates.values():
         k = out["gates"].setdefault(
-            f"{g['kind']} block {g['block']}", {"n": 0, "pass": 0, "fail": 0, "undecided": 0, "planted": []}
+            f"{g['kind']} block {g['block']}",
+            {"n": 0, "pass": 0, "fail": 0, "undecided": 0, "planted": [], "block_ratio": []},
         )
         k["n"] += 1
         k[g["decision"] if g["decision"] in ("pass", "fail") else "undecided"] += 1
-        k["planted"] += [r for r in g["planted"] if r is not None]
+        k["planted"] += [r for r in g["planted"] if r is not None]  # the copy alone, measured by each process
+        k["block_ratio"] += [r for r in g["block_ratio"] if r is not None]  # the whole block (campaign._block_ratio)
     return out
 
 
@@ -202,8 +241,15 @@ def main() -> int:
         Path(a.out).write_text(text)
     for b, v in out["blocks"].items():
         print(f"block {b}: {v['processes']} A/A processes, process SD {v['process_sd']} 95% {v['process_sd_95']}")
-    for name, r in out["rates"].items():
-        print(f"{name:14s} pass {r['pass']:.4f} {r['pass_95_source']} fail {r['fail']:.4f} {r['fail_95_source']}")
+    for where, rs in [("all blocks", out["rates"])] + [(f"block {b}", r) for b, r in out["rates_by_block"].items()]:
+        for name, r in rs.items():
+            if isinstance(r, dict):
+                print(
+                    f"{where:10s} {name:14s} pass {r['pass']:.4f} {r['pass_95_source']} "
+                    f"fail {r['fail']:.4f} {r['fail_95_source']}"
+                )
+    for k, g in out["gates"].items():
+        print(f"{k:24s} n {g['n']} pass {g['pass']} fail {g['fail']} undecided {g['undecided']}")
     return 0
 
 

@@ -159,6 +159,32 @@ def _copy_ms(nbytes: int, block, device: str, n: int = 21) -> float:
     return sorted(t)[n // 2]
 
 
+def _block_ratio(prepared: dict, device: str, rounds: int = 12) -> float:
+    """The candidate's call time over the baseline's, as the prepared sides run (graph replays where
+    captured), by another design than the gate's: single calls in ABBA rounds, the median of each side.
+    The copy alone (planted_ratio) understated what the copy costs the block: on the H200 its first planted
+    gates measured 0.43-0.47% where the copy alone made 0.30% (studies/perfgate/evidence/campaign_2026-12-02)."""
+    import torch
+
+    a, b = prepared["A"].call, prepared["B"].call
+    times = {"A": [], "B": []}
+    for _ in range(rounds):
+        for s, f in (("A", a), ("B", b), ("B", b), ("A", a)):
+            if device == "cuda":
+                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                e0.record()
+                f()
+                e1.record()
+                e1.synchronize()
+                times[s].append(e0.elapsed_time(e1))
+            else:
+                t0 = time.perf_counter()
+                f()
+                times[s].append((time.perf_counter() - t0) * 1e3)
+    med = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
+    return med["B"] / med["A"]
+
+
 def _roles(name: str, sides, cfg, plant: dict):
     from h3gates.core.config import cand_config
     from h3gates.model import candidates
@@ -204,6 +230,8 @@ def worker(block: int, first: str, a: str, b: str, mode: str, warmup: int) -> No
     fa = (lambda r: lambda: sides.model.block_forward(block, x, 0, r))(_roles(a, sides, cfg, plant))
     fb = (lambda r: lambda: sides.model.block_forward(block, x, 0, r))(_roles(b, sides, cfg, plant))
     prepared = T.prepare(fa, fb, dev, mode, warmup, first)
+    if g is not None:  # the planted ratio the whole block shows, measured apart from the gate (below)
+        plant["block_ratio"] = _block_ratio(prepared, dev)
     equal = torch.equal(prepared["A"].eager_out.view(torch.uint8), prepared["B"].eager_out.view(torch.uint8))
     T.serve(prepared, dev, {"block_ms": block_ms, "plant": plant, "equal": equal})
 

@@ -3,15 +3,18 @@ AR(1) series, at the canonical level (config/canonical.yaml as it is: max_attemp
 bounds x 2 attempts) per attempt, split 10/90 over the early and the last look): false pass / fail and
 power per attempt, with a between-process component (CPU, a minute or two).
 
-The measured samples: studies/perfgate/evidence/campaign_2026-12-01/run3_aa_block24.json (A/A at block 24,
-two processes per gate, CUDA graphs, lead calls, 8 steady calls per side): each pair's d residual around
-its order's mean, per measured process, in time order. A simulated gate draws for each of its P processes
-a series by a circular block bootstrap (blocks of 5 consecutive pairs of one measured process, wrapping
-around its end, so every pair is drawn equally often: the moving-block bootstrap under-samples the ends
-and biased the old A/A ratio to ~0.9999), adds a process offset drawn from N(0, process_sd^2), the
-measured order effect by each pair's order, and the planted log ratio.
+The measured samples (--source): by default the A/A gates of studies/perfgate/evidence/campaign_2026-12-02/
+(the canonical protocol with the no-idle handover: six fresh processes per gate, CUDA graphs, 4 steady calls
+per side); the older run 3 (studies/perfgate/evidence/campaign_2026-12-01/run3_aa_block24.json, two processes,
+8 calls a side, scaled by sqrt(2)) also reads. Each pair's d residual around its order's mean, per measured
+process, in time order. A simulated gate draws for each of its P processes a series by a circular block
+bootstrap (blocks of 5 consecutive pairs of one measured process, wrapping around its end, so every pair is
+drawn equally often: the moving-block bootstrap under-samples the ends and biased the old A/A ratio to
+~0.9999), adds a process offset drawn from N(0, process_sd^2), the measured order effect by each pair's order,
+and the planted log ratio. --variant runs other schedules beside the canonical one (more processes, more pairs).
 
     python studies/perfgate/gate_simulation.py --out FILE [--trials 4000] [--process-sd 0 0.0005 0.001 0.0015]
+        [--source DIR_OR_FILE] [--variant processes=12,min_pairs=5,max_pairs=5 ...] [--no-ar1]
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 from h3gates.core import config as C  # noqa: E402
 from h3gates.core import perfgate as G  # noqa: E402
 
-RUN = ROOT / "studies/perfgate/evidence/campaign_2026-12-01/run3_aa_block24.json"
+RUN = ROOT / "studies/perfgate/evidence/campaign_2026-12-02"  # the A/A gates under the no-idle handover (4 calls)
 
 
 def canonical() -> dict:
@@ -41,15 +44,21 @@ def canonical() -> dict:
     return G.params(cfg["timing"])
 
 
-def measured() -> tuple[list[list[float]], dict]:
-    """Per measured process, its pairs' residuals around their order's mean, in time order."""
-    d = json.loads(RUN.read_text())
-    procs: dict[int, list[tuple[float, str]]] = {}
-    for gi, g in enumerate(d["gates"]):
-        for i, proc in enumerate(g["processes"]):
-            procs.setdefault((gi, i), [])
-            for p in proc["pairs"]:
-                procs[(gi, i)].append((G.pair_stat(p["A"], p["B"]), p["order"]))
+def measured(source: Path = RUN) -> tuple[list[list[float]], dict]:
+    """Per measured A/A process, its pairs' residuals around their order's mean, in time order (source: one
+    campaign JSON, or a folder of them: every gate of kind aa, or every gate where no kind is recorded)."""
+    files = sorted(source.glob("campaign_*.json")) if source.is_dir() else [source]
+    procs: dict[tuple, list[tuple[float, str]]] = {}
+    calls = set()
+    for f in files:
+        for gi, g in enumerate(json.loads(f.read_text())["gates"]):
+            if g.get("kind", "aa") != "aa":
+                continue
+            for i, proc in enumerate(g["processes"]):
+                procs.setdefault((f.name, gi, i), [])
+                for p in proc["pairs"]:
+                    procs[(f.name, gi, i)].append((G.pair_stat(p["A"], p["B"]), p["order"]))
+                    calls.add(len(p["A"]))
     means = {o: statistics.fmean(x for s in procs.values() for x, oo in s if oo == o) for o in ("AB", "BA")}
     resid = [[x - means[o] for x, o in s] for s in procs.values() if len(s) >= 5]
     flat = [x for s in resid for x in s]
@@ -59,14 +68,15 @@ def measured() -> tuple[list[list[float]], dict]:
         "sd": statistics.stdev(flat),
         "order_means": means,
         "lag1": G.lag1(resid, 0.0),
-        "gates": len(d["gates"]),
+        "files": [str(f.relative_to(ROOT)) for f in files],
+        "calls": sorted(calls),
     }
     return resid, info
 
 
-def circular(src: list[list[float]], n: int, rng, block: int = 5) -> list[float]:
-    """A circular block bootstrap series of length n from one randomly chosen source process."""
-    s = src[rng.randrange(len(src))]
+def circular(src: list[list[float]], n: int, rng, block: int = 5, which: int | None = None) -> list[float]:
+    """A circular block bootstrap series of length n from one source process (`which`, else a random one)."""
+    s = src[rng.randrange(len(src)) if which is None else which]
     out = []
     while len(out) < n:
         i = rng.randrange(len(s))
@@ -88,13 +98,12 @@ def gate(draw, p: dict, shift: float, order_effect: float, process_sd: float, se
     P = p["processes"]
     orders = [G.orders(looks[-1], seed, i) for i in range(P)]
     full = []
+    sources = rng.sample(range(draw.sources), P) if getattr(draw, "sources", 0) >= P else [None] * P
     for i in range(P):
         off = rng.gauss(0, process_sd) if process_sd else 0.0
+        series = draw(rng, looks[-1]) if sources[i] is None else draw(rng, looks[-1], sources[i])
         full.append(
-            [
-                x + shift + off + (order_effect if o == "AB" else -order_effect)
-                for x, o in zip(draw(rng, looks[-1]), orders[i])
-            ]
+            [x + shift + off + (order_effect if o == "AB" else -order_effect) for x, o in zip(series, orders[i])]
         )
     for j, n in enumerate(looks):
         d = G.decide([s[:n] for s in full], [o[:n] for o in orders], p, j)
@@ -134,20 +143,36 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--trials", type=int, default=4000)
     ap.add_argument("--process-sd", type=float, nargs="+", default=[0.0, 0.0005, 0.001, 0.0015])
+    ap.add_argument("--source", type=Path, default=RUN, help="a campaign JSON or a folder of them (the A/A gates)")
+    ap.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        help="another schedule beside the canonical one, as timing keys: processes=12,min_pairs=5,max_pairs=5",
+    )
+    ap.add_argument("--no-ar1", action="store_true")
     a = ap.parse_args()
     t0 = time.time()
     p = canonical()
-    resid, info = measured()
-    # the measured pairs had 8 calls a side; the canonical pair has 4: its spread is scaled by sqrt(2) (per-call
-    # noise independent within a pair; conservative where the pair spread is drift shared by both sides)
-    scale = math.sqrt(8 / p["calls"])
+    resid, info = measured(a.source.resolve())
+    # pairs measured at another number of calls a side than the canonical pair's: the spread is scaled by
+    # sqrt(measured / canonical) (per-call noise independent within a pair; conservative where the pair spread
+    # is drift shared by both sides); the run-3 pairs had 8 calls, the 2026-12-02 campaign's the canonical 4
+    scale = math.sqrt(info["calls"][0] / p["calls"]) if len(info["calls"]) == 1 else float("nan")
     src = [[x * scale for x in s] for s in resid]
     oe = (info["order_means"]["AB"] - info["order_means"]["BA"]) / 2
-    boot = lambda rng, n: circular(src, n, rng)  # noqa: E731
+
+    def boot(rng, n, which=None):  # a gate's P processes from P distinct measured ones, where there are P
+        return circular(src, n, rng, which=which)
+
+    # two simulated processes drawn from one measured process of ~9 pairs share most of their pairs: a gate
+    # holding both underestimates the spread of its process means (anti-conservative, 2.1% false pass at the
+    # 1.25% level on the 2026-12-02 pairs when drawn with replacement)
+    boot.sources = len(src)
     out = {
         "command": " ".join(sys.argv),
         "python": platform.python_version(),
-        "measured": {**info, "order_effect": oe, "run": str(RUN.relative_to(ROOT)), "spread_scale": scale},
+        "measured": {**info, "order_effect": oe, "spread_scale": scale},
         "schedule": p,
         "levels": list(G.levels(p)),
         "trials": a.trials,
@@ -161,15 +186,25 @@ def main() -> int:
             print(f"bootstrap process_sd {sb:.4f} {name:14s} {block[name]}", flush=True)
         g = block["gain_0.3pct"]["pass"]
         block["gain_0.3pct_three_blocks"] = g**3
-    for rho in (0.0, 0.2, 0.33, 0.5):
+    from h3gates.rungs.timing import FIRST_LEAD, LEAD, TRAIL
+
+    out["variants"] = {}
+    for v in a.variant:
+        q = G.params({**p, **{k: int(x) for k, x in (kv.split("=") for kv in v.split(","))}})
+        row = out["variants"][v] = {
+            "timing_s_by_look": G.timing_seconds(q, 0.1325, q["processes"], LEAD, TRAIL, FIRST_LEAD),
+            "levels": list(G.levels(q)),
+        }
+        for sb in a.process_sd:
+            row[str(sb)] = {name: rates(boot, q, a.trials, shift, oe, sb) for name, shift in CASES}
+            print(f"variant {v} process_sd {sb:.4f} {row[str(sb)]}", flush=True)
+    for rho in () if a.no_ar1 else (0.0, 0.2, 0.33, 0.5):
         draw = lambda rng, n, rho=rho: ar1(n, rho, info["sd"] * scale, rng)  # noqa: E731
         out["ar1"][str(rho)] = {
             "a_a": rates(draw, p, a.trials // 2),
             "gain_0.3pct": rates(draw, p, a.trials // 4, math.log(0.997)),
         }
         print(f"AR(1) {rho}: {out['ar1'][str(rho)]}", flush=True)
-    from h3gates.rungs.timing import FIRST_LEAD, LEAD, TRAIL
-
     out["timing_s_by_look"] = G.timing_seconds(p, 0.1325, p["processes"], LEAD, TRAIL, FIRST_LEAD)
     out["elapsed_s"] = time.time() - t0
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)

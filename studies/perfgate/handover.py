@@ -50,6 +50,9 @@ def main() -> int:
     ap.add_argument("--block", type=int, default=24)
     ap.add_argument("--pairs", type=int, default=5)
     ap.add_argument("--rounds", default="trail,idle,trail,none")
+    ap.add_argument(
+        "--cold", type=int, default=8, help="pairs of a first request with no lead (the GPU out of its idle)"
+    )
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     from h3gates.core import config as C
@@ -82,13 +85,16 @@ def main() -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     try:
+        if a.cold:
+            pairs, host = procs[0].run(PG.orders(a.cold, 5, 0, 1), p["calls"], 0, T.TRAIL)
+            doc["cold"] = {"pairs": pairs, "host": host}
         for ri, name in enumerate(a.rounds.split(",")):
             lay = LAYOUTS[name]
             trail = T.TRAIL if lay["trail"] is None else lay["trail"]
             reqs = []
             for i in range(n):
                 orders = PG.orders(a.pairs, 7 + ri, i, 1)
-                lead = T.FIRST_LEAD if ri == 0 and i == 0 else T.LEAD
+                lead = T.FIRST_LEAD if ri == 0 and i == 0 and not a.cold else T.LEAD
                 pairs, host = procs[i].run(orders, p["calls"], lead, trail)
                 reqs.append({"process": i, "pairs": pairs, "host": host})
                 if lay["idle_s"]:
@@ -104,9 +110,24 @@ def main() -> int:
         T.close_all(procs)
     doc["wall_s"] = time.time() - t_start
     (out / f"handover_block{a.block}.json").write_text(json.dumps(doc))
-    print(
-        "\nmean call ms by position in the request (requests after the first of each round's first process excluded: none)"
-    )
+    if a.cold:
+        cp = profile([doc["cold"]])
+        print("cold request (no lead), call ms by position: " + " ".join(f"{x['mean_ms']:.1f}" for x in cp))
+    for r in doc["rounds"]:
+        means = []
+        for q in r["requests"]:
+            d = [(PG.pair_stat(x["A"], x["B"]), x["order"]) for x in q["pairs"]]
+            ab = [v for v, o in d if o == "AB"]
+            ba = [v for v, o in d if o == "BA"]
+            means.append(
+                (statistics.fmean(ab) + statistics.fmean(ba)) / 2 if ab and ba else statistics.fmean(v for v, _ in d)
+            )
+        allp = [PG.pair_stat(x["A"], x["B"]) for q in r["requests"] for x in q["pairs"]]
+        print(
+            f"{r['layout']:6s} pair d SD {statistics.stdev(allp) * 100:.3f}%  process means {[round(m * 100, 3) for m in means]} "
+            f"SD {statistics.stdev(means) * 100:.3f}%"
+        )
+    print("\nmean call ms by position in the request (round 0's first request excluded)")
     rows = {}
     for r in doc["rounds"]:
         rows.setdefault(r["layout"], []).extend(r["requests"][1:] if r is doc["rounds"][0] else r["requests"])
