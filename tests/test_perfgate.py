@@ -26,11 +26,12 @@ def test_the_canonical_schedule_is_pinned():
     """Catches: any change to the canonical schedule, its level split or its timing budget."""
     cfg = C.load_config([ROOT / "config/config.yaml", ROOT / "config/canonical.yaml"])
     p = G.params(cfg["timing"])
-    pinned = ("graph", 4, 6, 2, 9, 9, 1, 0.1, 2, 0.95)
+    pinned = ("graph", 4, 12, 6, 1, 4, 4, 1, 0.1, 2, 0.95)
     got = (
         "mode",
         "calls",
         "processes",
+        "resident",
         "early_pairs",
         "min_pairs",
         "max_pairs",
@@ -39,17 +40,18 @@ def test_the_canonical_schedule_is_pinned():
         "max_attempts",
     )
     assert tuple(p[k] for k in got) + (p["confidence"],) == pinned
-    assert G.processes_for(p, "cuda") == 6 and G.looks_schedule(p) == (2, 9)
+    assert G.processes_for(p, "cuda") == 12 and G.resident_for(p, "cuda") == 6 and G.looks_schedule(p) == (1, 4)
+    assert G.resident_for(p, "cpu") == G.processes_for(p, "cpu") == 2  # a CPU prepares all of its processes at once
     assert G.levels(p) == pytest.approx((0.00125, 0.01125))  # (1 - 0.95) / (2 bounds x 2 attempts), 10% early
-    assert G.t_ppf(1 - 0.00125, 5) == pytest.approx(5.6042, abs=1e-4)  # the early look's t on 5 df
-    assert G.t_ppf(1 - 0.01125, 5) == pytest.approx(3.2578, abs=1e-4)  # the last look's
+    assert G.t_ppf(1 - 0.00125, 5) == pytest.approx(5.6042, abs=1e-4)  # the early look's t: the first cohort, 5 df
+    assert G.t_ppf(1 - 0.01125, 11) == pytest.approx(2.6521, abs=1e-4)  # the last look's, over both cohorts
     from h3gates.rungs.timing import FIRST_LEAD, LEAD, TRAIL
 
-    # seconds of GPU time by each look at 132.5 ms a call, lead and trail calls included (the gate's first
-    # request leads with FIRST_LEAD): about 20 s and at most 90 s
-    assert (LEAD, TRAIL, FIRST_LEAD) == (4, 2, 48)
-    early, last = G.timing_seconds(p, 0.1325, 6, LEAD, TRAIL, FIRST_LEAD)
-    assert (round(early, 1), round(last, 1)) == (24.4, 84.8) and last <= 90
+    # seconds of GPU time by each decision at 132.5 ms a call, lead and trail calls included (each cohort's first
+    # request leads with FIRST_LEAD): about 20 s to the early look and at most 90 s in all
+    assert (LEAD, TRAIL, FIRST_LEAD) == (4, 2, 40)
+    early, last = G.timing_seconds(p, 0.1325, 12, LEAD, TRAIL, FIRST_LEAD, 6)
+    assert (round(early, 1), round(last, 1)) == (17.5, 87.5) and last <= 90
 
 
 def test_the_timing_defaults_live_in_the_schema_only():
@@ -467,6 +469,57 @@ def test_the_gate_grants_requests_in_turns_and_counts_the_attempt_at_its_first_l
     assert t["decision"] == "undecided" and len(t["process_means"]) == 6 and t["process_sd"] is not None
     assert t["order_effect"] is not None and [p["first"] for p in t["processes"]] == ["baseline", "candidate"] * 3
     json.dumps(t)  # the record is JSON
+
+
+class _Cohort(_Recorder):
+    """A _Recorder that also answers info() and records when it is closed."""
+
+    closed: list = []
+
+    def info(self):
+        return {"nvml": {"available": False}, "checked": True, "modes": {}, "reasons": {}}
+
+    def close(self):
+        _Cohort.closed.append(self.i)
+
+
+def _cohort_gate(effect, schedule):
+    from h3gates.rungs import timing as T
+
+    _Recorder.log, _Recorder.leads, _Cohort.closed = [], [], []
+    started = []
+
+    def start(idx):
+        started.append((list(idx), list(_Cohort.closed)))
+        return [_Cohort(i, effect) for i in idx]
+
+    t = T.gate_cohorts(12, 6, start, schedule, 1, say=lambda m: None)
+    return T, t, started
+
+
+def test_the_gate_runs_more_processes_than_the_gpu_holds_in_cohorts():
+    """Catches: a later cohort prepared before the one before it is closed (more processes on the GPU than
+    `resident`), a cohort's first request without the long lead, an early look that waits for (or counts) the
+    later cohort, the last look not over every process, a later cohort timed when the first decided early,
+    or the canonical cohort schedule changed."""
+    T, t, started = _cohort_gate(0.0, {"early_pairs": 1, "min_pairs": 4, "max_pairs": 4})
+    assert started == [(list(range(6)), []), (list(range(6, 12)), list(range(6)))]  # cohort 2 after cohort 1 closed
+    assert _Recorder.log == [(i, 1) for i in range(6)] + [((1 + k) % 6, 3) for k in range(6)] + [
+        (6 + (1 + k) % 6, 4)
+        for k in range(6)  # the later cohort: one request each, the turn order rotated
+    ]
+    assert (
+        _Recorder.leads
+        == [(T.FIRST_LEAD, T.TRAIL)] + [(T.LEAD, T.TRAIL)] * 11 + [(T.FIRST_LEAD, T.TRAIL)] + [(T.LEAD, T.TRAIL)] * 5
+    )
+    assert [h["processes"] for h in t["look_history"]] == [6, 12] and t["statistics"]["dof"] == 11
+    assert t["cohorts"] == [list(range(6)), list(range(6, 12))] and len(t["infos"]) == len(t["processes"]) == 12
+    assert all(len(p["pairs"]) == 4 for p in t["processes"]) and "cohorts of 6" in t["method"]
+    # a large effect decides at the early look, on the first cohort: the second is never prepared
+    T, t, started = _cohort_gate(0.05, {"early_pairs": 1, "min_pairs": 4, "max_pairs": 4})
+    assert (
+        t["decision"] == "fail" and len(started) == 1 and len(t["processes"]) == 6 and _Cohort.closed == list(range(6))
+    )
 
 
 def test_the_gate_decides_a_planted_cpu_gain_over_local_processes(fake_clock):

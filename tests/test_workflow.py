@@ -45,6 +45,9 @@ CANDS = tuple(
 # to 2x faster in one process than in another: with 2 processes (1 df) the planted gain and slowdown below
 # came out undecided; with 4 they are decided.
 ENFORCED_TIMING = {"enforce": {"ci": True}, "min_pairs": 6, "max_pairs": 6, "cpu_processes": 4}
+# the same gate in two cohorts of 2 (timing.resident, as the canonical 12 processes run in two cohorts of 6 on one
+# H200): the early look on the first cohort, the last over both
+ENFORCED_COHORTS = {**ENFORCED_TIMING, "resident": 2}
 
 
 @pytest.fixture(scope="session")
@@ -715,7 +718,7 @@ def test_overlay_promotion_is_verified_by_plain_verify(ws):
         shutil.copytree(FIXTURES / name, ws / "kernels" / name, dirs_exist_ok=True)
     overlay = {
         "deployable_profiles": ["ci"],
-        "timing": ENFORCED_TIMING,
+        "timing": ENFORCED_COHORTS,
         "baseline": {"accepted": ["aa_slow"]},
         "candidates": {"aa_slow": {"params": {"delay_ms": 40}}, "library_path": {}},
     }
@@ -726,6 +729,8 @@ def test_overlay_promotion_is_verified_by_plain_verify(ws):
     assert rec["performance_gate_enforced"] and all(
         a["decision"] == "pass" for a in rec["performance_gate"]["attempts"].values()
     )
+    r4 = json.loads(next((ws / RES / "library_path/r4_block").glob("block*.json")).read_text())["timing"]
+    assert r4["cohorts"] == [[0, 1], [2, 3]] and "cohorts of 2" in r4["method"]  # the early look: 1 df, no decision
     assert (ws / RES / "promotion/library_path.env").read_text().strip().endswith("H3_NVFP4_LIBRARY_PATH=1")
     v = h3gates(ws, "verify", f"{RES}/promotion/library_path.json")
     assert v.returncode == 0 and "H3_NVFP4_LIBRARY_PATH=1 verified" in v.stdout, v.stderr

@@ -79,6 +79,13 @@ def processes_for(p: dict, device: str) -> int:
     return int(p["cpu_processes"] if device == "cpu" else p["processes"])
 
 
+def resident_for(p: dict, device: str) -> int:
+    """Timing processes prepared at one time (`resident`: a GPU's memory holds that many at canonical size;
+    more processes run in cohorts). The same rule on a CPU, where the default 2 processes are one cohort."""
+    p = params(p)
+    return min(processes_for(p, device), int(p["resident"]))
+
+
 def looks_schedule(p: dict) -> tuple[int, ...]:
     """Pairs per process at each look: the early look (`early_pairs`, 0 for none), then `looks` numbers
     from min_pairs to max_pairs, evenly spaced."""
@@ -382,27 +389,45 @@ def decide(
 
 
 def timing_seconds(
-    p: dict, call_s: float, processes: int, lead: int, trail: int = 0, first_lead: int | None = None
+    p: dict,
+    call_s: float,
+    processes: int,
+    lead: int,
+    trail: int = 0,
+    first_lead: int | None = None,
+    resident: int | None = None,
 ) -> list[float]:
-    """Seconds of GPU time by the end of each look, for a block call of call_s: every call of every request,
-    its lead and trail calls included, and the gate's first request's `first_lead` in place of its lead."""
+    """Seconds of GPU time by each decision, for a block call of call_s: every call of every request, its lead
+    and trail calls included, each cohort's first request leading with `first_lead` in place of `lead`.
+    With cohorts of `resident` (h3gates.rungs.timing.gate_cohorts) the looks before the last are decided on
+    the first cohort, a later cohort's processes get one request each, and the last look comes after all."""
     p = params(p)
-    out, before = [], 0
-    for n in looks_schedule(p):
-        calls = processes * (lead + trail + (n - before) * 2 * (p["calls"] + 1))
-        if not out and first_lead is not None:
-            calls += first_lead - lead
-        out.append(calls * call_s + (out[-1] if out else 0.0))
+    looks = looks_schedule(p)
+    per = 2 * (p["calls"] + 1)
+    sizes = [min(resident or processes, processes - k) for k in range(0, processes, resident or processes)]
+    extra = 0 if first_lead is None else first_lead - lead
+    out, total, before = [], 0.0, 0
+    for n in looks:  # the first cohort, look by look
+        total += (sizes[0] * (lead + trail + (n - before) * per) + (extra if not out else 0)) * call_s
+        out.append(total)
         before = n
+    for m in sizes[1:]:  # later cohorts: one request each, all their pairs
+        total += (m * (lead + trail + looks[-1] * per) + extra) * call_s
+    out[-1] = total
     return out
 
 
-def method_text(p: dict, processes: int) -> str:
+def method_text(p: dict, processes: int, resident: int | None = None) -> str:
     p = params(p)
     looks = looks_schedule(p)
+    prepared = (
+        "prepared before any timing"
+        if not resident or resident >= processes
+        else f"in cohorts of {resident} prepared when the one before is closed, the looks before the last on the first cohort"
+    )
     return (
         f"t bound over the crossover-balanced means of {processes} fresh processes (construction order alternating, "
-        f"prepared at once, timed in turns), {processes - 1} degrees of freedom; each pair one untimed switch call and "
+        f"{prepared}, timed in turns), {processes - 1} degrees of freedom; each pair one untimed switch call and "
         f"{p['calls']} back-to-back timed calls per side, sides in balanced random order; looks at {list(looks)} pairs per "
         f"process; one-sided levels {[round(x, 6) for x in levels(p)]} per bound per look = (1 - {p['confidence']}) / "
         f"(2 bounds x {p['max_attempts']} attempts) split over the looks"

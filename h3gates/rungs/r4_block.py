@@ -135,7 +135,7 @@ def _refusal(history: list[dict], q: dict, ctx, block) -> str:
         f"max_attempts {q['max_attempts']}: its error rate is spent, so it is not timed again. Ways on: the intervals bound "
         "the true ratio; a candidate whose gain is smaller than they resolve is not promotable as it is: make it faster (any "
         "kernel or code change is a new fingerprint with its own budget), or, before the first attempt of a fingerprint, "
-        "choose a gate with more information per attempt (config/timing_long.yaml: 12 processes). A decided attempt is "
+        "choose a gate with more information per attempt (config/timing_long.yaml: 24 processes). A decided attempt is "
         "never repeated: its report is kept in results/"
         f"{ctx.profile}/decided/ and given back to a rerun"
     )
@@ -147,7 +147,11 @@ def _iv(iv) -> str:
 
 def _timed(gate, block, base, cand, q: dict, attempt: int, on_look) -> dict:
     n = PG.processes_for(q, gate.device)
-    progress(f"perf gate: preparing {n} processes at once ({q['mode']} mode), construction order alternating")
+    resident = PG.resident_for(q, gate.device)
+    progress(
+        f"perf gate: {n} fresh processes ({q['mode']} mode), construction order alternating, "
+        + (f"in cohorts of {resident} on the GPU" if resident < n else "prepared before any timing")
+    )
     ctx_json = gate.ctx.to_json()
 
     def argv(i, first):
@@ -170,15 +174,19 @@ def _timed(gate, block, base, cand, q: dict, attempt: int, on_look) -> dict:
         sides = T.prepare(base, cand, gate.device, q["mode"], q["warmup"], "baseline")
         return T.Local(sides, gate.device, T.Monitor(gate.device))
 
-    # on a GPU the workers prepare a few at a time (memory: T.PREPARE_AT_ONCE); on a CPU all at once
-    procs = T.start_processes(n, argv, local, at_once=T.PREPARE_AT_ONCE if gate.device == "cuda" else None)
-    try:
-        mode = procs[0].ready["modes"]["A"]
-        why = procs[0].ready["reasons"]["A"] or procs[0].ready["reasons"]["B"]
-        timing = T.gate(procs, q, attempt, on_look=on_look)
-        infos = [proc.info() for proc in procs]
-    finally:
-        T.close_all(procs)
+    # on a GPU the workers prepare a few at a time (memory: T.PREPARE_AT_ONCE), `resident` at most held at once
+    # (the cohorts); on a CPU all at once
+    def start(idx):
+        return T.start_processes(
+            n, argv, local, at_once=T.PREPARE_AT_ONCE if gate.device == "cuda" else None, indices=idx
+        )
+
+    timing = T.gate_cohorts(n, resident, start, q, attempt, on_look=on_look)
+    infos, ready = timing.pop("infos"), timing.pop("ready")
+    modes = {m for r in ready for m in r["modes"].values()}
+    if len(modes) != 1:
+        raise RuntimeError(f"the timing processes' cohorts ran their sides in different modes: {ready}")
+    mode, why = ready[0]["modes"]["A"], ready[0]["reasons"]["A"] or ready[0]["reasons"]["B"]
     timing.update(mode=mode, mode_reason=why, nvml=[i["nvml"] for i in infos])
     timing["throttle"] = T.merge_throttle([i["nvml"].get("throttle") for i in infos])
     if not all(i["checked"] for i in infos):  # a captured graph's output moved during timing: nothing timed is trusted

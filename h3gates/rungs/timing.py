@@ -54,7 +54,7 @@ from h3gates.nvfp4.gemm import AlphaTape
 # milliseconds of host time; the trail is 0.27 s of GPU time at canonical size).
 LEAD = 4
 TRAIL = 2
-FIRST_LEAD = 48  # the gate's first request follows an idle GPU (its processes preparing): an idle power-capped H200 ran
+FIRST_LEAD = 40  # the gate's first request follows an idle GPU (its processes preparing): an idle power-capped H200 ran
 # calls 8-45 of every request up to 7% slow and fast in turn (studies/perfgate/evidence/canonical_memory_2026-12-02/)
 
 
@@ -366,7 +366,11 @@ class Local:
         return {"first": self.first, **_info(self.sides, self.monitor)}
 
     def close(self) -> None:
-        pass
+        """Its graphs and their memory go back (a later cohort's processes need it)."""
+        self.sides = {}
+        if self.device == "cuda":
+            gc.collect()
+            torch.cuda.empty_cache()
 
 
 def _info(sides: dict, monitor: Monitor) -> dict:
@@ -433,16 +437,19 @@ def first_of(i: int) -> str:
 PREPARE_AT_ONCE = 1
 
 
-def start_processes(n: int, argv_of, local=None, at_once: int | None = PREPARE_AT_ONCE) -> list:
+def start_processes(
+    n: int, argv_of, local=None, at_once: int | None = PREPARE_AT_ONCE, indices: list[int] | None = None
+) -> list:
     """P processes, all prepared before any timing: the local sides first (local(): a Local), then the
-    workers (argv_of(i, first) for i >= 1, or for i >= 0 without a local one) in groups of `at_once`
-    started together, each group's ready lines awaited before the next starts (None: all at once). The
-    caller closes them (close_all). Both sides of every process must run in one mode."""
-    todo = list(range(1 if local else 0, n))
+    workers (argv_of(i, first) for i >= 1, or for i >= 0 without a local one; for the given gate-wide
+    `indices` instead of range(n) where given: one cohort) in groups of `at_once` started together, each
+    group's ready lines awaited before the next starts (None: all at once). The caller closes them
+    (close_all). Both sides of every process must run in one mode."""
+    todo = [i for i in (range(n) if indices is None else indices) if not (local and i == 0)]
     step = (len(todo) or 1) if at_once is None else max(1, at_once)
     workers, procs = [], []
     try:
-        procs = [local()] if local else []
+        procs = [local()] if local and (indices is None or 0 in indices) else []
         for k in range(0, len(todo), step):
             group = [Worker(argv_of(i, first_of(i)), first_of(i)) for i in todo[k : k + step]]
             workers += group
@@ -510,48 +517,95 @@ def serve(sides: dict, device: str, extra: dict | None = None) -> None:
 
 # ---------------------------------------------------------------------- the gate
 def gate(processes: list, p: dict, attempt: int, say=progress, on_look=None) -> dict:
-    """The sequential test over `processes` (Local and Worker objects, all prepared): at each look each
-    process in turn is granted one request for its new pairs (the turn order rotates from look to look),
-    then the decision; `on_look()` is called once, when the first look's data are in (the attempt counts
-    from there). Returns the timing record of the rung-4 report."""
+    """The sequential test over `processes` (Local and Worker objects, all prepared; one cohort): see
+    gate_cohorts. The caller closes them. Returns the timing record of the rung-4 report."""
+    return gate_cohorts(len(processes), len(processes), lambda idx: processes, p, attempt, say, on_look, close=None)
+
+
+def cohorts_of(n: int, resident: int) -> list[list[int]]:
+    """The gate's process indices in cohorts of at most `resident` (prepared on the GPU at one time)."""
+    return [list(range(k, min(n, k + resident))) for k in range(0, n, max(1, resident))]
+
+
+def gate_cohorts(n: int, resident: int, start, p: dict, attempt: int, say=progress, on_look=None, close=close_all):
+    """The sequential test over n processes in cohorts of `resident`, each cohort prepared (`start(indices)`:
+    its prepared processes, in index order) when the one before it is closed, so that no more than
+    `resident` hold the GPU's memory at once. In a cohort, at each look each process in turn is granted one
+    request for its new pairs (the turn order rotates from look to look), the first request of the cohort
+    leading with FIRST_LEAD calls (it follows an idle GPU). Looks before the last are decided on the first
+    cohort alone (the early look: gains or losses of 2% within about 20 s); a later cohort's processes get one
+    request each, for all their pairs, and the last look is decided over every process (on n - 1 degrees of
+    freedom).
+    `on_look()` is called once, when the first look's data are in (the attempt counts from there). Every
+    process's `info()` (NVML summary, the graphs' check) is collected before its cohort closes. Returns
+    the timing record of the rung-4 report, with `infos` and `ready` per process."""
     p = PG.params(p)
     looks = PG.looks_schedule(p)
-    P = len(processes)
-    raw: list[list[dict]] = [[] for _ in processes]
-    hosts: list[list[dict]] = [[] for _ in processes]
+    groups = cohorts_of(n, resident)
+    raw: list[list[dict]] = [[] for _ in range(n)]
+    hosts: list[list[dict]] = [[] for _ in range(n)]
+    firsts, infos, ready = [None] * n, [None] * n, [None] * n
     t0 = time.perf_counter()
-    d, history = None, []
-    for look, n in enumerate(looks):
-        for k in range(P):
-            i = (look + k) % P
-            todo = PG.orders(n, p["seed"], i, attempt)[len(raw[i]) : n]
-            got, host = processes[i].run(todo, p["calls"], FIRST_LEAD if look == k == 0 else LEAD, TRAIL)
-            for x in got:
-                x["request"] = look
-            raw[i] += got
-            hosts[i].append({"look": look, **host})
-        if look == 0 and on_look is not None:
-            on_look()
-        series, orders, segments, dropped = _kept(raw)
-        d = PG.decide(series, orders, p, look, dropped=dropped, segments=segments)
-        history.append(
-            {
-                "look": look,
-                "pairs_per_process": n,
-                "ratio": d.get("ratio"),
-                "lower": d["lower"],
-                "upper": d["upper"],
-                "process_sd": d["process_sd"],
-                "decision": d["decision"],
-                "timed_s": _timed_s([x for r in raw for x in r]),
-            }
-        )
-        say(
-            f"perf gate look {look + 1}/{len(looks)} ({n} pairs x {P} processes): ratio {_f(d.get('ratio'))}, "
-            f"interval [{_f(d['lower'])}, {_f(d['upper'])}] vs {1 - p['min_gain']:.4f}: {d['decision']}"
-        )
-        if d["decision"] != "continue":
+    d, history, done = None, [], False
+    for c, idx in enumerate(groups):
+        if c:
+            say(f"perf gate: cohort {c + 1}/{len(groups)} (processes {idx[0]}-{idx[-1]}) preparing")
+        procs = start(idx)
+        try:
+            for i, proc in zip(idx, procs):
+                firsts[i], ready[i] = getattr(proc, "first", None), getattr(proc, "ready", None)
+            for look, npairs in enumerate(looks):
+                last = look == len(looks) - 1
+                if c > 0 and not last:
+                    continue  # a later cohort is looked at only at the last look: its pairs in one request
+                for k in range(len(idx)):
+                    j = (look + k) % len(idx)
+                    i = idx[j]
+                    todo = PG.orders(npairs, p["seed"], i, attempt)[len(raw[i]) : npairs]
+                    first = k == 0 and (look == 0 or c > 0)  # the cohort's first request follows an idle GPU
+                    got, host = procs[j].run(todo, p["calls"], FIRST_LEAD if first else LEAD, TRAIL)
+                    for x in got:
+                        x["request"] = look
+                    raw[i] += got
+                    hosts[i].append({"look": look, "cohort": c, **host})
+                if c == 0 and look == 0 and on_look is not None:
+                    on_look()
+                if last and c < len(groups) - 1:
+                    continue  # the last look waits for every cohort
+                used = [i for i in range(n) if len(raw[i]) >= npairs]
+                series, orders, segments, dropped = _kept([raw[i] for i in used])
+                d = PG.decide(series, orders, p, look, dropped=dropped, segments=segments)
+                history.append(
+                    {
+                        "look": look,
+                        "pairs_per_process": npairs,
+                        "processes": len(used),
+                        "ratio": d.get("ratio"),
+                        "lower": d["lower"],
+                        "upper": d["upper"],
+                        "process_sd": d["process_sd"],
+                        "decision": d["decision"],
+                        "timed_s": _timed_s([x for r in raw for x in r]),
+                    }
+                )
+                say(
+                    f"perf gate look {look + 1}/{len(looks)} ({npairs} pairs x {len(used)} processes): ratio "
+                    f"{_f(d.get('ratio'))}, interval [{_f(d['lower'])}, {_f(d['upper'])}] vs {1 - p['min_gain']:.4f}: "
+                    f"{d['decision']}"
+                )
+                if d["decision"] != "continue":
+                    done = True
+                    break
+            if close is not None:  # a cohort this gate started and closes: its processes' info before they go
+                for i, proc in zip(idx, procs):
+                    infos[i] = proc.info()
+        finally:
+            if close is not None:
+                close(procs)
+        if done:
             break
+    timed = [i for i in range(n) if raw[i]]
+    raw, hosts = [raw[i] for i in timed], [hosts[i] for i in timed]
     decision, reason = d["decision"], d["reason"]
     if decision == "continue":
         decision, reason = "undecided", f"undecided at the last look ({looks[-1]} pairs per process): {reason}"
@@ -597,16 +651,16 @@ def gate(processes: list, p: dict, attempt: int, say=progress, on_look=None) -> 
         "look_history": history,
         "attempt": attempt,
         "params": p,
-        "method": PG.method_text(p, P),
+        "method": PG.method_text(p, n, resident),
         "throttle_rule": "a request whose NVML reasons (at either end) show hw_slowdown, sw_thermal, hw_thermal or "
         "hw_power_brake, or whose thermal, board-limit or reliability violation counter grew during it, drops its pairs; "
         f"a look with more than {PG.THROTTLED_SHARE:.0%} of its pairs dropped cannot decide",
         "dropped_throttled": sum(bool(x["throttled"]) for x in every),
         "noise": PG.noise(every),
-        "processes": [
-            {"first": getattr(proc, "first", None), "pairs": r, "requests": h}
-            for proc, r, h in zip(processes, raw, hosts)
-        ],
+        "processes": [{"first": firsts[i], "pairs": r, "requests": h} for i, r, h in zip(timed, raw, hosts)],
+        "cohorts": [[i for i in g if i in timed] for g in groups if any(i in timed for i in g)],
+        "infos": [infos[i] for i in timed],
+        "ready": [ready[i] for i in timed],
         "protocol": {"lead": LEAD, "first_lead": FIRST_LEAD, "trail": TRAIL, "handover_gaps_s": _gaps(hosts)},
         "timed_s": _timed_s(every),
         "wall_s": time.perf_counter() - t0,

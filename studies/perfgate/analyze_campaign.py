@@ -17,7 +17,7 @@ campaign_*.json) and, as a smoke test, the older one-process rung-4 A/A reports
   (as this analysis first did) the level was overstated by that: on independent normal pairs of the
   measured spread, whose true false-pass rate is under the 1.25% per attempt, it gave 1.8%
   (tests/test_perfgate.py checks the distinct draw stays under the level there);
-- the same per block, where a block has at least 2 P A/A processes;
+- the same per block, where a block has at least P A/A processes;
 - the decisions of the planted and real gates as they ran, with the planted ratio each process measured.
 
     python studies/perfgate/analyze_campaign.py DIR_OR_FILE... [--out FILE] [--boot 400] [--outer 200]
@@ -55,7 +55,7 @@ def load(paths) -> list[dict]:
     """Every process of every gate: {kind, block, gate, pairs [(d, order)], plant}."""
     files = []
     for p in map(Path, paths):
-        files += sorted(p.glob("*.json")) if p.is_dir() else [p]
+        files += sorted({*p.glob("campaign_*.json"), *p.glob("*_run*.json")}) if p.is_dir() else [p]
     out = []
     for f in files:
         try:
@@ -203,7 +203,7 @@ def analyze(paths, boot: int = 400, outer: int = 200, seed: int = 0) -> dict:
     out["rates_by_block"] = {
         str(b): rates([x for x in aa if x["block"] == b], p, boot, outer, rng)
         for b in sorted({x["block"] for x in aa})
-        if sum(x["block"] == b for x in aa) >= 2 * p["processes"]
+        if sum(x["block"] == b for x in aa) >= p["processes"]
     }
     gates = {}
     for x in procs:

@@ -253,17 +253,18 @@ def parse_gate(spec: str) -> tuple[str, int]:
 
 
 def plan() -> dict[str, list[str]]:
-    """The campaign in pieces of about 8 minutes (a gate: ~72 s preparing 6 processes, up to ~85 s timing):
-    A/A 3 gates per block (18 fresh processes a block, 54 in all), planted +-0.3% 4 of each per block (12
-    each), one real gate per shipped candidate and block."""
+    """The campaign in pieces of at most two canonical gates (a gate: two cohorts of 6 processes, each about
+    100 s preparing, and about 88 s of timing: about 5 minutes; a piece fits one 10-minute device command):
+    A/A 2 gates per block (24 fresh processes a block, 72 in all), planted +-0.3% 3 of each per block (9 each
+    in all), one real gate per shipped candidate and block."""
     out = {}
     for b in BLOCKS:
-        out[f"aa-b{b}"] = [f"aa:{b}"] * 3
-        out[f"planted-b{b}-1"] = [f"gain:0.003:{b}", f"slower:0.003:{b}", f"gain:0.003:{b}"]
-        out[f"planted-b{b}-2"] = [f"slower:0.003:{b}", f"gain:0.003:{b}", f"slower:0.003:{b}"]
-        out[f"planted-b{b}-3"] = [f"gain:0.003:{b}", f"slower:0.003:{b}"]
-        out[f"real-b{b}"] = [f"{c}:{b}" for c in CANDIDATES[:3]]
-        out[f"real2-b{b}"] = [f"{c}:{b}" for c in CANDIDATES[3:]]
+        out[f"aa-b{b}"] = [f"aa:{b}"] * 2
+        for k in (1, 2, 3):
+            out[f"planted-b{b}-{k}"] = [f"gain:0.003:{b}", f"slower:0.003:{b}"]
+        out[f"real-b{b}"] = [f"{c}:{b}" for c in CANDIDATES[:2]]
+        out[f"real2-b{b}"] = [f"{c}:{b}" for c in CANDIDATES[2:3]]
+        out[f"real3-b{b}"] = [f"{c}:{b}" for c in CANDIDATES[3:]]
     return out
 
 
@@ -293,18 +294,25 @@ def run_gate(kind: str, block: int, p: dict, seed: int) -> dict:
         ]
 
     t0 = time.time()
-    procs = T.start_processes(n, argv)
-    prep_s = time.time() - t0
-    try:
-        g = T.gate(procs, {**p, "seed": seed}, attempt=1, say=lambda m: print(m, flush=True))
-        infos = [q.info() for q in procs]
-    finally:
-        T.close_all(procs)
+    prep = []
+
+    def start(idx):  # one cohort (rung 4's own cohorts: resident processes on the GPU at a time)
+        t = time.time()
+        try:
+            return T.start_processes(n, argv, indices=idx)
+        finally:
+            prep.append(time.time() - t)
+
+    g = T.gate_cohorts(
+        n, PG.resident_for(p, "cuda"), start, {**p, "seed": seed}, attempt=1, say=lambda m: print(m, flush=True)
+    )
+    infos = g.pop("infos")
+    prep_s = sum(prep)
     g.update(
         kind=kind,
         block=block,
         sides=[a, b],
-        ready=[q.ready for q in procs],
+        prepare_s_by_cohort=prep,
         nvml=[i["nvml"] for i in infos],
         checked=all(i["checked"] for i in infos),
         throttle=T.merge_throttle([i["nvml"].get("throttle") for i in infos]),
@@ -320,7 +328,7 @@ def main() -> int:
     ap.add_argument("--plan", action="store_true", help="print the pieces and exit")
     ap.add_argument("--piece", help="one piece of --plan")
     ap.add_argument("--gates", nargs="+", help="gates kind:[g:]block, instead of a piece")
-    ap.add_argument("--budget-s", type=float, default=500, help="start no gate after this many seconds")
+    ap.add_argument("--budget-s", type=float, default=290, help="start no gate after this many seconds")
     ap.add_argument("--worker", action="store_true")
     ap.add_argument("--block", type=int)
     ap.add_argument("--first")
