@@ -631,19 +631,15 @@ def test_rerun_of_a_gate_reproduces_its_report_except_timing(ws):
 @pytest.mark.parametrize("overlays", [["config/canonical.yaml"], ["config/canonical.yaml", "config/timing_long.yaml"]])
 def test_shipped_config_overlays_validate(overlays):
     """The overlays under config/ merge over config.yaml into a valid config (timing_long changes only
-    the pairs per process)."""
+    the number of processes: 24 in four cohorts instead of 12 in two)."""
     from h3gates.core.config import load_config
 
     root = Path(__file__).resolve().parent.parent
     cfg = load_config([root / "config/config.yaml"] + [root / o for o in overlays])
     assert cfg["profile"] == "canonical" and cfg["device"] == "cuda"
     long = "config/timing_long.yaml" in overlays
-    assert (cfg["timing"]["early_pairs"], cfg["timing"]["max_pairs"], cfg["timing"]["looks"]) == (
-        2,
-        18 if long else 9,
-        1,
-    )
-    assert cfg["timing"]["processes"] == 6
+    assert (cfg["timing"]["early_pairs"], cfg["timing"]["max_pairs"], cfg["timing"]["looks"]) == (1, 4, 1)
+    assert (cfg["timing"]["processes"], cfg["timing"]["resident"]) == (24 if long else 12, 6)
     assert cfg["timing"]["mode"] == "graph" and cfg["timing"]["calls"] == 4
 
 
