@@ -18,21 +18,26 @@ import time
 from pathlib import Path
 
 from h3gates.core import pins as P
-from h3gates.core import registry, report
+from h3gates.core import derive, registry, report
 from h3gates.core.config import diff, enforce_perf, validate_config
 from h3gates.core.context import RungContext, candidate_config, gemm_reference
 from h3gates.core.errors import ConfigError, Refusal, RegistryError, ReportError
 from h3gates.core.fingerprints import ROOT, file_sha256, provenance
 from h3gates.core.jobs import configured_device
-from h3gates.core.outputs import RESULTS, RUNG_NAMES, report_paths
+from h3gates.core.outputs import PER_BLOCK, RESULTS, RUNG_NAMES, report_paths
 from h3gates.core.tokens import revoke
 
 RECORD_SCHEMA_VERSION = 3
 
 
-def check_report(path, candidate: str, rung: int, expected: dict) -> tuple[str, list[str], dict | None]:
+def check_report(
+    path, candidate: str, rung: int, expected: dict, trusted: dict | None = None, layout: tuple | None = None
+) -> tuple[str, list[str], dict | None]:
     """-> (state, reasons, doc): state pass / fail / stale / invalid / missing against the expected
-    provenance (kernel fingerprint, code fingerprint, config digest)."""
+    provenance (kernel fingerprint, code fingerprint, config digest). Invalid: not schema-valid, edited
+    (content_sha256), a verdict its measurements do not give (h3gates.core.derive), or, with `trusted`
+    (the trusted keys), not signed by its job as the layout says (h3gates.core.links; `layout`: the
+    (upstream reports, artifacts) the step reads)."""
     p = Path(path)
     if not p.exists():
         return "missing", [f"{p}: missing"], None
@@ -46,6 +51,13 @@ def check_report(path, candidate: str, rung: int, expected: dict) -> tuple[str, 
             [f"{p}: is a rung {d['rung']} report of {d['candidate']}, expected rung {rung} of {candidate}"],
             d,
         )
+    bad = [f"{p}: {r}" for r in derive.check(d)]
+    if trusted is not None:
+        from h3gates.core import links
+
+        bad += links.check_report_chain(p, d, trusted, *(layout or (None, None)))
+    if bad:
+        return "invalid", bad, d
     if d["verdict"] != "pass":
         return "fail", [f"{p}: verdict fail: {d['reasons'][0]}"], d
     reasons = []
@@ -75,8 +87,16 @@ def check_report(path, candidate: str, rung: int, expected: dict) -> tuple[str, 
 def check_candidate(config: dict, candidate: str):
     """Every report of a candidate against the current tree and config -> ({path: (state, reasons,
     doc)}, reasons); a missing kernel source is a reason of its own."""
+    from h3gates.core import links
+    from h3gates.core.errors import AttestationError
+
     results, reasons = {}, []
-    for rung, plist in report_paths(config["profile"], candidate, config["blocks"]).items():
+    try:
+        trusted = links.trusted_keys(config)
+    except AttestationError as e:
+        return {}, [str(e)]
+    profile, blocks = config["profile"], config["blocks"]
+    for rung, plist in report_paths(profile, candidate, blocks).items():
         ctx = RungContext.from_config(config, candidate, rung)
         try:
             expected = provenance(ctx)
@@ -84,8 +104,9 @@ def check_candidate(config: dict, candidate: str):
             return {}, [f"kernel source {e.filename} is missing"]
         except RegistryError as e:
             return {}, [str(e)]
-        for p in plist:
-            results[p] = check_report(p, candidate, rung, expected)
+        for p, block in zip(plist, blocks if rung in PER_BLOCK else [None]):
+            layout = (links.expected_upstream(profile, candidate, rung, block, blocks), ctx.workflow_artifacts(block))
+            results[p] = check_report(p, candidate, rung, expected, trusted, layout)
             reasons += results[p][1]
     return results, reasons
 
@@ -102,8 +123,28 @@ def quarantine(results: dict, candidate: str, profile: str) -> list[str]:
             target = dest / Path(p).relative_to(Path(RESULTS, profile, candidate))
             target.parent.mkdir(parents=True, exist_ok=True)
             Path(p).rename(target)
+            link = Path(f"{p}.link")  # its job's link goes with it (h3gates.core.links)
+            if link.exists():
+                link.rename(f"{target}.link")
             moved.append(p)
     return moved
+
+
+def same_command(process=None) -> str:
+    """The snakemake command line this process is a job of, as the user typed it (`python -m snakemake` read as
+    `snakemake`): the fix of a refusal that moved its cause aside is running it again. `snakemake --cores 1
+    all` where no snakemake is found."""
+    try:
+        import psutil
+
+        for parent in (process or psutil.Process()).parents():
+            argv = parent.cmdline()
+            at = next((i for i, a in enumerate(argv[:3]) if Path(a).name == "snakemake"), None)
+            if at is not None:
+                return shlex.join(["snakemake", *argv[at + 1 :]])
+    except (ImportError, Exception):  # noqa: BLE001 (a process gone or unreadable: the hint falls back)
+        pass
+    return "snakemake --cores 1 all"
 
 
 def invocation(process=None) -> str:

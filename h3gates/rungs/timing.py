@@ -502,7 +502,7 @@ def gate(processes: list, p: dict, attempt: int, say=progress, on_look=None) -> 
             raw[i] += got
         if look == 0 and on_look is not None:
             on_look()
-        series, orders, segments, dropped = _kept(raw)
+        series, orders, segments, dropped = PG.kept(raw)
         d = PG.decide(series, orders, p, look, dropped=dropped, segments=segments)
         history.append(
             {
@@ -526,7 +526,7 @@ def gate(processes: list, p: dict, attempt: int, say=progress, on_look=None) -> 
     if decision == "continue":
         decision, reason = "undecided", f"undecided at the last look ({looks[-1]} pairs per process): {reason}"
     every = [x for r in raw for x in r]
-    series, orders, _, _ = _kept(raw)
+    series, orders, _, _ = PG.kept(raw)
     return {
         "decision": decision,
         "reason": reason,
@@ -577,27 +577,6 @@ def gate(processes: list, p: dict, attempt: int, say=progress, on_look=None) -> 
         "timed_s": _timed_s(every),
         "wall_s": time.perf_counter() - t0,
     }
-
-
-def _kept(raw):
-    """Per process: the kept pairs' d, their orders, their segment labels (a new segment at each request
-    and after each dropped pair: the lag-1 estimate never joins pairs across a gap), and the dropped count."""
-    series, orders, segments, dropped = [], [], [], 0
-    for r in raw:
-        s, o, g, seg, prev_req = [], [], [], 0, None
-        for x in r:
-            if x.get("request") != prev_req:
-                seg, prev_req = seg + 1, x.get("request")
-            if x["throttled"]:
-                dropped, seg = dropped + 1, seg + 1
-                continue
-            s.append(PG.pair_stat(x["A"], x["B"]))
-            o.append(x["order"])
-            g.append(seg)
-        series.append(s)
-        orders.append(o)
-        segments.append(g)
-    return series, orders, segments, dropped
 
 
 def _order_effect(s, o) -> float | None:
