@@ -165,7 +165,9 @@ def _profile_target(a) -> int:
 
 def _signing(p) -> None:
     """The key a job signs its link with and the trusted list (the config's attestation; default: h3gates.core.attest)."""
-    p.add_argument("--key", help="signing key (attestation.key; default $H3GATES_KEY, else this user's on this machine)")
+    p.add_argument(
+        "--key", help="signing key (attestation.key; default $H3GATES_KEY, else this user's on this machine)"
+    )
     p.add_argument("--trusted-keys", help="trusted public keys (attestation.trusted_keys)")
 
 

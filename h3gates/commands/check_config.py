@@ -13,7 +13,11 @@ def subparser(sub):
     )
     k.add_argument("configfile", nargs="*", help=OVERLAYS)
     k.add_argument(
-        "--configfile", dest="overlays", nargs="+", default=[], help="the same overlays, as the other commands take them"
+        "--configfile",
+        dest="overlays",
+        nargs="+",
+        default=[],
+        help="the same overlays, as the other commands take them",
     )
     return k
 

@@ -388,7 +388,9 @@ def _statement_of(payload: bytes, where: str, predicate_type: str = PREDICATE_TY
         raise AttestationError(f"{where}: the signed payload is not an in-toto Statement v1")
     if stmt.get("predicateType") != predicate_type:
         what = "h3gates promotion's" if predicate_type == PREDICATE_TYPE else "the one expected"
-        raise AttestationError(f"{where}: predicate type {stmt.get('predicateType')!r} is not {what} ({predicate_type})")
+        raise AttestationError(
+            f"{where}: predicate type {stmt.get('predicateType')!r} is not {what} ({predicate_type})"
+        )
     try:
         _subjects(stmt)
         if predicate_type == PREDICATE_TYPE:

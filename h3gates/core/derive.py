@@ -78,7 +78,9 @@ def _r1(doc, m, fails, odd):
     if bad:
         fails.append(f"{len(bad)} of {len(cases)} cases differ (first: {bad[0].get('case')} {bad[0].get('role')})")
     if m.get("cases_total") != len(cases) or m.get("cases_differing") != len(bad):
-        odd.append(f"cases_total/cases_differing {m.get('cases_total')}/{m.get('cases_differing')} are not the cases' ({len(cases)}/{len(bad)})")
+        odd.append(
+            f"cases_total/cases_differing {m.get('cases_total')}/{m.get('cases_differing')} are not the cases' ({len(cases)}/{len(bad)})"
+        )
     paths = m.get("paths") or {}
     unhit = [d for d in paths.get("declared") or [] if not d.get("cases") and d.get("reachable")]
     if unhit or paths.get("unhit"):
@@ -91,7 +93,8 @@ def _r1(doc, m, fails, odd):
         fails.append("the library's dequantization differs from the plain decode")
     _sum(
         m,
-        [c.get("bytes_differing", 0) for c in cases] + [d.get("bytes_differing", 0) for d in lib.get("differing") or []],
+        [c.get("bytes_differing", 0) for c in cases]
+        + [d.get("bytes_differing", 0) for d in lib.get("differing") or []],
         odd,
     )
     _compared(m, fails)
@@ -106,7 +109,9 @@ def _r2(doc, m, fails, odd):
     if m.get("raised"):
         fails.append(f"the candidate raised on {len(m['raised'])} activation(s)")
     if m.get("tiles_total") != len(tiles) or m.get("tiles_differing") != len(bad):
-        odd.append(f"tiles_total/tiles_differing {m.get('tiles_total')}/{m.get('tiles_differing')} are not the tiles' ({len(tiles)}/{len(bad)})")
+        odd.append(
+            f"tiles_total/tiles_differing {m.get('tiles_total')}/{m.get('tiles_differing')} are not the tiles' ({len(tiles)}/{len(bad)})"
+        )
     _sum(m, [sum(t.get(k, 0) for k in keys) for t in tiles], odd)
     _compared(m, fails)
 

@@ -115,7 +115,11 @@ def expected_upstream(profile: str, candidate: str, rung: int, block, blocks) ->
         return []
 
     def of(r):
-        return [report_path(profile, candidate, r, b) for b in blocks] if r in PER_BLOCK else [report_path(profile, candidate, r)]
+        return (
+            [report_path(profile, candidate, r, b) for b in blocks]
+            if r in PER_BLOCK
+            else [report_path(profile, candidate, r)]
+        )
 
     if rung in PER_BLOCK and rung - 1 in PER_BLOCK:
         return [report_path(profile, candidate, rung - 1, block)]
@@ -128,13 +132,17 @@ def expected_materials(upstream_reports: list[str], artifacts: list[str]) -> set
 
 
 # ------------------------------------------------------------------ checks
-def check_product(product, trusted: dict, materials: dict[str, str] | None = None, step: str | None = None) -> list[str]:
+def check_product(
+    product, trusted: dict, materials: dict[str, str] | None = None, step: str | None = None
+) -> list[str]:
     """Reasons `product`'s link does not stand ([] when it does): no link, a signature by no trusted key or
     not verifying, another step's link, the product's bytes not the ones its job signed, or (given) its
     materials not exactly `materials`."""
     lp = link_path(product)
     if not Path(lp).exists():
-        return [f"{product}: no link {lp}: not signed by the job that wrote it (written by hand, or its link was removed)"]
+        return [
+            f"{product}: no link {lp}: not signed by the job that wrote it (written by hand, or its link was removed)"
+        ]
     try:
         stmt, _who = attest.verify_envelope(lp, trusted, predicate_type=LINK_PREDICATE)
         subjects = attest._subjects(stmt)

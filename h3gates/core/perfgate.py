@@ -211,8 +211,9 @@ def process_mean(ds: list[float], os_: list[str]) -> float | None:
 
 def kept(raw: list[list[dict]]):
     """The kept pairs of each timing process's raw pairs (h3gates.rungs.timing.gate records them; the
-    re-derivation of a rung-4 verdict, h3gates.core.derive, recomputes from them). Per process: the kept pairs' d, their orders, their segment labels (a new segment at each request
-    and after each dropped pair: the lag-1 estimate never joins pairs across a gap), and the dropped count."""
+    re-derivation of a rung-4 verdict, h3gates.core.derive, recomputes from them). Per process: the kept
+    pairs' d, their orders, their segment labels (a new segment at each request and after each dropped
+    pair: the lag-1 estimate never joins pairs across a gap), and the dropped count."""
     series, orders, segments, dropped = [], [], [], 0
     for r in raw:
         s, o, g, seg, prev_req = [], [], [], 0, None

@@ -17,8 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from h3gates.core import pins as P
 from h3gates.core import derive, registry, report
+from h3gates.core import pins as P
 from h3gates.core.config import diff, enforce_perf, validate_config
 from h3gates.core.context import RungContext, candidate_config, gemm_reference
 from h3gates.core.errors import ConfigError, Refusal, RegistryError, ReportError
@@ -512,6 +512,28 @@ def verify(
             )
         raise Refusal(reasons, fix=fix)
     return {**rec, "verified": {**f, "signed_by": who}}
+
+
+def under_current(rec: dict) -> tuple[str, list[str]]:
+    """Whether a record that verifies under its own configuration still stands under the configuration its
+    files give now (the same files, re-read) and the current tree: ('stands', []) or ('stale', reasons),
+    what `status` says of its reports; ('unknown', [why]) where the files no longer load."""
+    from h3gates.core.config import configfiles, load_config
+
+    files = rec["config"]["files"]
+    try:
+        now = load_config(configfiles(files))
+    except ConfigError as e:
+        return "unknown", [
+            f"its config files {' + '.join(files) or '(none)'} do not load now: {str(e).splitlines()[0]}"
+        ]
+    reasons = [
+        f"config changed since the promotion: {c}"
+        for c in diff(rec["config"]["resolved"], _resolved(now, rec["candidate"]))
+    ]
+    _, more = check_candidate(now, rec["candidate"])
+    reasons += more
+    return ("stale" if reasons else "stands"), reasons
 
 
 def revoke_if_wrong(record: str, flag: str) -> bool:

@@ -75,7 +75,11 @@ def guarded(fn, ctx, out, block, upstream):
         msg = f"{type(e).__name__}: {e}"
         dump = _dump(gate, out) if by == "candidate" else None
         gate.fail(
-            ("candidate crashed: " if by == "candidate" else "the LADDER crashed (a bug in h3gates, not the candidate): ")
+            (
+                "candidate crashed: "
+                if by == "candidate"
+                else "the LADDER crashed (a bug in h3gates, not the candidate): "
+            )
             + f"{msg} (at {_rel(file)}:{line} in {function}"
             + (f"; {gate.at}" if gate.at else "")
             + ")"

@@ -12,7 +12,14 @@ def run(ctx, out, block=None, upstream=()):
     got = trajectories(gate, ctx.rung_params["steps"])
     if got is None:
         return gate.write(
-            out, {"steps": ctx.rung_params["steps"], "video": None, "audio": None, "bytes_compared": 0, "bytes_differing": 0}
+            out,
+            {
+                "steps": ctx.rung_params["steps"],
+                "video": None,
+                "audio": None,
+                "bytes_compared": 0,
+                "bytes_differing": 0,
+            },
         )
     meas, times = got
     return gate.write(out, meas, {"wall_s": times, "ratio": times["candidate"] / times["baseline"]})

@@ -80,7 +80,10 @@ def load_dump(path) -> dict:
             d = torch.load(p, weights_only=True, map_location="cpu")
     except Exception as e:  # noqa: BLE001 (whatever the unpickler says of a file that is not a dump of ours)
         lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-        why = next((ln for ln in lines if ln.startswith("Unsupported")), None) or f"{type(e).__name__}: {lines[0][:120] if lines else ''}"
+        why = (
+            next((ln for ln in lines if ln.startswith("Unsupported")), None)
+            or f"{type(e).__name__}: {lines[0][:120] if lines else ''}"
+        )
         raise ConfigError(
             f"{p}: not a replay dump: it is not a torch file of tensors and plain values ({why}); nothing in it was run"
         ) from None
