@@ -54,7 +54,7 @@ def run(a) -> int:
             print(
                 f"  under the current config and tree: {'STALE' if state == 'stale' else 'UNKNOWN'} "
                 f"({len(reasons)} reason(s), first: {reasons[0]}); the record stands only for the config it was made with; "
-                f"to promote under the current one: {_fix(rec['candidate'], rec['config']['files'][1:], [])}"
+                f"to promote under the current one: {_fix(rec['candidate'], rec['config']['files'], [])}"
             )
     return 0
 

@@ -111,23 +111,37 @@ def check_candidate(config: dict, candidate: str):
     return results, reasons
 
 
-def quarantine(results: dict, candidate: str, profile: str) -> list[str]:
+def quarantine(results: dict, candidate: str, profile: str, trusted: dict | None = None) -> list[str]:
     """Move reports that no longer stand (stale, edited, invalid) aside, under
     results/<profile>/<candidate>/refused/<time>/: Snakemake then recomputes exactly those rungs (and,
-    their reports being new, the pass tokens and rungs after them)."""
+    their reports being new, the pass tokens and rungs after them). A workflow artifact an invalid report
+    read whose own link does not stand (h3gates.core.links) goes aside too, under results/<profile>/refused/
+    <time>/, so that its job reruns rather than the rung reading it again."""
+    from h3gates.core import links
+
     moved = []
     stamp = time.strftime("%Y%m%dT%H%M%S")
     dest = Path(RESULTS, profile, candidate, "refused", stamp)
-    for p, (state, _, _) in results.items():
+    for p, (state, _, doc) in results.items():
         if state in ("stale", "invalid"):
-            target = dest / Path(p).relative_to(Path(RESULTS, profile, candidate))
-            target.parent.mkdir(parents=True, exist_ok=True)
-            Path(p).rename(target)
-            link = Path(f"{p}.link")  # its job's link goes with it (h3gates.core.links)
-            if link.exists():
-                link.rename(f"{target}.link")
+            _move(p, dest / Path(p).relative_to(Path(RESULTS, profile, candidate)))
             moved.append(p)
+        if state == "invalid" and doc:
+            keys = links.trusted_keys(None) if trusted is None else trusted
+            for up in doc.get("upstream") or {}:
+                inside = Path(up).is_relative_to(Path(RESULTS, profile, candidate))
+                if not inside and Path(up).exists() and links.check_product(up, keys):
+                    _move(up, Path(RESULTS, profile, "refused", stamp, Path(up).relative_to(Path(RESULTS, profile))))
     return moved
+
+
+def _move(p, target: Path) -> None:
+    """A file and its job's link (h3gates.core.links), moved to `target`: kept as evidence, never deleted."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    Path(p).rename(target)
+    link = Path(f"{p}.link")
+    if link.exists():
+        link.rename(f"{target}.link")
 
 
 def same_command(process=None) -> str:
@@ -195,7 +209,20 @@ def _run_options(argv: list[str]) -> str:
     return " ".join(shlex.quote(k) for k in kept)
 
 
+def _trusted(config: dict) -> dict | None:
+    from h3gates.core import links
+    from h3gates.core.errors import AttestationError
+
+    try:
+        return links.trusted_keys(config)
+    except AttestationError:
+        return None
+
+
 def _fix(candidate: str, configfiles, moved) -> str:
+    from h3gates.core.config import WORKFLOW_CONFIG
+
+    configfiles = [f for f in configfiles or [] if f != WORKFLOW_CONFIG]
     cfg = " --configfile " + " ".join(configfiles) if configfiles else ""
     cmd = f"snakemake {invocation()} promote_{candidate}{cfg}"
     return f"{cmd}   (reruns the {len(moved)} report(s) moved aside and what depends on them)" if moved else cmd
@@ -299,7 +326,7 @@ def promote(config: dict, candidate: str, record: str, flag: str, configfiles: l
     results, reasons = check_candidate(config, candidate)
     if reasons:
         revoke(record, attestation_path(record))
-        moved = quarantine(results, candidate, config["profile"])
+        moved = quarantine(results, candidate, config["profile"], _trusted(config))
         raise Refusal(reasons, fix=_fix(candidate, configfiles, moved))
     docs = {p: d for p, (_, _, d) in results.items()}
     pins, disagree = P.agree(docs)
@@ -502,7 +529,7 @@ def verify(
     if reasons:
         if revoke_flag:
             revoke(flag)
-        moved = quarantine(results, rec["candidate"], rec["profile"]) if heal else []
+        moved = quarantine(results, rec["candidate"], rec["profile"], _trusted(cfg)) if heal else []
         fix = _fix(rec["candidate"], rec["config"]["files"], moved)
         if untrusted_only:  # everything stands but whose key signed: trust that key, or sign it anew here
             fix = (
