@@ -94,6 +94,18 @@ def load_dump(path) -> dict:
 
 def replay(path) -> int:
     d = load_dump(path)
+    try:
+        return _replay(d)
+    except Exception as e:  # noqa: BLE001 (a crash dump replays its crash: said in one line, the case named)
+        import traceback
+
+        tb = traceback.extract_tb(e.__traceback__)
+        at = f" (at {tb[-1].filename}:{tb[-1].lineno} in {tb[-1].name})" if tb else ""
+        print(f"RAISES on this case: {type(e).__name__}: {e}{at}")
+        return 1
+
+
+def _replay(d: dict) -> int:
     ctx = RungContext.from_dict(d["context"])
     setup = RoleSetup.of(ctx)
     device, ref_q, reference = setup.device, setup.reference_q, setup.reference
