@@ -61,7 +61,7 @@ def token(reports: list[str], out: str, trusted_keys=None) -> None:
 
 def _heal(bad: dict) -> str:
     """Move the reports that do not stand aside (results/<profile>/<candidate>/refused/<time>/) -> the fix line."""
-    from h3gates.core.promotion import quarantine, same_command
+    from h3gates.core.heal import quarantine, same_command
 
     moved = []
     for p in bad:
