@@ -476,6 +476,7 @@ def verify(
         )
     more, who = _check_attestation(rec, record, flag, f, cfg)
     untrusted_only = not reasons and more and all("not in the trusted list" in r for r in more)
+    links_untrusted = bool(reasons) and all("not in the trusted list" in r for r in reasons + more)
     reasons += more
     if reasons:
         if revoke_flag:
@@ -487,6 +488,11 @@ def verify(
                 "trust the key that signed it (where that key is: python -m h3gates keys export --out FILE; "
                 f"here: python -m h3gates keys trust FILE), or promote it here, signed with this machine's key: "
                 f"{fix} --forcerun promotion_record"
+            )
+        elif links_untrusted:  # reports signed by another machine's jobs: trust its key, or recompute them here
+            fix = (
+                "trust the key that signed them (where that key is: python -m h3gates keys export --out FILE; "
+                f"here: python -m h3gates keys trust FILE), or recompute them here: {fix}"
             )
         raise Refusal(reasons, fix=fix)
     return {**rec, "verified": {**f, "signed_by": who}}
