@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -214,29 +215,28 @@ def test_promote_refuses_the_issues_forged_report_and_the_printed_command_heals_
 
 
 def test_promote_and_the_report_refuse_a_link_forgery_and_the_fix_heals_it(ws, tmp_path):
-    """r6's link re-signed by a key nobody trusts and the shared r7 baseline artifact's link dropped: nothing
+    """r8's link re-signed by a key nobody trusts and the shared r7 baseline artifact's link dropped: nothing
     Snakemake sees changed, and the HTML report labels both invalid, promote_ refuses both (revoking the
     flag and moving the report and the unsigned artifact aside) and its fix reruns exactly their jobs."""
     mallory = attest.signing_key(tmp_path / "mallory" / "m.key", trusted_keys=tmp_path / "mallory" / "t.json")
-    _resign(ws, KINDS[6], mallory)
+    _resign(ws, KINDS[8], mallory)
     art = next((ws / RES / "baseline").glob("r7-*.pt"))
     Path(f"{art}.link").unlink()
     rep = snakemake(ws, "--report", "report.html")
     assert rep.returncode == 0, rep.stderr[-2000:]
-    import re
-
     entries = json.loads(re.search(r"var results = (\{.*?\});\n", (ws / "report.html").read_text(), re.S).group(1))
     assert (
-        entries[KINDS[6]]["labels"]["verdict"] == "invalid"
-        and "not in the trusted list" in entries[KINDS[6]]["labels"]["reason"]
+        entries[KINDS[8]]["labels"]["verdict"] == "invalid"
+        and "not in the trusted list" in entries[KINDS[8]]["labels"]["reason"]
     )
     assert entries[KINDS[7]]["labels"]["verdict"] == "invalid" and "no link" in entries[KINDS[7]]["labels"]["reason"]
     assert entries[RECORD]["labels"]["verdict"] == "refused"
     p = snakemake(ws, f"promote_{CAND}")
     out = p.stdout + p.stderr
     assert p.returncode != 0 and "not in the trusted list" in out and f"{art.name}: no link" in out, out[-3000:]
-    assert not (ws / FLAG).exists() and not art.exists() and not (ws / KINDS[6]).exists()
+    assert not (ws / FLAG).exists() and not art.exists() and not (ws / KINDS[8]).exists()
     assert list((ws / RES / "refused").rglob(art.name))  # kept as evidence
+    assert f"fix: snakemake --cores 2 promote_{CAND}   (reruns the 2 report(s) moved aside" in out, out[-3000:]
     again = snakemake(ws, f"promote_{CAND}")  # the fix line's command
     assert again.returncode == 0, again.stderr[-3000:]
     assert h3gates(ws, "verify", RECORD).returncode == 0
@@ -335,27 +335,32 @@ class _Marker:
         return (os.system, (f"touch {self.path}",))
 
 
-@pytest.mark.parametrize("protocol", [2, 4])
-def test_replay_refuses_what_is_not_a_dump_in_one_line_and_runs_no_pickle(tmp_path, protocol):
+def test_replay_refuses_what_is_not_a_dump_in_one_line_and_runs_no_pickle(tmp_path):
     import pickle
 
+    from h3gates.rungs.replay import load_dump
+
     marker = tmp_path / "ran"
-    crafted = tmp_path / f"r1_adversarial.replay.evil{protocol}.pt"
-    crafted.write_bytes(
-        pickle.dumps({"context": _Marker(marker), "kind": "producer", "rung": 1, "role": "x"}, protocol)
-    )
+    crafted = tmp_path / "r1_adversarial.replay.evil.pt"
+    crafted.write_bytes(pickle.dumps({"context": _Marker(marker), "kind": "producer", "rung": 1, "role": "x"}, 2))
+    p = h3gates(ROOT, "replay", str(crafted))  # (run in the tree: h3gates is this checkout's)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and "not a replay dump" in lines[0], p.stderr
+    assert "nothing in it was run" in lines[0] and not marker.exists()  # the crafted pickle's __reduce__ never ran
     text = tmp_path / "notes.txt"
     text.write_text("not a dump")
+    legacy = tmp_path / "r1.replay.p4.pt"
+    legacy.write_bytes(pickle.dumps({"context": _Marker(marker)}, 4))
     for f, needle in (
-        (crafted, "nothing in it was run"),
         (text, "not a replay dump"),
+        (legacy, "nothing in it was run"),
         (tmp_path / "gone.pt", "no such file"),
     ):
-        p = h3gates(ROOT, "replay", str(f))  # (run in the tree: h3gates is this checkout's)
-        lines = p.stderr.strip().splitlines()
-        assert p.returncode == 2 and len(lines) == 1 and needle in lines[0], p.stderr
-    assert not marker.exists()  # the crafted pickle's __reduce__ never ran
-    # a real pickle loader would have run it (the test's own check that the marker works)
+        with pytest.raises(ConfigError, match=needle) as e:
+            load_dump(f)
+        assert "\n" not in str(e.value)
+    assert not marker.exists()
+    # a plain pickle loader would have run it (the test's own check that the marker works)
     subprocess.run(
         [sys.executable, "-c", f"import pickle; pickle.load(open({str(crafted)!r}, 'rb'))"], env=env(), check=False
     )
