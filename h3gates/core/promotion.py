@@ -57,8 +57,8 @@ def check_report(
         from h3gates.core import links
 
         bad += links.check_report_chain(p, d, trusted, *(layout or (None, None)))
-    if bad:
-        return "invalid", bad, d
+    if bad:  # (with any broken link of the digest chain: what an edited artifact also is)
+        return "invalid", bad + [r for r in _chain(p, d) if r not in bad], d
     if d["verdict"] != "pass":
         return "fail", [f"{p}: verdict fail: {d['reasons'][0]}"], d
     reasons = []
@@ -76,13 +76,20 @@ def check_report(
         reasons.append(f"{p}: stale: h3gates modules changed since the gate ran")
     if d["config_digest"] != expected["config_digest"]:
         reasons.append(f"{p}: stale: config changed since the gate ran")
+    reasons += _chain(p, d)
+    return ("stale" if reasons else "pass"), reasons, d
+
+
+def _chain(p, d: dict) -> list[str]:
+    """The report's upstream digests against the files now: the digest chain."""
+    reasons = []
     for up, h in d["upstream"].items():
         try:
             if file_sha256(up, cached=True) != h:
                 reasons.append(f"{p}: digest chain broken: upstream {up} changed after this gate ran")
         except FileNotFoundError:
             reasons.append(f"{p}: upstream {up} is missing")
-    return ("stale" if reasons else "pass"), reasons, d
+    return reasons
 
 
 def check_candidate(config: dict, candidate: str):

@@ -7,10 +7,9 @@ failing report naming the exception, the file (its path in the tree) and the lin
 the case or block; where the case's inputs are known (gate.case), a replay dump of it. It exits 0, so
 the token rule refuses with its usual one line and the report stands in place of the previous one.
 
-Any other exception is a bug of the ladder itself. Where the gate got far enough to write a report, it
-writes a failing one that says so (`measurements.crash.by: ladder`), so the console shows one line and
-the results hold the evidence; where it did not (the crash came before the gate knew its device), it
-propagates with a message that says so. A GemmReferenceMismatch (the job runs where another GEMM
+Any other exception is a bug of the ladder itself (or a shared artifact it cannot trust): it propagates
+and the job fails loudly, with a message that says so (the rung job still revokes a flag whose basis
+broke, h3gates.job). A GemmReferenceMismatch (the job runs where another GEMM
 reference would be chosen than the one it was planned with) is neither: it propagates as the job's
 one-line refusal (exit 2), and no report is written."""
 
@@ -62,31 +61,20 @@ def guarded(fn, ctx, out, block, upstream):
                 "this is a bug in h3gates, please report it",
                 file=sys.stderr,
             )
-            if not ready:
-                raise
-            tb = traceback.extract_tb(e.__traceback__)
-            last = tb[-1] if tb else None
-            where, by = (last.filename, last.lineno or 0, last.name) if last else ("?", 0, "?"), "ladder"
-        else:
-            by = "candidate"
-            if not ready:  # it crashed while the baseline (an accepted candidate) was set up: nothing to write with
-                raise
+            raise
+        if not ready:  # it crashed while the baseline (an accepted candidate) was set up: nothing to write with
+            raise
         file, line, function = where
         msg = f"{type(e).__name__}: {e}"
-        dump = _dump(gate, out) if by == "candidate" else None
+        dump = _dump(gate, out)
         gate.fail(
-            (
-                "candidate crashed: "
-                if by == "candidate"
-                else "the LADDER crashed (a bug in h3gates, not the candidate): "
-            )
+            "candidate crashed: "
             + f"{msg} (at {_rel(file)}:{line} in {function}"
             + (f"; {gate.at}" if gate.at else "")
             + ")"
             + (f"; replay: python -m h3gates replay {Path(out).parent / dump}" if dump else "")
         )
         crash = {
-            "by": by,
             "type": type(e).__name__,
             "message": str(e),
             "file": _rel(file),
