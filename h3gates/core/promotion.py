@@ -115,7 +115,7 @@ def check_candidate(config: dict, candidate: str):
         for p, block in zip(plist, blocks if rung in PER_BLOCK else [None]):
             layout = (links.expected_upstream(profile, candidate, rung, block, blocks), ctx.workflow_artifacts(block))
             results[p] = check_report(p, candidate, rung, expected, trusted, layout)
-            reasons += results[p][1]
+            reasons += [r for r in results[p][1] if r not in reasons]  # (a shared artifact's, once)
     return results, reasons
 
 
