@@ -31,7 +31,6 @@ def make_artifact(ctx: RungContext) -> None:
 
 def climb(cfg: dict, cand: str) -> tuple[int, str]:
     """Rung after rung -> (the rung whose token refused, its one-line refusal), or (0, "")."""
-    upstream: list[str] = []
     for rung in range(1, 9):
         ctx = RungContext.from_config(cfg, cand, rung)
         if not all(Path(p).exists() for p in ctx.captures.values()):
@@ -40,11 +39,12 @@ def climb(cfg: dict, cand: str) -> tuple[int, str]:
             make_artifact(ctx)
         outs = paths.report_paths(cfg["profile"], cand, cfg["blocks"])[rung]
         for out, block in zip(outs, cfg["blocks"] if rung in paths.PER_BLOCK else [None]):
+            # what the workflow's rule gives it (rules/common.smk upstream_of, the layout links checks)
+            upstream = links.expected_upstream(cfg["profile"], cand, rung, block, cfg["blocks"])
             ladder.run(rung, ctx, out, block, upstream)
             links.sign_report(out, report.read(out))
         try:
             tokens.token(outs, paths.token_path(cfg["profile"], cand, rung))
         except Refusal as e:
             return rung, e.reasons[0]
-        upstream = outs
     return 0, ""

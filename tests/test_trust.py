@@ -177,6 +177,21 @@ def test_every_forgery_of_every_report_kind_is_refused_by_verify_promote_and_the
     assert PR.verify(RECORD)["verified"]["signed_by"]  # restored: nothing was left over
 
 
+def test_a_report_that_read_other_inputs_than_the_layout_gives_is_refused(ws, monkeypatch):
+    """The layout: rung 8 reads rung 7's report and rung 4's. One that says it read rung 7's alone, signed
+    consistently by the trusted key (its link's materials are what the report records), is refused."""
+    monkeypatch.chdir(ws)
+    path = KINDS[8]
+    d = _doc(ws, path)
+    d["upstream"] = {u: h for u, h in d["upstream"].items() if "/r4_block/" not in u}
+    _write(ws, path, d)
+    links.sign_report(path, d)  # the trusted key, over the report as it now is
+    results, _ = PR.check_candidate(C.load_config(["config/config.yaml"]), CAND)
+    state, why, _ = results[path]
+    assert state == "invalid" and any("not the inputs the layout gives this step" in r for r in why), why
+    assert any(f"{RES}/{CAND}/r4_block/block0.json" in r for r in why)
+
+
 def test_a_rung_4_decision_its_pairs_do_not_give_is_refused(ws, monkeypatch):
     """The performance gate's decision re-derived from the pairs the report records (not enforced on ci:
     the verdict stands either way, but a decision the pairs do not give is a forgery)."""
