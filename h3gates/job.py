@@ -18,8 +18,9 @@ def _rung(a) -> int:
     from h3gates.core.context import RungContext
     from h3gates.rungs import ladder
 
-    # a rerun gate leaves the candidate's promotion alone: it proves nothing about the config the record was
-    # made under; the next promote_<candidate> (verify) refuses a record whose reports changed and revokes its flag
+    # a rerun gate deletes no record (it proves nothing about the config the record was made under), but the
+    # flag goes at once when the record no longer verifies, its report rewritten or gone (_flag_basis); the
+    # report and its replay dumps are signed where they were made (_sign_report, h3gates.core.links)
     ctx = RungContext.from_json(a.context)
     try:
         if ctx.device == "cuda":
