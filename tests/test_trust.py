@@ -30,7 +30,7 @@ from h3gates.core import report as R
 from h3gates.core import report_labels as H3wf
 from h3gates.core.errors import ConfigError, Refusal
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("report")]
+pytestmark = pytest.mark.slow
 RES = "results/ci"
 CAND = "modulate_fusion"
 RECORD = f"{RES}/promotion/{CAND}.json"
