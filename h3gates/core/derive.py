@@ -17,8 +17,11 @@ token, promotion, verify, status, the HTML report) takes it as written. `derive(
 - rung 8: the candidate's peak memory within the memory tolerance of the baseline's (the rule of
   h3gates/rungs/r8_profiler.py, from the peaks the report records).
 
-A failure a gate found that its numbers cannot show (e.g. a shared artifact it could not trust) is a
-measurement of its own, `measurements.other_failures`, which `h3gates.rungs.gate.Gate.write` fills.
+The failures a gate found are measurements of their own, `measurements.gate_failures` (written by
+h3gates.rungs.gate.Gate.write): a failure its numbers cannot show (e.g. a shared artifact it could not
+trust) is only there. A verdict flipped either way with the measurements left as they were, or numbers
+edited to show a failure under a passing verdict, does not follow. (h3gates.rungs does not import this
+module: its rules would otherwise be in every rung's code fingerprint, and perfgate with them.)
 `check(doc)` -> the reasons a report's verdict does not follow from its measurements ([] when it does).
 No torch, no numpy: promotion and verify import this module.
 """
@@ -37,11 +40,11 @@ def derive(doc: dict) -> tuple[str, list[str], list[str]]:
     if m.get("crash"):
         c = m["crash"]
         fails.append(f"crashed: {c.get('type')}: {c.get('message')} ({c.get('file')}:{c.get('line')})")
-    for f in m.get("other_failures") or []:
+    for f in m.get("gate_failures") or []:
         fails.append(str(f))
     if m.get("bytes_differing", 0) > 0:
         fails.append(f"{m['bytes_differing']} bytes differ")
-    if not m.get("crash") and not m.get("other_failures"):
+    if not m.get("crash"):
         fn = _RUNGS.get(rung)
         if fn is not None:
             fn(doc, m, fails, odd)
