@@ -29,8 +29,16 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose usage errors (an unknown option, a missing argument) are one line and exit 2, the usage
+    left to --help (argparse prints the usage block, then the error); subcommands' parsers are of this class."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see: python -m {self.prog} --help)\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = OneLineParser(
         prog="h3gates",
         description="NVFP4 kernel validation ladder: status, verify and replay its gates.",
         epilog=EXIT_CODES + "\n\nThe workflow itself runs through snakemake (see README.md); the commands "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 
@@ -17,15 +18,45 @@ def _rung(a) -> int:
     from h3gates.core.context import RungContext
     from h3gates.rungs import ladder
 
-    # a rerun gate leaves the candidate's promotion alone: it proves nothing about the config the record was
-    # made under; the next promote_<candidate> (verify) refuses a record whose reports changed and revokes its flag
+    # a rerun gate deletes no record (it proves nothing about the config the record was made under), but the
+    # flag goes at once when the record no longer verifies, its report rewritten or gone (_flag_basis); the
+    # report and its replay dumps are signed where they were made (_sign_report, h3gates.core.links)
     ctx = RungContext.from_json(a.context)
-    if ctx.device == "cuda":
-        from h3gates.core.lease import acquire
+    try:
+        if ctx.device == "cuda":
+            from h3gates.core.lease import acquire
 
-        acquire(f"rung {a.rung} {ctx.candidate}" + ("" if a.block is None else f" block {a.block}"))
-    ladder.run(a.rung, ctx, a.out, a.block, a.upstream)
+            acquire(f"rung {a.rung} {ctx.candidate}" + ("" if a.block is None else f" block {a.block}"))
+        ladder.run(a.rung, ctx, a.out, a.block, a.upstream)
+        _sign_report(a)
+    finally:
+        _flag_basis(a.out)
     return 0
+
+
+def _sign_report(a) -> None:
+    """Sign what the rung wrote (h3gates.core.links): its report and replay dumps, from what it read."""
+    from h3gates.core import links, report
+
+    links.sign_report(a.out, report.read(a.out), a.key, a.trusted_keys, ["h3gates", "rung", str(a.rung)])
+
+
+def _flag_basis(out) -> None:
+    """A rung rewrote (or failed to write) one report of a candidate: its flag goes at once if the promotion
+    record no longer verifies (its basis broke: the report gone, or no longer the one it was made from)."""
+    from pathlib import Path
+
+    from h3gates.core.outputs import RESULTS, promotion_paths
+
+    parts = Path(out).parts
+    if len(parts) < 3 or parts[0] != RESULTS:
+        return
+    record, flag = promotion_paths(parts[1], parts[2])
+    if Path(flag).exists():
+        from h3gates.core.promotion import revoke_if_wrong
+
+        if revoke_if_wrong(record, flag):
+            print(f"h3gates: revoked {flag}: its promotion no longer verifies ({out} changed)", file=sys.stderr)
 
 
 def _baseline(a) -> int:
@@ -52,7 +83,23 @@ def _baseline(a) -> int:
         from h3gates.rungs.artifacts import compute
 
         compute(actx, a.out[0], meta)
+    _sign_artifact(a, actx)
     return 0
+
+
+def _sign_artifact(a, actx) -> None:
+    """Sign the artifact(s) the job wrote (h3gates.core.links): from the capture it read (rung 8's) and its context."""
+    from h3gates.core import links
+    from h3gates.core.context import CAPTURES, artifact_path
+    from h3gates.core.fingerprints import digest, file_sha256
+
+    read = []
+    if actx.rung == 8:
+        read.append(artifact_path(actx.capture_context(), block=actx.profiler["block"]))
+    materials = {p: file_sha256(p) for p in read if os.path.exists(p)}
+    materials[links.CONFIG] = digest(json.loads(a.context))
+    step = "baseline captures" if actx.rung == CAPTURES else f"baseline r{actx.rung}"
+    links.sign(step, a.out, materials, a.key, a.trusted_keys, ["h3gates", "baseline"])
 
 
 def _token(a) -> int:
@@ -60,7 +107,7 @@ def _token(a) -> int:
     from h3gates.core.tokens import token
 
     try:
-        token(a.reports, a.out)
+        token(a.reports, a.out, a.trusted_keys)
     except Refusal:
         if a.record:  # a failing gate: revoke the promotion only where the record no longer verifies
             from h3gates.core.promotion import revoke_if_wrong
@@ -117,6 +164,14 @@ def _profile_target(a) -> int:
     return 0
 
 
+def _signing(p) -> None:
+    """The key a job signs its link with and the trusted list (the config's attestation; default: h3gates.core.attest)."""
+    p.add_argument(
+        "--key", help="signing key (attestation.key; default $H3GATES_KEY, else this user's on this machine)"
+    )
+    p.add_argument("--trusted-keys", help="trusted public keys (attestation.trusted_keys)")
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="h3gates", description="The workflow's jobs (its rules and rungs run them).")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -126,11 +181,13 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--out", required=True)
     g.add_argument("--block", type=int)
     g.add_argument("--upstream", nargs="*", default=[])
+    _signing(g)
     g.set_defaults(run=_rung)
     b = sub.add_parser("baseline")
     b.add_argument("--context", required=True)
     b.add_argument("--out", required=True, nargs="+", help="one artifact; for the captures (rung 0), one per --blocks")
     b.add_argument("--blocks", type=int, nargs="*", default=[], help="the captures' blocks (rung 0), in --out's order")
+    _signing(b)
     b.set_defaults(run=_baseline)
     t = sub.add_parser("token")
     t.add_argument("--out", required=True)
@@ -139,6 +196,7 @@ def parser() -> argparse.ArgumentParser:
     )
     t.add_argument("--flag")
     t.add_argument("reports", nargs="+")
+    _signing(t)
     t.set_defaults(run=_token)
     p = sub.add_parser("promote")
     p.add_argument("candidate")

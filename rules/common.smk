@@ -1,6 +1,7 @@
 import json
 import os
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -19,6 +20,9 @@ from h3gates.core.jobs import configured_device
 # (h3gates/schemas/config.schema.yaml with the candidates of the registry, plus the profile, the blocks and
 # every kernel source checked: the same validation `h3gates verify` and `status` apply).
 try:
+    # each config file read again, a key given twice refused (Snakemake's loader keeps the last silently)
+    for _f in dict.fromkeys(os.path.relpath(f) for f in workflow.configfiles):
+        H3config.read_config_file(_f)
     config.update(H3config.validate_config(config))
 except H3config.ConfigError as e:
     raise WorkflowError(str(e))
@@ -37,7 +41,19 @@ CONFIGFILES = sorted(
     dict.fromkeys(os.path.relpath(f) for f in workflow.configfiles),
     key=lambda f: f != "config/config.yaml",
 )
+# a CUDA config on a machine without a GPU is refused here, in one line, not by its first job
+if workflow.is_main_process:
+    _why = H3config.no_gpu_refusal(config, sys.argv[1:], CONFIGFILES)
+    if _why:
+        raise WorkflowError(_why)
 CONTEXTS = H3context.Contexts(config)
+# the key each job signs what it wrote with and the keys the checks trust (config attestation, default
+# ~/.config/h3gates; h3gates/core/links.py): `--key K --trusted-keys T` of every job that signs or checks
+SIGNING = " ".join(
+    f"--{k.replace('_', '-')} {shlex.quote(str(v))}"
+    for k, v in sorted(config["attestation"].items())
+    if v
+)
 REPORT_ONLY = H3wf.report_only(sys.argv[1:])
 
 

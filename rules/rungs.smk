@@ -37,10 +37,11 @@ for _rung in H3out.RUNGS:
             block="--block {block}" if _rung.per_block else "",
             context=context(_rung.n),
             fingerprint=fingerprint(_rung.n),
+            signing=SIGNING,
         shell:
             # (the shell command is formatted when the job runs: the loop's variable is read from params)
             "python -m h3gates rung {params.rung} --context {params.context:q} --out {output} {params.block} "
-            "--upstream {input.upstream} {input.artifacts} > {log} 2>&1"
+            "{params.signing} --upstream {input.upstream} {input.artifacts} > {log} 2>&1"
 
 
 # The input of a gated block (or rung 8's), from a traversal of the reference model, read by rungs 3,
@@ -59,8 +60,9 @@ rule baseline_captures:
         gpu=GPU,
     params:
         context=lambda wc: capture_context(wc).to_json(),
+        signing=SIGNING,
     shell:
-        "python -m h3gates baseline --context {params.context:q} --blocks {wildcards.block} --out {output} > {log} 2>&1"
+        "python -m h3gates baseline --context {params.context:q} --blocks {wildcards.block} --out {output} {params.signing} > {log} 2>&1"
 
 
 # The baseline side of rungs 5-7 (and rung 8's Nsight Compute capture on a GPU), computed once per
@@ -82,5 +84,6 @@ rule baseline_artifact:
         gpu=GPU,
     params:
         context=lambda wc: baseline_context(wc).to_json(),
+        signing=SIGNING,
     shell:
-        "python -m h3gates baseline --context {params.context:q} --out {output} > {log} 2>&1"
+        "python -m h3gates baseline --context {params.context:q} --out {output} {params.signing} > {log} 2>&1"

@@ -20,5 +20,6 @@ rule fc2_sweep:
         fingerprint=lambda wc: H3fp.files_digest(
             H3fp.imported(("h3gates/fc2/commands.py",), str(H3fp.ROOT))
         ),
+        signing=SIGNING,
     shell:
-        "python -m h3gates fc2 sweep {params.study} --out {output} > {log} 2>&1"
+        "python -m h3gates fc2 sweep {params.study} --out {output} --sign {params.signing} > {log} 2>&1"

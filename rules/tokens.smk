@@ -16,6 +16,7 @@ rule pass_token:
     params:
         record=lambda wc: promotion(wc.candidate)["record"],
         flag=lambda wc: promotion(wc.candidate)["flag"],
+        signing=SIGNING,
     shell:
-        "python -m h3gates token --out {output} --record {params.record} --flag {params.flag} -- {input} > {log} 2>&1 "
+        "python -m h3gates token --out {output} --record {params.record} --flag {params.flag} {params.signing} -- {input} > {log} 2>&1 "
         "|| {{ cat {log} >&2; exit 1; }}"

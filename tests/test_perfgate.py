@@ -242,11 +242,9 @@ def test_lag1_never_joins_pairs_across_a_gap():
     x = [[0.01, -0.01, 0.01, -0.01]]
     assert G.lag1(x) < 0
     assert G.lag1(x, 0.0, [[0, 1, 2, 3]]) == 0.0  # every neighbour in another segment
-    from h3gates.rungs import timing as T
-
     pair = lambda o, t=False, req=0: {"order": o, "A": [1.0], "B": [1.01], "throttled": t, "request": req}  # noqa: E731
     raw = [[pair("AB"), pair("BA"), pair("AB", True), pair("BA"), pair("AB", req=1), pair("BA", req=1)]]
-    series, orders, segments, dropped = T._kept(raw)
+    series, orders, segments, dropped = G.kept(raw)  # (moved from h3gates.rungs.timing: derive recomputes with it)
     assert dropped == 1 and len(series[0]) == 5
     assert segments[0][0] == segments[0][1] != segments[0][2] != segments[0][3]  # the drop and the request split
 

@@ -12,6 +12,13 @@ def subparser(sub):
         NAME, help="validate config overlays as the workflow would, naming the file and line of a YAML error"
     )
     k.add_argument("configfile", nargs="*", help=OVERLAYS)
+    k.add_argument(
+        "--configfile",
+        dest="overlays",
+        nargs="+",
+        default=[],
+        help="the same overlays, as the other commands take them",
+    )
     return k
 
 
@@ -19,7 +26,7 @@ def run(a) -> int:
     from h3gates.core.config import climbable, configfiles, load_config
     from h3gates.core.verdicts import nothing_climbed
 
-    files = configfiles(a.configfile)
+    files = configfiles([*a.configfile, *a.overlays])
     config = load_config(files)
     climb, left = climbable(config)
     print(f"config OK: {files_text(files)}: profile {config['profile']}, climbs {', '.join(climb) or 'no candidate'}")

@@ -44,6 +44,18 @@ def run(a) -> int:
     )
     rec = verify(a.record, revoke_flag=a.revoke, flag=a.flag, config=config, configfiles=a.configfile, heal=a.heal)
     print(format_verified(rec))
+    if config is None:  # verified under its own config: say too whether it still stands under today's
+        from h3gates.core.promotion import _fix, under_current
+
+        state, reasons = under_current(rec)
+        if state == "stands":
+            print("  under the current config and tree: still stands (status agrees)")
+        else:
+            print(
+                f"  under the current config and tree: {'STALE' if state == 'stale' else 'UNKNOWN'} "
+                f"({len(reasons)} reason(s), first: {reasons[0]}); the record stands only for the config it was made with; "
+                f"to promote under the current one: {_fix(rec['candidate'], rec['config']['files'], [])}"
+            )
     return 0
 
 

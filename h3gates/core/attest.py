@@ -335,12 +335,13 @@ def write_envelope(path, env: dict) -> Path:
     return atomic_write(path, json.dumps(env, sort_keys=True, separators=(",", ":")) + "\n")
 
 
-def verify_envelope(env, trusted_keys=None) -> tuple[dict, str]:
+def verify_envelope(env, trusted_keys=None, predicate_type: str = PREDICATE_TYPE) -> tuple[dict, str]:
     """-> (statement, the trusted list's name of the key that signed). `env`: an envelope dict or its
     file; `trusted_keys`: `trusted()`'s dict, or the path of a trusted list (default: see the module
     docstring). Raises AttestationError, one line, for: not an envelope, a payload type other than an
     in-toto statement's, no signature, only keys not in the trusted list (their keyids), a signature
-    that does not verify (payload, payload type or signature changed), a statement not of our type."""
+    that does not verify (payload, payload type or signature changed), a statement not of `predicate_type`
+    (a promotion's, or a job's link: h3gates.core.links)."""
     where = str(env) if isinstance(env, str | Path) else "attestation"
     if isinstance(env, str | Path):
         try:
@@ -374,24 +375,26 @@ def verify_envelope(env, trusted_keys=None) -> tuple[dict, str]:
         raise AttestationError(
             f"{where}: bad signature by {who}: the statement or the signature changed after signing"
         ) from None
-    stmt = _statement_of(envelope.payload, where)
+    stmt = _statement_of(envelope.payload, where, predicate_type)
     return stmt, keys[next(iter(accepted))]["name"]
 
 
-def _statement_of(payload: bytes, where: str) -> dict:
+def _statement_of(payload: bytes, where: str, predicate_type: str = PREDICATE_TYPE) -> dict:
     try:
         stmt = json.loads(payload)
     except ValueError:
         raise AttestationError(f"{where}: the signed payload is not JSON") from None
     if not isinstance(stmt, dict) or stmt.get("_type") != STATEMENT_TYPE:
         raise AttestationError(f"{where}: the signed payload is not an in-toto Statement v1")
-    if stmt.get("predicateType") != PREDICATE_TYPE:
+    if stmt.get("predicateType") != predicate_type:
+        what = "h3gates promotion's" if predicate_type == PREDICATE_TYPE else "the one expected"
         raise AttestationError(
-            f"{where}: predicate type {stmt.get('predicateType')!r} is not h3gates promotion's ({PREDICATE_TYPE})"
+            f"{where}: predicate type {stmt.get('predicateType')!r} is not {what} ({predicate_type})"
         )
     try:
         _subjects(stmt)
-        _materials(stmt)
+        if predicate_type == PREDICATE_TYPE:
+            _materials(stmt)
     except (KeyError, TypeError, AttributeError) as e:
         raise AttestationError(f"{where}: malformed statement ({type(e).__name__}: {e})") from None
     return stmt

@@ -9,6 +9,7 @@ import copy
 import functools
 import json
 import os
+import re
 from pathlib import Path
 
 import jsonschema
@@ -236,7 +237,9 @@ def read_config_file(f) -> dict:
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"config file {f}: cannot be read: {e}") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader: no object construction)
+    except DuplicateKeyError as e:
+        raise ConfigError(f"config file {f}{_yaml_where(e)}: {e.problem}") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"config file {f}{_yaml_where(e)}: not valid YAML: {_yaml_problem(e)}") from None
     if data is None:
@@ -249,6 +252,61 @@ def read_config_file(f) -> dict:
     if dotted:
         raise ConfigError("\n".join(f"config file {f}: {dotted_key_hint(k, data[k])}" for k in dotted))
     return data
+
+
+class DuplicateKeyError(yaml.constructor.ConstructorError):
+    pass
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader refusing a key given twice in one mapping (PyYAML, like Snakemake, keeps the last
+    one silently: `timing: {enforce: ...}` twice would drop the first without a word)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                hash(key)
+            except TypeError:
+                continue  # (the base constructor says what is wrong with an unhashable key)
+            if key in seen:
+                raise DuplicateKeyError(
+                    None,
+                    None,
+                    f"key {key!r} is given twice in one mapping (lines {seen[key] + 1} and {key_node.start_mark.line + 1}): "
+                    "YAML would keep the last one silently; keep one",
+                    key_node.start_mark,
+                )
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
+UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, UniqueKeyLoader.construct_mapping)
+
+
+def no_gpu_refusal(config: dict, argv: list[str], files) -> str | None:
+    """One line refusing a run that would execute CUDA jobs here on a machine without a GPU (e.g.
+    config/canonical.yaml on a laptop), before any job; None where the run executes nothing here (a dry
+    run, a summary, a report, lint) or elsewhere (an executor or a profile: a login node planning for GPU
+    nodes, whose jobs check their own host)."""
+    from h3gates.core.jobs import gpu_answers
+
+    if config["device"] != "cuda" or gpu_answers():
+        return None
+    plans_only = ("-n", "--dry-run", "--dryrun", "--summary", "-S", "--detailed-summary", "-D", "--lint", "--unlock")
+    elsewhere = ("--executor", "-e", "--profile", "--workflow-profile", "--slurm", "--cluster")
+    for a in argv:
+        name = a.split("=", 1)[0]
+        if name in plans_only or name in elsewhere or name.startswith(("--list", "--report", "--delete", "--cleanup")):
+            return None
+        if re.fullmatch(r"-[A-Za-z]*n[A-Za-z]*", a):  # -n among short flags (-pn)
+            return None
+    return (
+        f"h3gates: the config ({' + '.join(files)}) asks for device: cuda (profile {config['profile']}) but this "
+        "machine has no GPU (nvidia-smi answers none): run it on a GPU host, or climb the CPU ladder here "
+        "(device: cpu, e.g. --configfile config/ci.yaml)"
+    )
 
 
 def dotted_key_hint(key: str, value) -> str:

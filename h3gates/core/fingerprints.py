@@ -153,7 +153,11 @@ def _imports_of(path: Path, base: Path) -> list[str]:
         list(rel.parent.parts) if rel is not None and rel.parts[0] == PACKAGE else []
     )  # a variant outside the tree is no package
     out = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    try:
+        tree = ast.parse(path.read_text(), str(path))
+    except (SyntaxError, ValueError):  # it imports nothing that can be seen; the rung importing it reports the error
+        return out
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):

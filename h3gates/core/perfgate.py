@@ -216,6 +216,29 @@ def process_mean(ds: list[float], os_: list[str]) -> float | None:
     return (statistics.fmean(ab) + statistics.fmean(ba)) / 2 if ab and ba else None
 
 
+def kept(raw: list[list[dict]]):
+    """The kept pairs of each timing process's raw pairs (h3gates.rungs.timing.gate records them; the
+    re-derivation of a rung-4 verdict, h3gates.core.derive, recomputes from them). Per process: the kept
+    pairs' d, their orders, their segment labels (a new segment at each request and after each dropped
+    pair: the lag-1 estimate never joins pairs across a gap), and the dropped count."""
+    series, orders, segments, dropped = [], [], [], 0
+    for r in raw:
+        s, o, g, seg, prev_req = [], [], [], 0, None
+        for x in r:
+            if x.get("request") != prev_req:
+                seg, prev_req = seg + 1, x.get("request")
+            if x["throttled"]:
+                dropped, seg = dropped + 1, seg + 1
+                continue
+            s.append(pair_stat(x["A"], x["B"]))
+            o.append(x["order"])
+            g.append(seg)
+        series.append(s)
+        orders.append(o)
+        segments.append(g)
+    return series, orders, segments, dropped
+
+
 def summarize(
     series: list[list[float]],
     lag1_floor: float = 0.0,

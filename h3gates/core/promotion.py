@@ -17,22 +17,28 @@ import sys
 import time
 from pathlib import Path
 
+from h3gates.core import derive, registry, report
 from h3gates.core import pins as P
-from h3gates.core import registry, report
 from h3gates.core.config import diff, enforce_perf, validate_config
 from h3gates.core.context import RungContext, candidate_config, gemm_reference
 from h3gates.core.errors import ConfigError, Refusal, RegistryError, ReportError
 from h3gates.core.fingerprints import ROOT, file_sha256, provenance
+from h3gates.core.heal import quarantine, same_command  # noqa: F401 (same_command: re-exported)
 from h3gates.core.jobs import configured_device
-from h3gates.core.outputs import RESULTS, RUNG_NAMES, report_paths
+from h3gates.core.outputs import PER_BLOCK, RUNG_NAMES, report_paths
 from h3gates.core.tokens import revoke
 
 RECORD_SCHEMA_VERSION = 3
 
 
-def check_report(path, candidate: str, rung: int, expected: dict) -> tuple[str, list[str], dict | None]:
+def check_report(
+    path, candidate: str, rung: int, expected: dict, trusted: dict | None = None, layout: tuple | None = None
+) -> tuple[str, list[str], dict | None]:
     """-> (state, reasons, doc): state pass / fail / stale / invalid / missing against the expected
-    provenance (kernel fingerprint, code fingerprint, config digest)."""
+    provenance (kernel fingerprint, code fingerprint, config digest). Invalid: not schema-valid, edited
+    (content_sha256), a verdict its measurements do not give (h3gates.core.derive), or, with `trusted`
+    (the trusted keys), not signed by its job as the layout says (h3gates.core.links; `layout`: the
+    (upstream reports, artifacts) the step reads)."""
     p = Path(path)
     if not p.exists():
         return "missing", [f"{p}: missing"], None
@@ -46,6 +52,13 @@ def check_report(path, candidate: str, rung: int, expected: dict) -> tuple[str, 
             [f"{p}: is a rung {d['rung']} report of {d['candidate']}, expected rung {rung} of {candidate}"],
             d,
         )
+    bad = [f"{p}: {r}" for r in derive.check(d)]
+    if trusted is not None:
+        from h3gates.core import links
+
+        bad += links.check_report_chain(p, d, trusted, *(layout or (None, None)))
+    if bad:  # (with any broken link of the digest chain: what an edited artifact also is)
+        return "invalid", bad + [r for r in _chain(p, d) if r not in bad], d
     if d["verdict"] != "pass":
         return "fail", [f"{p}: verdict fail: {d['reasons'][0]}"], d
     reasons = []
@@ -63,20 +76,35 @@ def check_report(path, candidate: str, rung: int, expected: dict) -> tuple[str, 
         reasons.append(f"{p}: stale: h3gates modules changed since the gate ran")
     if d["config_digest"] != expected["config_digest"]:
         reasons.append(f"{p}: stale: config changed since the gate ran")
+    reasons += _chain(p, d)
+    return ("stale" if reasons else "pass"), reasons, d
+
+
+def _chain(p, d: dict) -> list[str]:
+    """The report's upstream digests against the files now: the digest chain."""
+    reasons = []
     for up, h in d["upstream"].items():
         try:
             if file_sha256(up, cached=True) != h:
                 reasons.append(f"{p}: digest chain broken: upstream {up} changed after this gate ran")
         except FileNotFoundError:
             reasons.append(f"{p}: upstream {up} is missing")
-    return ("stale" if reasons else "pass"), reasons, d
+    return reasons
 
 
 def check_candidate(config: dict, candidate: str):
     """Every report of a candidate against the current tree and config -> ({path: (state, reasons,
     doc)}, reasons); a missing kernel source is a reason of its own."""
+    from h3gates.core import links
+    from h3gates.core.errors import AttestationError
+
     results, reasons = {}, []
-    for rung, plist in report_paths(config["profile"], candidate, config["blocks"]).items():
+    try:
+        trusted = links.trusted_keys(config)
+    except AttestationError as e:
+        return {}, [str(e)]
+    profile, blocks = config["profile"], config["blocks"]
+    for rung, plist in report_paths(profile, candidate, blocks).items():
         ctx = RungContext.from_config(config, candidate, rung)
         try:
             expected = provenance(ctx)
@@ -84,26 +112,11 @@ def check_candidate(config: dict, candidate: str):
             return {}, [f"kernel source {e.filename} is missing"]
         except RegistryError as e:
             return {}, [str(e)]
-        for p in plist:
-            results[p] = check_report(p, candidate, rung, expected)
-            reasons += results[p][1]
+        for p, block in zip(plist, blocks if rung in PER_BLOCK else [None]):
+            layout = (links.expected_upstream(profile, candidate, rung, block, blocks), ctx.workflow_artifacts(block))
+            results[p] = check_report(p, candidate, rung, expected, trusted, layout)
+            reasons += [r for r in results[p][1] if r not in reasons]  # (a shared artifact's, once)
     return results, reasons
-
-
-def quarantine(results: dict, candidate: str, profile: str) -> list[str]:
-    """Move reports that no longer stand (stale, edited, invalid) aside, under
-    results/<profile>/<candidate>/refused/<time>/: Snakemake then recomputes exactly those rungs (and,
-    their reports being new, the pass tokens and rungs after them)."""
-    moved = []
-    stamp = time.strftime("%Y%m%dT%H%M%S")
-    dest = Path(RESULTS, profile, candidate, "refused", stamp)
-    for p, (state, _, _) in results.items():
-        if state in ("stale", "invalid"):
-            target = dest / Path(p).relative_to(Path(RESULTS, profile, candidate))
-            target.parent.mkdir(parents=True, exist_ok=True)
-            Path(p).rename(target)
-            moved.append(p)
-    return moved
 
 
 def invocation(process=None) -> str:
@@ -154,7 +167,20 @@ def _run_options(argv: list[str]) -> str:
     return " ".join(shlex.quote(k) for k in kept)
 
 
+def _trusted(config: dict) -> dict | None:
+    from h3gates.core import links
+    from h3gates.core.errors import AttestationError
+
+    try:
+        return links.trusted_keys(config)
+    except AttestationError:
+        return None
+
+
 def _fix(candidate: str, configfiles, moved) -> str:
+    from h3gates.core.config import WORKFLOW_CONFIG
+
+    configfiles = [f for f in configfiles or [] if f != WORKFLOW_CONFIG]
     cfg = " --configfile " + " ".join(configfiles) if configfiles else ""
     cmd = f"snakemake {invocation()} promote_{candidate}{cfg}"
     return f"{cmd}   (reruns the {len(moved)} report(s) moved aside and what depends on them)" if moved else cmd
@@ -258,7 +284,7 @@ def promote(config: dict, candidate: str, record: str, flag: str, configfiles: l
     results, reasons = check_candidate(config, candidate)
     if reasons:
         revoke(record, attestation_path(record))
-        moved = quarantine(results, candidate, config["profile"])
+        moved = quarantine(results, candidate, config["profile"], _trusted(config))
         raise Refusal(reasons, fix=_fix(candidate, configfiles, moved))
     docs = {p: d for p, (_, _, d) in results.items()}
     pins, disagree = P.agree(docs)
@@ -457,11 +483,12 @@ def verify(
         )
     more, who = _check_attestation(rec, record, flag, f, cfg)
     untrusted_only = not reasons and more and all("not in the trusted list" in r for r in more)
+    links_untrusted = bool(reasons) and all("not in the trusted list" in r for r in reasons + more)
     reasons += more
     if reasons:
         if revoke_flag:
             revoke(flag)
-        moved = quarantine(results, rec["candidate"], rec["profile"]) if heal else []
+        moved = quarantine(results, rec["candidate"], rec["profile"], _trusted(cfg)) if heal else []
         fix = _fix(rec["candidate"], rec["config"]["files"], moved)
         if untrusted_only:  # everything stands but whose key signed: trust that key, or sign it anew here
             fix = (
@@ -469,8 +496,35 @@ def verify(
                 f"here: python -m h3gates keys trust FILE), or promote it here, signed with this machine's key: "
                 f"{fix} --forcerun promotion_record"
             )
+        elif links_untrusted:  # reports signed by another machine's jobs: trust its key, or recompute them here
+            fix = (
+                "trust the key that signed them (where that key is: python -m h3gates keys export --out FILE; "
+                f"here: python -m h3gates keys trust FILE), or recompute them here: {fix}"
+            )
         raise Refusal(reasons, fix=fix)
     return {**rec, "verified": {**f, "signed_by": who}}
+
+
+def under_current(rec: dict) -> tuple[str, list[str]]:
+    """Whether a record that verifies under its own configuration still stands under the configuration its
+    files give now (the same files, re-read) and the current tree: ('stands', []) or ('stale', reasons),
+    what `status` says of its reports; ('unknown', [why]) where the files no longer load."""
+    from h3gates.core.config import configfiles, load_config
+
+    files = rec["config"]["files"]
+    try:
+        now = load_config(configfiles(files))
+    except ConfigError as e:
+        return "unknown", [
+            f"its config files {' + '.join(files) or '(none)'} do not load now: {str(e).splitlines()[0]}"
+        ]
+    reasons = [
+        f"config changed since the promotion: {c}"
+        for c in diff(rec["config"]["resolved"], _resolved(now, rec["candidate"]))
+    ]
+    _, more = check_candidate(now, rec["candidate"])
+    reasons += more
+    return ("stale" if reasons else "stands"), reasons
 
 
 def revoke_if_wrong(record: str, flag: str) -> bool:

@@ -42,7 +42,10 @@ def normalized(path: Path) -> bytes:
     """What a file's digest is taken over: its normal form, tagged with the kind and VERSION."""
     data = path.read_bytes()
     if path.suffix == ".py":
-        return f"{VERSION}:py:".encode() + python_form(data.decode("utf-8"), str(path)).encode()
+        try:
+            return f"{VERSION}:py:".encode() + python_form(data.decode("utf-8"), str(path)).encode()
+        except (SyntaxError, ValueError):  # a file that does not parse is its bytes: its import fails in the rung,
+            return f"{VERSION}:py-unparsable:".encode() + data  # which reports the candidate's SyntaxError
     if path.suffix in C_SUFFIXES:
         return f"{VERSION}:c:".encode() + c_form(data.decode("utf-8", "surrogateescape")).encode(
             "utf-8", "surrogateescape"

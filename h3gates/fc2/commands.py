@@ -64,6 +64,13 @@ def arguments(ap: argparse.ArgumentParser) -> None:
     )
     common.add_argument("--seed", type=int, default=0)
     common.add_argument("--out", help="write the report here (schema-validated) instead of stdout")
+    common.add_argument(
+        "--sign",
+        action="store_true",
+        help="sign the report as the workflow's step (h3gates.core.links: the rungs that read it check its link)",
+    )
+    common.add_argument("--key", help="signing key for --sign (the config's attestation.key)")
+    common.add_argument("--trusted-keys", help="trusted public keys for --sign (attestation.trusted_keys)")
     c = sub.add_parser("characterize", parents=[common], help="heuristics per budget, explicit split-K, AlgoCheck")
     c.add_argument("--budgets", type=_budgets, default=(0, 4, 8, 16, 32, 64), help="workspace budgets in MiB")
     c.add_argument("--heuristic-limit", type=_positive, default=32)
@@ -161,6 +168,12 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
         return _fail(str(e), 1)
     if a.out:
         study.write(a.out, doc)
+        if a.sign:
+            from h3gates.core import links
+            from h3gates.core.fingerprints import digest
+
+            opts = {k: v for k, v in vars(a).items() if isinstance(v, str | int | float | bool | tuple | list)}
+            links.sign(f"fc2 {a.mode}", [a.out], {links.CONFIG: digest(opts)}, a.key, a.trusted_keys)
         print(f"{PROG} {a.mode}: {a.out}")
     else:
         study.validate(doc)

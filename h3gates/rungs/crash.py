@@ -1,12 +1,17 @@
-"""A candidate that raises gets a failing report, not a traceback in a log.
+"""A crash gets a failing report, not a traceback in a log.
 
 An exception whose traceback passes through one of the candidate's kernel files (or an accepted
-candidate's, or the configured `source`) is the candidate's: the rung writes a schema-valid failing
-report with the exception type and message, the traceback, and the case or block, and exits 0 so the
-token rule refuses with its usual one line. Any other exception is a bug of the ladder itself: it
-propagates and the job fails loudly, with a message that says so. A GemmReferenceMismatch (the job runs
-where another GEMM reference would be chosen than the one it was planned with) is neither: it propagates
-as the job's one-line refusal (exit 2), and no report is written."""
+candidate's, or the configured `source`), or a SyntaxError in one of them, is the candidate's: raised
+while its module is imported, while it is built, or while a case runs. The rung writes a schema-valid
+failing report naming the exception, the file (its path in the tree) and the line, the traceback and
+the case or block; where the case's inputs are known (gate.case), a replay dump of it. It exits 0, so
+the token rule refuses with its usual one line and the report stands in place of the previous one.
+
+Any other exception is a bug of the ladder itself (or a shared artifact it cannot trust): it propagates
+and the job fails loudly, with a message that says so (the rung job still revokes a flag whose basis
+broke, h3gates.job). A GemmReferenceMismatch (the job runs where another GEMM
+reference would be chosen than the one it was planned with) is neither: it propagates as the job's
+one-line refusal (exit 2), and no report is written."""
 
 from __future__ import annotations
 
@@ -22,41 +27,75 @@ def _candidate_frames(tb, files: set[Path]) -> list[traceback.FrameSummary]:
     return [f for f in traceback.extract_tb(tb) if Path(f.filename).resolve() in files]
 
 
+def _where(e: BaseException, files: set[Path]):
+    """(file, line, function) of the candidate's code the exception is from, or None: the innermost frame in
+    its kernel files, or for a SyntaxError the file and line of the syntax error itself."""
+    if isinstance(e, SyntaxError) and e.filename and Path(e.filename).resolve() in files:
+        return e.filename, e.lineno or 0, "<module>"
+    frames = _candidate_frames(e.__traceback__, files)
+    if frames:
+        return frames[-1].filename, frames[-1].lineno or 0, frames[-1].name
+    return None
+
+
+def _rel(filename: str) -> str:
+    p = Path(filename).resolve()
+    return str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else filename
+
+
 def guarded(fn, ctx, out, block, upstream):
     try:
         return fn(ctx, out, block, upstream=upstream)
     except GemmReferenceMismatch:
         raise  # the host is not the one the job was planned for: the job's refusal, not a crash of either side
     except Exception as e:  # noqa: BLE001 (sorted below: the candidate's crash or the ladder's)
+        from h3gates.rungs.gate import CURRENT
+
         files = {(ROOT / f).resolve() for f in kernel_files(ctx) if f.endswith(".py")}
-        frames = _candidate_frames(e.__traceback__, files)
-        if not frames:
+        where = _where(e, files)
+        gate = CURRENT[0] if CURRENT else None
+        ready = gate is not None and all(hasattr(gate, a) for a in ("device", "reference_q", "model_profile"))
+        if where is None:
             print(
                 f"h3gates rung {ctx.rung}: the LADDER failed (not the candidate: no frame of the traceback is in its kernel files); "
                 "this is a bug in h3gates, please report it",
                 file=sys.stderr,
             )
             raise
-        from h3gates.rungs.gate import CURRENT
-
-        gate = CURRENT[0]
-        where = frames[-1]
+        if not ready:  # it crashed while the baseline (an accepted candidate) was set up: nothing to write with
+            raise
+        file, line, function = where
         msg = f"{type(e).__name__}: {e}"
+        dump = _dump(gate, out)
         gate.fail(
-            f"candidate crashed: {msg} (at {Path(where.filename).name}:{where.lineno} in {where.name}"
+            "candidate crashed: "
+            + f"{msg} (at {_rel(file)}:{line} in {function}"
             + (f"; {gate.at}" if gate.at else "")
             + ")"
+            + (f"; replay: python -m h3gates replay {Path(out).parent / dump}" if dump else "")
         )
         crash = {
             "type": type(e).__name__,
             "message": str(e),
-            "file": str(Path(where.filename).resolve().relative_to(ROOT))
-            if Path(where.filename).resolve().is_relative_to(ROOT)
-            else where.filename,
-            "line": where.lineno,
-            "function": where.name,
+            "file": _rel(file),
+            "line": line,
+            "function": function,
             "block": block,
             "at": gate.at,
+            "replay": dump,
             "traceback": traceback.format_exception(e)[-30:],
         }
         return gate.write(out, {"crash": crash, "bytes_compared": 0, "bytes_differing": 0})
+
+
+def _dump(gate, out) -> str | None:
+    """The replay dump of the case the candidate raised on, where the rung named its inputs (gate.case)."""
+    if not gate.pending:
+        return None
+    case = dict(gate.pending)
+    try:
+        gate.dump(Path(out), case.pop("tag"), case.pop("kind"), **case)
+    except Exception as e:  # noqa: BLE001 (a dump that cannot be written leaves the report to say what crashed)
+        print(f"h3gates: no replay dump of the crashed case ({type(e).__name__}: {e})", file=sys.stderr)
+        return None
+    return gate.replay[-1] if gate.replay else None

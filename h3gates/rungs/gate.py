@@ -26,13 +26,15 @@ class Gate:
     def __init__(self, ctx: RungContext, rung: int, block: int | None = None, upstream=()):
         CURRENT[:] = [self]
         self.ctx, self.rung, self.block = ctx, rung, block
-        self.at: str | None = None  # the case being run, for a crash report
+        self._at: str | None = None  # the case being run, for a crash report
+        self.pending: dict | None = None  # the case being run as gate.dump takes it: a crash dumps it for replay
         self.name = ctx.candidate
         self.spec = registry.get(self.name)
         self.reasons: list[str] = []
         self.notes: list[str] = []  # what a reader must know about a pass (e.g. a gate recorded but not enforced)
         self.replay: list[str] = []
         self.replay_dropped = 0
+        self.pins: dict = {}  # (set after the candidate is built; a crash while building it writes none)
         self.upstream = {str(p): report.file_sha256(p) for p in upstream}
         # every workflow artifact the context names for this rung (and block) is an upstream digest, whatever
         # the caller passed: promotion checks what a report read (one missing here fails the rung that reads it)
@@ -135,6 +137,20 @@ class Gate:
             )
         )
 
+    @property
+    def at(self) -> str | None:
+        """The case being run, for a crash report (setting it forgets the inputs of the case before)."""
+        return self._at
+
+    @at.setter
+    def at(self, value: str | None) -> None:
+        self._at, self.pending = value, None
+
+    def case(self, at: str, tag: str, kind: str, **case) -> None:
+        """The case about to run: what a crash report names (`at`) and, should the candidate raise on it, the
+        replay dump it gets (gate.dump's arguments)."""
+        self._at, self.pending = at, {"tag": tag, "kind": kind, **case}
+
     def write(self, out, measurements: dict, timing: dict | None = None) -> str:
         if self.replay_dropped:
             self.note(
@@ -158,6 +174,13 @@ class Gate:
             "pins": self.pins,
             "measurements": measurements,
             "timing": timing,
+        }
+        # the failures the gate found are measurements too (h3gates.core.derive re-derives the verdict from the
+        # numbers and these): a failure its numbers cannot show, e.g. a shared artifact it could not trust
+        if self.reasons:
+            measurements["gate_failures"] = list(self.reasons)
+        doc = {
+            **doc,
             "verdict": "fail" if self.reasons else "pass",
             "reasons": self.reasons,
             "notes": self.notes,

@@ -88,7 +88,17 @@ def producer_cases(gate, out, inputs) -> list[dict]:
         for role in gate.spec.roles:
             for variant in ("identity", "random"):
                 inp = role_input(role, x, variant, seed=len(cases), static=static)
-                gate.at = f"case {cid} role {role} variant {variant}"
+                gate.case(
+                    f"case {cid} role {role} variant {variant}",
+                    f"{cid}.{role}.{variant}",
+                    "producer",
+                    case=cid,
+                    input=x,
+                    static_scale=static,
+                    role=role,
+                    variant=variant,
+                    seed=len(cases),
+                )
                 cmp, _, _ = compare_producers(
                     gate.candidate[role].producer, gate.reference[role].producer, inp, *x.shape
                 )
@@ -160,7 +170,15 @@ def path_cases(gate, out) -> tuple[list[dict], dict, dict]:
         generated = [(cid, inp, None) for cid, inp in P.cases(role, gate.device, getattr(prod, "chunk_rows", None))]
         generated += P.value_cases(role, gate.device, paths)
         for cid, inp, plant in generated:
-            gate.at = f"{'value' if plant else 'path'} case {cid} role {role}"
+            gate.case(
+                f"{'value' if plant else 'path'} case {cid} role {role}",
+                f"{cid}.{role}",
+                "producer",
+                case=cid,
+                role_input={"type": type(inp).__name__, **inp.__dict__},
+                role=role,
+                level="schedule",
+            )
             counts = coverage.total(paths, inp)
             cmp, _, _ = compare_producers(prod, ref, inp, inp.rows, inp.cols)
             t = next(v for k, v in vars(inp).items() if k in ("h", "u", "x"))

@@ -27,7 +27,17 @@ def run(ctx, out, block=None, upstream=()):
         for role in gate.spec.roles:
             x = C.random_tensor(("normal", "wide", "outliers")[a % 3], (p["rows"], k), seed=2000 + a).to(gate.device)
             inp = role_input(role, x, "random", seed=a)
-            gate.at = f"activation {a} role {role}"
+            gate.case(
+                f"activation {a} role {role}",
+                f"a{a}.{role}",
+                "producer",
+                case=f"activation {a}",
+                input=x,
+                static_scale=None,
+                role=role,
+                variant="random",
+                seed=a,
+            )
             rc, err_c = run_producer(gate.candidate[role].producer, inp)
             rr, _ = run_producer(gate.reference[role].producer, inp)
             if err_c:

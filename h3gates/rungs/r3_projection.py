@@ -18,7 +18,14 @@ def run(ctx, out, block, upstream=()):
     roles = {}
     for role in gate.spec.roles:
         inp = cap.inputs[role]
-        gate.at = f"block {block} role {role}"
+        gate.case(
+            f"block {block} role {role}",
+            role,
+            "producer",
+            case=f"block {block} {role}",
+            role_input={"type": type(inp).__name__, **inp.__dict__},
+            role=role,
+        )
         w = gate.model.blocks[block].weights[role]
         rows, cols = inp.rows, w.k
         cand, ref = gate.candidate[role], gate.reference[role]

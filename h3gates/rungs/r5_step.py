@@ -15,7 +15,7 @@ def run(ctx, out, block=None, upstream=()):
         art = gate.baseline_artifact()
     except ArtifactError as e:  # the shared baseline cannot be trusted here: a failing report, not a crash
         gate.fail(str(e))
-        return gate.write(out, {"bytes_compared": 0, "bytes_differing": 0})
+        return gate.write(out, {"output": None, "bytes_compared": 0, "bytes_differing": 0})
     m = gate.model
     x = m.initial_hidden(0)
     every = lambda name: lambda i: progress(f"{name} block {i + 1}/{m.config.blocks}") if i % 10 == 9 else None

@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from h3gates.core.context import RungContext
+from h3gates.core.errors import ConfigError
 from h3gates.model import candidates
 from h3gates.model.roles import Modulated, Plain, SwiGLU
 from h3gates.model.setup import RoleSetup
@@ -61,8 +62,50 @@ def producer_shown(cmp: dict) -> dict:
     return shown
 
 
+DUMP_KEYS = ("context", "kind", "rung", "role")  # what every dump holds (h3gates.rungs.gate.Gate.dump)
+
+
+def load_dump(path) -> dict:
+    """A replay dump's contents, loaded as tensors and plain values only (torch.load(weights_only=True): a
+    pickle that would run code, someone else's crafted dump, is refused without running it). Anything
+    that is not a dump is a ConfigError of one line."""
+    import warnings
+
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{p}: no such file (a replay dump is a *.replay.*.pt file beside its failing report)")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (torch warns of a pickle protocol it will refuse anyway)
+            d = torch.load(p, weights_only=True, map_location="cpu")
+    except Exception as e:  # noqa: BLE001 (whatever the unpickler says of a file that is not a dump of ours)
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        why = (
+            next((ln for ln in lines if ln.startswith("Unsupported")), None)
+            or f"{type(e).__name__}: {lines[0][:120] if lines else ''}"
+        )
+        raise ConfigError(
+            f"{p}: not a replay dump: it is not a torch file of tensors and plain values ({why}); nothing in it was run"
+        ) from None
+    if not isinstance(d, dict) or not all(k in d for k in DUMP_KEYS):
+        raise ConfigError(f"{p}: not a replay dump (it needs {', '.join(DUMP_KEYS)}; *.replay.*.pt files are)")
+    return d
+
+
 def replay(path) -> int:
-    d = torch.load(Path(path), weights_only=False)
+    d = load_dump(path)
+    try:
+        return _replay(d)
+    except Exception as e:  # noqa: BLE001 (a crash dump replays its crash: said in one line, the case named)
+        import traceback
+
+        tb = traceback.extract_tb(e.__traceback__)
+        at = f" (at {tb[-1].filename}:{tb[-1].lineno} in {tb[-1].name})" if tb else ""
+        print(f"RAISES on this case: {type(e).__name__}: {e}{at}")
+        return 1
+
+
+def _replay(d: dict) -> int:
     ctx = RungContext.from_dict(d["context"])
     setup = RoleSetup.of(ctx)
     device, ref_q, reference = setup.device, setup.reference_q, setup.reference

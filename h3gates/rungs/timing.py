@@ -573,7 +573,7 @@ def gate_cohorts(n: int, resident: int, start, p: dict, attempt: int, say=progre
                 if last and c < len(groups) - 1:
                     continue  # the last look waits for every cohort
                 used = [i for i in range(n) if len(raw[i]) >= npairs]
-                series, orders, segments, dropped = _kept([raw[i] for i in used])
+                series, orders, segments, dropped = PG.kept([raw[i] for i in used])
                 d = PG.decide(series, orders, p, look, dropped=dropped, segments=segments)
                 history.append(
                     {
@@ -610,7 +610,7 @@ def gate_cohorts(n: int, resident: int, start, p: dict, attempt: int, say=progre
     if decision == "continue":
         decision, reason = "undecided", f"undecided at the last look ({looks[-1]} pairs per process): {reason}"
     every = [x for r in raw for x in r]
-    series, orders, _, _ = _kept(raw)
+    series, orders, _, _ = PG.kept(raw)
     return {
         "decision": decision,
         "reason": reason,
@@ -665,27 +665,6 @@ def gate_cohorts(n: int, resident: int, start, p: dict, attempt: int, say=progre
         "timed_s": _timed_s(every),
         "wall_s": time.perf_counter() - t0,
     }
-
-
-def _kept(raw):
-    """Per process: the kept pairs' d, their orders, their segment labels (a new segment at each request
-    and after each dropped pair: the lag-1 estimate never joins pairs across a gap), and the dropped count."""
-    series, orders, segments, dropped = [], [], [], 0
-    for r in raw:
-        s, o, g, seg, prev_req = [], [], [], 0, None
-        for x in r:
-            if x.get("request") != prev_req:
-                seg, prev_req = seg + 1, x.get("request")
-            if x["throttled"]:
-                dropped, seg = dropped + 1, seg + 1
-                continue
-            s.append(PG.pair_stat(x["A"], x["B"]))
-            o.append(x["order"])
-            g.append(seg)
-        series.append(s)
-        orders.append(o)
-        segments.append(g)
-    return series, orders, segments, dropped
 
 
 def _order_effect(s, o) -> float | None:

@@ -36,7 +36,8 @@ class QuantizeCUDA(RowProducer):
     def __init__(self, reference):
         if reference.semantics != "cuda":
             raise ValueError(
-                "the CUDA producers implement comfy's CUDA semantics; this run's reference is eager (set semantics: auto or cuda)"
+                f"the CUDA producers implement comfy's CUDA semantics; this run's reference has {reference.semantics} semantics "
+                "(`semantics: auto` gives cuda only where the gates run on a GPU): set `semantics: cuda`, on a GPU"
             )
 
     def global_scale(self, inp):
