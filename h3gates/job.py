@@ -14,17 +14,25 @@ import sys
 
 
 def _rung(a) -> int:
+    from h3gates.core import runcache
     from h3gates.core.context import RungContext
     from h3gates.rungs import ladder
 
     # a rerun gate leaves the candidate's promotion alone: it proves nothing about the config the record was
     # made under; the next promote_<candidate> (verify) refuses a record whose reports changed and revokes its flag
     ctx = RungContext.from_json(a.context)
+    # a report kept at this job's key (its context, sources, inputs' bytes and software) is restored, not rerun:
+    # before the lease, torch or the model (h3gates.core.runcache)
+    kept = runcache.entry(ctx, a.rung, a.out, a.block, a.upstream)
+    if kept is not None and kept.restore():
+        return 0
     if ctx.device == "cuda":
         from h3gates.core.lease import acquire
 
         acquire(f"rung {a.rung} {ctx.candidate}" + ("" if a.block is None else f" block {a.block}"))
     ladder.run(a.rung, ctx, a.out, a.block, a.upstream)
+    if kept is not None:
+        kept.keep()
     return 0
 
 
