@@ -20,7 +20,7 @@ from pathlib import Path
 from h3gates.core import pins as P
 from h3gates.core import registry, report
 from h3gates.core.config import diff, enforce_perf, validate_config
-from h3gates.core.context import RungContext, candidate_config, gemm_reference
+from h3gates.core.context import RungContext, candidate_config, gemm_reference, results_name_of
 from h3gates.core.errors import ConfigError, Refusal, RegistryError, ReportError
 from h3gates.core.fingerprints import ROOT, file_sha256, provenance
 from h3gates.core.jobs import configured_device
@@ -76,7 +76,7 @@ def check_candidate(config: dict, candidate: str):
     """Every report of a candidate against the current tree and config -> ({path: (state, reasons,
     doc)}, reasons); a missing kernel source is a reason of its own."""
     results, reasons = {}, []
-    for rung, plist in report_paths(config["profile"], candidate, config["blocks"]).items():
+    for rung, plist in report_paths(config["profile"], results_name_of(config, candidate), config["blocks"]).items():
         ctx = RungContext.from_config(config, candidate, rung)
         try:
             expected = provenance(ctx)
@@ -92,8 +92,8 @@ def check_candidate(config: dict, candidate: str):
 
 def quarantine(results: dict, candidate: str, profile: str) -> list[str]:
     """Move reports that no longer stand (stale, edited, invalid) aside, under
-    results/<profile>/<candidate>/refused/<time>/: Snakemake then recomputes exactly those rungs (and,
-    their reports being new, the pass tokens and rungs after them)."""
+    results/<profile>/<candidate>/refused/<time>/ (`candidate`: its results name): Snakemake then recomputes
+    exactly those rungs (and, their reports being new, the pass tokens and rungs after them)."""
     moved = []
     stamp = time.strftime("%Y%m%dT%H%M%S")
     dest = Path(RESULTS, profile, candidate, "refused", stamp)
@@ -258,7 +258,7 @@ def promote(config: dict, candidate: str, record: str, flag: str, configfiles: l
     results, reasons = check_candidate(config, candidate)
     if reasons:
         revoke(record, attestation_path(record))
-        moved = quarantine(results, candidate, config["profile"])
+        moved = quarantine(results, results_name_of(config, candidate), config["profile"])
         raise Refusal(reasons, fix=_fix(candidate, configfiles, moved))
     docs = {p: d for p, (_, _, d) in results.items()}
     pins, disagree = P.agree(docs)
@@ -266,7 +266,9 @@ def promote(config: dict, candidate: str, record: str, flag: str, configfiles: l
         # the reports hold only where they were gated: move them aside so that rerunning the gates
         # here makes reports (and pins) of this machine, instead of refusing the same ones again
         revoke(record, attestation_path(record))
-        moved = quarantine({p: ("stale", [], d) for p, d in docs.items()}, candidate, config["profile"])
+        moved = quarantine(
+            {p: ("stale", [], d) for p, d in docs.items()}, results_name_of(config, candidate), config["profile"]
+        )
         raise Refusal(disagree or reasons, fix=_fix(candidate, configfiles, moved))
     f = facts(config, docs)
     if f["profile_deployable"] and not f["deployable"]:  # deployable means enforced, and on a GPU captured
@@ -461,7 +463,7 @@ def verify(
     if reasons:
         if revoke_flag:
             revoke(flag)
-        moved = quarantine(results, rec["candidate"], rec["profile"]) if heal else []
+        moved = quarantine(results, results_name_of(cfg, rec["candidate"]), rec["profile"]) if heal else []
         fix = _fix(rec["candidate"], rec["config"]["files"], moved)
         if untrusted_only:  # everything stands but whose key signed: trust that key, or sign it anew here
             fix = (
@@ -470,7 +472,7 @@ def verify(
                 f"{fix} --forcerun promotion_record"
             )
         raise Refusal(reasons, fix=fix)
-    return {**rec, "verified": {**f, "signed_by": who}}
+    return {**rec, "verified": {**f, "signed_by": who, "results_name": results_name_of(cfg, rec["candidate"])}}
 
 
 def revoke_if_wrong(record: str, flag: str) -> bool:
@@ -493,8 +495,9 @@ def status(config: dict) -> list[dict]:
     rows = []
     for cand in enabled(config):
         results, kernel_missing = check_candidate(config, cand)
-        row = {"candidate": cand, "rungs": {}}
-        for rung, plist in report_paths(config["profile"], cand, config["blocks"]).items():
+        name = results_name_of(config, cand)
+        row = {"candidate": cand, "results_name": name, "rungs": {}}
+        for rung, plist in report_paths(config["profile"], name, config["blocks"]).items():
             states = [results[p][:2] if p in results else ("invalid", kernel_missing) for p in plist]
             worst = next(s for s in ("fail", "invalid", "stale", "missing", "pass") if any(x[0] == s for x in states))
             reason = next((r[0] for s, r in states if s == worst and r), "")
@@ -503,7 +506,7 @@ def status(config: dict) -> list[dict]:
             str(d["block"]): {k: g.get(k) for k in ("attempt", "max_attempts", "decision", "mode", "enforced")}
             for d in (
                 results.get(p, (None, None, None))[2]
-                for p in report_paths(config["profile"], cand, config["blocks"])[4]
+                for p in report_paths(config["profile"], name, config["blocks"])[4]
             )
             if d and (g := (d.get("timing") or {}).get("performance_gate"))
         }
@@ -518,11 +521,13 @@ def format_status(rows) -> str:
     lines = [head, "-" * len(head)]
     reasons = []
     for row in rows:
-        lines.append(f"{row['candidate']:18s} " + " ".join(f"{row['rungs'][r]['state']:{width}s}" for r in RUNG_NAMES))
+        lines.append(
+            f"{row['results_name']:18s} " + " ".join(f"{row['rungs'][r]['state']:{width}s}" for r in RUNG_NAMES)
+        )
         # a reason that already names its state ("<report>: missing", "<report>: stale: ...") is not prefixed with it again
         if row.get("attempts"):
             reasons.append(
-                f"  {row['candidate']} rung 4: "
+                f"  {row['results_name']} rung 4: "
                 + ", ".join(
                     f"block {b} attempt {a['attempt']}/{a['max_attempts']} {a['decision']} ({a['mode'] or '-'}"
                     + ("" if a["enforced"] else ", not enforced")
@@ -531,7 +536,7 @@ def format_status(rows) -> str:
                 )
             )
         reasons += [
-            f"  {row['candidate']} r{r}: "
+            f"  {row['results_name']} r{r}: "
             + (v["reason"] if f": {v['state']}" in v["reason"] else f"{v['state']}: {v['reason']}")
             for r, v in row["rungs"].items()
             if v["reason"]

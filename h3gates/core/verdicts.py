@@ -29,7 +29,7 @@ def verdicts(config: dict, candidates=None) -> list[str]:
     rows = [r for r in status(config) if candidates is None or r["candidate"] in candidates]
     lines = []
     for row in rows:
-        record, flag = promotion_paths(config["profile"], row["candidate"])
+        record, flag = promotion_paths(config["profile"], row["results_name"])
         states = [row["rungs"][r]["state"] for r in RUNG_NAMES]
         if not Path(record).exists() and not Path(flag).exists() and all(s == "missing" for s in states):
             continue  # never climbed here: no line
@@ -54,7 +54,7 @@ def verdicts(config: dict, candidates=None) -> list[str]:
                 promo = "REFUSED"
                 problem = problem or f"promotion: {e.reasons[0]}"
         cells = " ".join(f"{'-' if s == 'missing' else s:7s}" for s in states)
-        lines.append(f"  {row['candidate']:18s} {cells} {promo}")
+        lines.append(f"  {row['results_name']:18s} {cells} {promo}")
         if problem:
             lines.append(f"    {one_line(problem, 160)}")
     if not lines:
