@@ -517,7 +517,8 @@ def status(config: dict) -> list[dict]:
 def format_status(rows) -> str:
     names = {r: f"r{r} {RUNG_NAMES[r]}" for r in RUNG_NAMES}
     width = max(len(n) for n in names.values())
-    head = f"{'candidate':18s} " + " ".join(f"{names[r]:{width}s}" for r in RUNG_NAMES)
+    w = max([18] + [len(r["results_name"]) for r in rows])
+    head = f"{'candidate':{w}s} " + " ".join(f"{names[r]:{width}s}" for r in RUNG_NAMES)
     lines = [head, "-" * len(head)]
     reasons = []
     for row in rows:

@@ -28,6 +28,7 @@ def verdicts(config: dict, candidates=None) -> list[str]:
 
     rows = [r for r in status(config) if candidates is None or r["candidate"] in candidates]
     lines = []
+    w = max([18] + [len(r["results_name"]) for r in rows])
     for row in rows:
         record, flag = promotion_paths(config["profile"], row["results_name"])
         states = [row["rungs"][r]["state"] for r in RUNG_NAMES]
@@ -54,12 +55,12 @@ def verdicts(config: dict, candidates=None) -> list[str]:
                 promo = "REFUSED"
                 problem = problem or f"promotion: {e.reasons[0]}"
         cells = " ".join(f"{'-' if s == 'missing' else s:7s}" for s in states)
-        lines.append(f"  {row['results_name']:18s} {cells} {promo}")
+        lines.append(f"  {row['results_name']:{w}s} {cells} {promo}")
         if problem:
             lines.append(f"    {one_line(problem, 160)}")
     if not lines:
         return []
-    head = f"  {'candidate':18s} " + " ".join(f"{'r' + str(r):7s}" for r in RUNG_NAMES) + " promotion"
+    head = f"  {'candidate':{w}s} " + " ".join(f"{'r' + str(r):7s}" for r in RUNG_NAMES) + " promotion"
     return [f"h3gates verdicts (profile {config['profile']}):", head, *lines]
 
 
