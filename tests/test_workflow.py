@@ -23,7 +23,6 @@ from workflow_util import (
     h3gates,
     merge,
     pending,
-    shared_workspace,
     snakemake,
 )
 from workflow_util import env as wf_env
@@ -46,12 +45,6 @@ CANDS = tuple(
 # to 2x faster in one process than in another: with 2 processes (1 df) the planted gain and slowdown below
 # came out undecided; with 4 they are decided.
 ENFORCED_TIMING = {"enforce": {"ci": True}, "min_pairs": 6, "max_pairs": 6, "cpu_processes": 4}
-
-
-@pytest.fixture(scope="session")
-def ladder(tmp_path_factory, worker_id):
-    """The CI ladder of the three candidates, climbed once per test run and shared by the workers."""
-    return shared_workspace(tmp_path_factory, worker_id, "ladder", "all")
 
 
 @pytest.fixture
