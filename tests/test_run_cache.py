@@ -32,7 +32,9 @@ def ws(ladder, tmp_path):
 
 def _reports(ws: Path, name: str) -> dict[str, bytes]:
     base = ws / RES / name
-    return {str(p.relative_to(base)): p.read_bytes() for p in sorted(base.glob("r*.json")) + sorted(base.glob("r*/*.json"))}
+    return {
+        str(p.relative_to(base)): p.read_bytes() for p in sorted(base.glob("r*.json")) + sorted(base.glob("r*/*.json"))
+    }
 
 
 def _entries(ws: Path) -> dict[tuple, Path]:
@@ -85,7 +87,7 @@ def test_a_kept_report_of_another_fingerprint_is_never_served(ws, monkeypatch):
     theirs = entries[(1, "swiglu_fusion", None, f"{RES}/swiglu_fusion/r1_adversarial.json")]
     kept = json.loads((mine / "report.json").read_text())
     shutil.copyfile(theirs / "report.json", mine / "report.json")
-    p = snakemake(ws, "--forcerun", "r1_adversarial", f"{RES}/modulate_fusion/r1_adversarial.json", check=True)
+    snakemake(ws, "--forcerun", "r1_adversarial", f"{RES}/modulate_fusion/r1_adversarial.json", check=True)
     log = (ws / "logs/ci/modulate_fusion/r1_adversarial.log").read_text()
     assert "kept report not served (its candidate differs); running the gate" in log, log
     now = json.loads((ws / RES / "modulate_fusion/r1_adversarial.json").read_text())
@@ -141,7 +143,11 @@ def test_two_variants_side_by_side_and_the_same_measurements_in_another_job_orde
     for cand in ("swiglu_fusion", "qkv_ring", "modulate_fusion"):  # the fixture's `all` ran them interleaved
         snakemake(ws, f"promote_{cand}", check=True, H3GATES_RUN_CACHE="off")
     assert not (ws / RES / "cache").exists()  # off: nothing kept
-    for name, then in (("modulate_fusion", "modulate_fusion"), ("swiglu_fusion", "swiglu_fusion"), ("qkv_ring@cpu", "qkv_ring")):
+    for name, then in (
+        ("modulate_fusion", "modulate_fusion"),
+        ("swiglu_fusion", "swiglu_fusion"),
+        ("qkv_ring@cpu", "qkv_ring"),
+    ):
         ours, first = _reports(ws, name), _reports(ladder, then)
         assert sorted(ours) == sorted(first) and len(ours) == 10, (name, sorted(ours))
         for r in ours:
