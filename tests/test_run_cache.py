@@ -6,6 +6,7 @@ short (docs/ladder.md, "The run cache" and "What a job shares with the one befor
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
@@ -107,7 +108,7 @@ def test_a_kept_report_of_another_fingerprint_is_never_served(ws, monkeypatch):
     ctx = RungContext.from_config(load_config([Path("config/config.yaml")]), "swiglu_fusion", 1)
     out = Path(f"{RES}/swiglu_fusion/r1_adversarial.json")
     e = runcache.Entry(ctx, 1, str(out), None, [])
-    assert e.dir == theirs and not e.restore()  # (its key is the entry's: only the edit keeps it from serving)
+    assert ws / e.dir == theirs and not e.restore()  # (its key is the entry's: only the edit keeps it from serving)
     assert json.loads(out.read_text())["measurements"] != doc["measurements"]
 
 
@@ -174,3 +175,23 @@ def test_the_console_of_a_passing_climb_is_short(ladder):
     assert "h3gates verdicts (profile ci):" in text and text.count("(rehearsal)") == 3
     full = next((ladder / ".snakemake/log").glob("*.snakemake.log")).read_text()
     assert "Shell command: python -m h3gates rung 1 --context" in full  # the complete log keeps it all
+
+
+def test_source_digests_kept_by_content_are_never_stale(tmp_path, monkeypatch):
+    """The on-disk memo of behaviour digests (h3gates.core.sourcedigest.memoized): a job reads a source's digest
+    kept under the SHA-256 of its bytes; an edit is another key, a torn or edited entry is recomputed."""
+    from h3gates.core import sourcedigest as SD
+
+    monkeypatch.setenv("H3GATES_SOURCE_CACHE", str(tmp_path / "memo"))
+    src = tmp_path / "k.py"
+    src.write_text("x = 1\n")
+    first = SD.normalized(src)
+    assert SD._cached(str(src), 0, 0) == hashlib.sha256(first).digest()
+    (entry,) = (tmp_path / "memo").glob("*/*")
+    src.write_text("x = 2\n")
+    assert SD._cached(str(src), 1, 0) == hashlib.sha256(SD.normalized(src)).digest() != hashlib.sha256(first).digest()
+    entry.write_bytes(entry.read_bytes()[:-1] + b"?")  # an edited entry
+    src.write_text("x = 1\n")
+    assert SD._cached(str(src), 2, 0) == hashlib.sha256(first).digest()
+    monkeypatch.setenv("H3GATES_SOURCE_CACHE", "off")
+    assert SD._cached(str(src), 3, 0) == hashlib.sha256(first).digest()
