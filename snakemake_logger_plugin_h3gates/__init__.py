@@ -24,7 +24,22 @@ from snakemake_interface_logger_plugins.common import LogEvent
 
 GATE = re.compile(r"r(\d)_(\w+)")
 QUIET_ON_ERROR = ("pass_token", "promotion_record")  # jobs that print their own refusal and fix
-SHOWN_INFO = ("Nothing to be done", "Complete log", "Will exit after finishing", "Exiting because")
+# Snakemake's own lines a person need not read in a run (its other messages are shown: a lint, a report
+# created, an unlock, a missing file, nothing to be done, where the complete log is)
+NOISE = (
+    "Building DAG of jobs",
+    "Using shell:",
+    "Provided cores:",
+    "Provided resources:",
+    "Rules claiming more threads",
+    "Conda environments: ignored",
+    "Singularity containers: ignored",
+    "Select jobs to execute",
+    "Execute ",
+    "Assuming unrestricted shared filesystem",
+    "Elapsed time:",
+    "Waiting for more resources",
+)
 
 
 class LogHandler(LogHandlerBase):
@@ -121,7 +136,7 @@ class LogHandler(LogHandlerBase):
             )
         if record.levelno >= logging.WARNING:
             return msg or None
-        if record.levelno == logging.INFO and msg.startswith(SHOWN_INFO):
+        if record.levelno == logging.INFO and msg.strip() and not msg.startswith(NOISE):
             return msg
         return None
 
