@@ -39,6 +39,7 @@ NOISE = (
     "Assuming unrestricted shared filesystem",
     "Elapsed time:",
     "Waiting for more resources",
+    "Shutting down, this might take some time",
 )
 
 
