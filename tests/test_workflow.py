@@ -588,7 +588,9 @@ def test_default_tiny_ladder_promotes_modulate_fusion(tmp_path):
     for name in WORKFLOW:
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy2)(src, ws / name)
-    snakemake(ws, "promote_modulate_fusion", check=True)
+    p = snakemake(ws, "promote_modulate_fusion", check=True)
+    console = (p.stdout + p.stderr).splitlines()  # a line per gate and baseline job, the verdicts (issue 31)
+    assert len(console) <= 60 and sum(" PASS (" in x for x in console) == 12, "\n".join(console)
     v = h3gates(ws, "verify", "results/tiny/promotion/modulate_fusion.json")
     assert v.returncode == 0 and "NOT deployable" in v.stdout
 
