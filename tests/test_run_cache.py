@@ -88,7 +88,7 @@ def test_a_kept_report_of_another_fingerprint_is_never_served(ws, monkeypatch):
     theirs = entries[(1, "swiglu_fusion", None, f"{RES}/swiglu_fusion/r1_adversarial.json")]
     kept = json.loads((mine / "report.json").read_text())
     shutil.copyfile(theirs / "report.json", mine / "report.json")
-    snakemake(ws, "--forcerun", "r1_adversarial", f"{RES}/modulate_fusion/r1_adversarial.json", check=True)
+    snakemake(ws, f"{RES}/modulate_fusion/r1_adversarial.json", "--forcerun", "r1_adversarial", check=True)
     log = (ws / "logs/ci/modulate_fusion/r1_adversarial.log").read_text()
     assert "kept report not served (its candidate differs); running the gate" in log, log
     now = json.loads((ws / RES / "modulate_fusion/r1_adversarial.json").read_text())
@@ -125,28 +125,27 @@ def _measurements(doc: dict) -> dict:
 
 
 def test_two_variants_side_by_side_and_the_same_measurements_in_another_job_order(ladder, tmp_path):
-    """The ladder again in another order (each candidate on its own, the last climbed first, with the run cache
-    off, beside the kept baseline artifacts), qkv_ring as a `source:` variant (a copy of its folder): every
-    report's measurements are the first climb's byte for byte, and the variant's results and record live beside
-    the candidate's own, which stay as they were; both records verify."""
+    """Two candidates climbed again in another order (each on its own, the variant first, with the run cache off,
+    beside the kept baseline artifacts and the third candidate's results), qkv_ring as a `source:` variant (a copy
+    of its folder): every report's measurements are the first climb's byte for byte, and the variant's results
+    and record live beside the candidate's own, which stay as they were; both records verify."""
     ws = copy_workspace(ladder, tmp_path / "ws")
     shutil.copytree(ws / "kernels/qkv_ring", ws / "review/qkv_ring")
     cfg = yaml.safe_load((ws / "config/config.yaml").read_text())
     cfg["candidates"]["qkv_ring"]["source"] = "review/qkv_ring/cpu.py"
     (ws / "config/config.yaml").write_text(yaml.safe_dump(cfg))
-    for cand in ("modulate_fusion", "swiglu_fusion"):  # their results, rung 4's attempts and decided timings
+    for cand in ("modulate_fusion",):  # its results, rung 4's attempts and decided timings
         for gone in (ws / RES / cand, ws / RES / "decided" / cand):
             shutil.rmtree(gone, ignore_errors=True)
         for f in [*(ws / RES / "promotion").glob(f"{cand}.*"), ws / RES / "attempts" / f"{cand}.jsonl"]:
             f.unlink(missing_ok=True)
     shutil.rmtree(ws / RES / "cache")
     own = _reports(ws, "qkv_ring"), (ws / RES / "promotion/qkv_ring.json").read_bytes()
-    for cand in ("swiglu_fusion", "qkv_ring", "modulate_fusion"):  # the fixture's `all` ran them interleaved
+    for cand in ("qkv_ring", "modulate_fusion"):  # the fixture's `all` ran the three interleaved
         snakemake(ws, f"promote_{cand}", check=True, H3GATES_RUN_CACHE="off")
     assert not (ws / RES / "cache").exists()  # off: nothing kept
     for name, then in (
         ("modulate_fusion", "modulate_fusion"),
-        ("swiglu_fusion", "swiglu_fusion"),
         ("qkv_ring@cpu", "qkv_ring"),
     ):
         ours, first = _reports(ws, name), _reports(ladder, then)
