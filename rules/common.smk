@@ -32,7 +32,7 @@ CANDIDATES, LEFT_OUT = H3config.climbable(config, DEVICE)
 # the name each climbed candidate's results go under (the `{candidate}` wildcard of every path): its own, or
 # `<name>@<stem>` for a `source:` variant, so a variant never writes over the candidate's reports or record
 RESULTS_NAMES = {c: H3context.results_name_of(config, c) for c in CANDIDATES}
-REGISTERED = {n: c for c, n in RESULTS_NAMES.items()}
+CANDIDATE_OF = {n: c for c, n in RESULTS_NAMES.items()}
 RES = f"results/{PROFILE}"
 LOGS = f"logs/{PROFILE}"
 GPU = 1 if DEVICE == "cuda" else 0
@@ -78,14 +78,14 @@ if workflow.is_main_process and touched_promotions(sys.argv[1:]):
 
 
 wildcard_constraints:
-    candidate="|".join(re.escape(n) for n in REGISTERED) or "no_candidate_enabled",
+    candidate="|".join(re.escape(n) for n in CANDIDATE_OF) or "no_candidate_enabled",
     block=r"\d+",
     rung="[1-8]",
 
 
 # ---- input functions and params of the rung rules (rules/rungs.smk)
 def ctx_of(wc, rung):
-    return CONTEXTS(REGISTERED[wc.candidate], rung)
+    return CONTEXTS(CANDIDATE_OF[wc.candidate], rung)
 
 
 def context(rung):
@@ -199,7 +199,7 @@ def _state(candidate, path):
     if candidate not in _STATES:
         from h3gates.core.promotion import check_candidate
 
-        _STATES[candidate] = check_candidate(config, REGISTERED[candidate])[0]
+        _STATES[candidate] = check_candidate(config, CANDIDATE_OF[candidate])[0]
     st = _STATES[candidate].get(path)
     return None if st is None else (st[0], st[1][0] if st[1] else "")
 
@@ -241,7 +241,7 @@ def timing_labels(wildcards, input):
 def existing_plots():
     """The shell command that plots each climbed candidate's existing rung-4 reports (nothing reruns)."""
     cmds = []
-    for cand in REGISTERED:
+    for cand in RESULTS_NAMES.values():
         have = [
             r.format(candidate=cand)
             for r in reports_of(4)
@@ -257,7 +257,7 @@ def existing_plots():
 def existing_results(wildcards=None):
     """Every gate report, promotion record and timing plot of a climbed candidate that exists now."""
     files = []
-    for cand in REGISTERED:
+    for cand in RESULTS_NAMES.values():
         files += [
             r.format(candidate=cand)
             for rung in H3out.RUNG_NAMES

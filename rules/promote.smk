@@ -24,9 +24,9 @@ rule promotion_record:
     conda:
         "../envs/h3gates.yaml"
     params:
-        candidate=lambda wc: REGISTERED[wc.candidate],
+        candidate=lambda wc: CANDIDATE_OF[wc.candidate],
         config=lambda wc: json.dumps(
-            H3context.candidate_config(config, REGISTERED[wc.candidate]),
+            H3context.candidate_config(config, CANDIDATE_OF[wc.candidate]),
             sort_keys=True,
         ),
         configfiles=CONFIGFILES,
