@@ -89,6 +89,8 @@ class LogHandler(LogHandlerBase):
             quiet = {str(q).lower() for q in (self.common_settings.quiet or ())}
             if "all" in quiet and record.levelno < logging.ERROR:
                 return
+            if "progress" in quiet and getattr(record, "event", None) in (LogEvent.JOB_FINISHED, LogEvent.RUN_INFO):
+                return
             line = self.line(record)
             if line:
                 self._print(line)
