@@ -15,6 +15,13 @@ from h3gates.core import model_profiles as H3profiles
 from h3gates.core import report_labels as H3wf
 from h3gates.core.jobs import configured_device
 
+import snakemake_logger_plugin_h3gates as H3console
+
+# The console a person reads (a line per gate, the verdicts, each refusal and its fix; the full commands in
+# .snakemake/log/): Snakemake's default console handler replaced for this run (snakemake_logger_plugin_h3gates)
+if workflow.is_main_process:
+    H3console.install(workflow.output_settings)
+
 # Refuse a bad config before any job runs, naming the key and the reason; fill the defaults
 # (h3gates/schemas/config.schema.yaml with the candidates of the registry, plus the profile, the blocks and
 # every kernel source checked: the same validation `h3gates verify` and `status` apply).

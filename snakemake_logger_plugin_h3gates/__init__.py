@@ -1,12 +1,19 @@
-"""h3gates' console for Snakemake 9 (a logger plugin, snakemake-interface-logger-plugins; `logger: [h3gates]` in
-profiles/default): one progress line per gate and baseline job (its rung, candidate, block, verdict, and
-whether the run cache restored it), one line for a failed job naming its log, the workflow's own errors and
-warnings in full. What the default console prints besides (the banner, each job's inputs, outputs, reason
-and shell command, the job table) goes to the complete log Snakemake writes under .snakemake/log/ as
-always, and each job's own output to its rule's log under logs/. The verdict table, a refusal's line and
-its `fix:` are printed by the jobs and the Snakefile's hooks themselves, not through the logger.
-`H3GATES_CONSOLE=full` (or `--verbose`) prints Snakemake's default console instead. Torch-free, and
-h3gates-free: it reads only Snakemake's log records and the reports' verdicts.
+"""h3gates' console for Snakemake 9 (a logger plugin, snakemake-interface-logger-plugins): one progress line per
+gate and baseline job (its rung, candidate, block, verdict, and whether the run cache restored it), one line
+for a failed job naming its log, the workflow's own errors and warnings in full. What the default console
+prints besides (the banner, each job's inputs, outputs, reason and shell command, the job table) goes to the
+complete log Snakemake writes under .snakemake/log/ as always, and each job's own output to its rule's log
+under logs/. The verdict table, a refusal's line and its `fix:` are printed by the jobs and the Snakefile's
+hooks themselves, not through the logger. `H3GATES_CONSOLE=full` (or `--verbose`) prints Snakemake's default
+console instead. Torch-free, and h3gates-free: it reads only Snakemake's log records and the reports'
+verdicts.
+
+How it is switched on: Snakemake finds logger plugins among the installed top-level modules
+(`pkgutil.iter_modules`), which an editable install (`pip install -e .`, a meta-path finder) does not list,
+and `--logger h3gates` (or a profile's `logger:`) then fails before the workflow starts. So the workflow
+installs the handler itself (`install`, called by rules/common.smk in the main process) in place of
+Snakemake's default console handler, where no other stream handler is configured; with a regular install
+`--logger h3gates` selects the same handler through the plugin interface.
 """
 
 from __future__ import annotations
@@ -126,7 +133,10 @@ class LogHandler(LogHandlerBase):
             return f"FAILED {self.what(record.jobid, record.rule_name)}: {why + '; ' if why else ''}log: {', '.join(logs) or 'none'}"
         if event == LogEvent.RUN_INFO:
             stats = getattr(record, "stats", None) or {}
-            n = self.total = stats.get("total") or sum(v for k, v in stats.items() if k != "total")
+            n = stats.get("total") or sum(v for k, v in stats.items() if k != "total")
+            if self.total:  # (a dry run logs the table twice)
+                return None
+            self.total = n
             return f"h3gates: {n} jobs to run (the complete log: .snakemake/log/; each job's: logs/)" if n else None
         if event in (LogEvent.SHELLCMD, LogEvent.WORKFLOW_STARTED, LogEvent.RESOURCES_INFO, LogEvent.DEBUG_DAG):
             return None
@@ -195,3 +205,20 @@ def last_line(logs: list[str]) -> str:
     except (OSError, IndexError):
         return ""
     return lines[-1][:300] if lines else ""
+
+
+def install(output_settings) -> bool:
+    """Put this console in place of Snakemake's default one (the handler named DefaultStreamHandler) for this
+    run -> whether it did; nothing where another stream handler (a logger plugin) is configured, where
+    `H3GATES_CONSOLE=full` asks for Snakemake's own, or without output settings (an API run)."""
+    from snakemake.logging import logger
+
+    default = [h for h in logger.handlers if getattr(h, "name", None) == "DefaultStreamHandler"]
+    if not default or output_settings is None or os.environ.get("H3GATES_CONSOLE", "").lower() == "full":
+        return False
+    handler = LogHandler(output_settings, None)
+    handler.setLevel(default[0].level)
+    for h in default:
+        logger.removeHandler(h)
+    logger.addHandler(handler)
+    return True
