@@ -20,7 +20,7 @@ WORKFLOW = [
     "profiles",
     "envs",
     "report",
-    "snakemake_logger_plugin_h3gates",  # the console (profiles/default); `python -m snakemake` finds it in the cwd
+    "snakemake_logger_plugin_h3gates",  # the console, which rules/common.smk installs from the workflow root
 ]
 
 # The committed CI config (config/ci.yaml): tiny's shapes with 4 blocks, gates at blocks 0 and 3.
