@@ -114,8 +114,9 @@ class LogHandler(LogHandlerBase):
                 "log": list(record.log or []),
                 "reason": record.reason,
             }
-            if self.common_settings.dryrun:
-                return f"would run {self.what(record.jobid)}   ({record.reason})"
+            if self.common_settings.dryrun:  # the plan: each job by its rule's name and wildcards, and why
+                wc = " ".join(f"{k}={v}" for k, v in (record.wildcards or {}).items())
+                return f"would run {record.rule_name}{' ' + wc if wc else ''}   ({record.reason})"
             return None
         if event == LogEvent.JOB_STARTED:
             for j in record.jobs or []:
@@ -137,6 +138,8 @@ class LogHandler(LogHandlerBase):
             if self.total:  # (a dry run logs the table twice)
                 return None
             self.total = n
+            if self.common_settings.dryrun:
+                return record.getMessage()  # the job table of the plan
             return f"h3gates: {n} jobs to run (the complete log: .snakemake/log/; each job's: logs/)" if n else None
         if event in (LogEvent.SHELLCMD, LogEvent.WORKFLOW_STARTED, LogEvent.RESOURCES_INFO, LogEvent.DEBUG_DAG):
             return None
