@@ -523,7 +523,7 @@ def format_status(rows) -> str:
     reasons = []
     for row in rows:
         lines.append(
-            f"{row['results_name']:18s} " + " ".join(f"{row['rungs'][r]['state']:{width}s}" for r in RUNG_NAMES)
+            f"{row['results_name']:{w}s} " + " ".join(f"{row['rungs'][r]['state']:{width}s}" for r in RUNG_NAMES)
         )
         # a reason that already names its state ("<report>: missing", "<report>: stale: ...") is not prefixed with it again
         if row.get("attempts"):
