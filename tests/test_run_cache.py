@@ -56,7 +56,9 @@ def test_a_revert_restores_the_reports_and_the_promotion_without_running_a_gate(
     assert p.returncode != 0 and "rung 1 (adversarial) FAILED for modulate_fusion" in p.stderr, p.stderr[-3000:]
     assert "Shell command" not in p.stderr and "--context" not in p.stderr  # the commands are in the logs
     assert re.search(r"FAILED pass_token candidate=modulate_fusion rung=1: log: logs/ci/", p.stderr), p.stderr
-    assert len((p.stdout + p.stderr).splitlines()) <= 25, p.stdout + p.stderr
+    console = (p.stdout + p.stderr).splitlines()
+    assert len(console) <= 25, "\n".join(console)
+    assert any(x.strip().startswith("replay: python -m h3gates replay") for x in console[-8:]), console[-8:]
     assert not (ws / RES / "promotion/modulate_fusion.env").exists()  # its record no longer verifies: revoked
     failing = (ws / RES / "modulate_fusion/r1_adversarial.json").read_bytes()
 
