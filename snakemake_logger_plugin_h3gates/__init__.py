@@ -47,6 +47,7 @@ NOISE = (
     "Elapsed time:",
     "Waiting for more resources",
     "Shutting down, this might take some time",
+    "Adding ",  # (--report: each file it adds)
 )
 
 
