@@ -163,6 +163,8 @@ def test_two_variants_side_by_side_and_the_same_measurements_in_another_job_orde
     assert "review/qkv_ring/cpu.py" in rec["kernel_fingerprint"]
     st = h3gates(ws, "status")
     assert re.search(r"^qkv_ring@cpu +pass", st.stdout, re.M), st.stdout
+    snakemake(ws, "--report", "report.html", check=True)  # the HTML report files the variant under its own name
+    assert "qkv_ring@cpu" in (ws / "report.html").read_text(errors="replace")
 
 
 def test_the_console_of_a_passing_climb_is_short(ladder):
