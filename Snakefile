@@ -21,8 +21,8 @@ include: "rules/studies.smk"
 rule all:
     default_target: True
     input:
-        expand(promotion()["record"], candidate=CANDIDATES),
-        expand(timing_plot_of(), candidate=CANDIDATES),
+        expand(promotion()["record"], candidate=RESULTS_NAMES.values()),
+        expand(timing_plot_of(), candidate=RESULTS_NAMES.values()),
 
 
 # A plain `snakemake --report report.html` reports what has been run (rule `ran`, rules/report.smk).

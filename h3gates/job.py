@@ -15,6 +15,7 @@ import sys
 
 
 def _rung(a) -> int:
+    from h3gates.core import runcache
     from h3gates.core.context import RungContext
     from h3gates.rungs import ladder
 
@@ -22,13 +23,22 @@ def _rung(a) -> int:
     # flag goes at once when the record no longer verifies, its report rewritten or gone (_flag_basis); the
     # report and its replay dumps are signed where they were made (_sign_report, h3gates.core.links)
     ctx = RungContext.from_json(a.context)
+    # a report kept at this job's key (its context, sources, inputs' bytes and software) is restored, not rerun:
+    # before the lease, torch or the model (h3gates.core.runcache); a restored report is signed here as a rerun's
+    # would be (it was made from the same inputs, sources and software: the key)
+    kept = runcache.entry(ctx, a.rung, a.out, a.block, a.upstream)
     try:
+        if kept is not None and kept.restore():
+            _sign_report(a)
+            return 0
         if ctx.device == "cuda":
             from h3gates.core.lease import acquire
 
             acquire(f"rung {a.rung} {ctx.candidate}" + ("" if a.block is None else f" block {a.block}"))
         ladder.run(a.rung, ctx, a.out, a.block, a.upstream)
         _sign_report(a)
+        if kept is not None:
+            kept.keep()
     finally:
         _flag_basis(a.out)
     return 0

@@ -16,6 +16,13 @@ from h3gates.core import model_profiles as H3profiles
 from h3gates.core import report_labels as H3wf
 from h3gates.core.jobs import configured_device
 
+import snakemake_logger_plugin_h3gates as H3console
+
+# The console a person reads (a line per gate, the verdicts, each refusal and its fix; the full commands in
+# .snakemake/log/): Snakemake's default console handler replaced for this run (snakemake_logger_plugin_h3gates)
+if workflow.is_main_process:
+    H3console.install(workflow.output_settings)
+
 # Refuse a bad config before any job runs, naming the key and the reason; fill the defaults
 # (h3gates/schemas/config.schema.yaml with the candidates of the registry, plus the profile, the blocks and
 # every kernel source checked: the same validation `h3gates verify` and `status` apply).
@@ -33,6 +40,10 @@ DEVICE = configured_device(config)
 # candidates the workflow climbs here, and those it leaves out with a one-line reason (e.g. no
 # implementation for this device): promote_<left out> refuses with that reason, `all` goes on without it
 CANDIDATES, LEFT_OUT = H3config.climbable(config, DEVICE)
+# the name each climbed candidate's results go under (the `{candidate}` wildcard of every path): its own, or
+# `<name>@<stem>` for a `source:` variant, so a variant never writes over the candidate's reports or record
+RESULTS_NAMES = {c: H3context.results_name_of(config, c) for c in CANDIDATES}
+CANDIDATE_OF = {n: c for c, n in RESULTS_NAMES.items()}
 RES = f"results/{PROFILE}"
 LOGS = f"logs/{PROFILE}"
 GPU = 1 if DEVICE == "cuda" else 0
@@ -90,14 +101,14 @@ if workflow.is_main_process and touched_promotions(sys.argv[1:]):
 
 
 wildcard_constraints:
-    candidate="|".join(CANDIDATES) or "no_candidate_enabled",
+    candidate="|".join(re.escape(n) for n in CANDIDATE_OF) or "no_candidate_enabled",
     block=r"\d+",
     rung="[1-8]",
 
 
 # ---- input functions and params of the rung rules (rules/rungs.smk)
 def ctx_of(wc, rung):
-    return CONTEXTS(wc.candidate, rung)
+    return CONTEXTS(CANDIDATE_OF[wc.candidate], rung)
 
 
 def context(rung):
@@ -211,7 +222,7 @@ def _state(candidate, path):
     if candidate not in _STATES:
         from h3gates.core.promotion import check_candidate
 
-        _STATES[candidate] = check_candidate(config, candidate)[0]
+        _STATES[candidate] = check_candidate(config, CANDIDATE_OF[candidate])[0]
     st = _STATES[candidate].get(path)
     return None if st is None else (st[0], st[1][0] if st[1] else "")
 
@@ -253,7 +264,7 @@ def timing_labels(wildcards, input):
 def existing_plots():
     """The shell command that plots each climbed candidate's existing rung-4 reports (nothing reruns)."""
     cmds = []
-    for cand in CANDIDATES:
+    for cand in RESULTS_NAMES.values():
         have = [
             r.format(candidate=cand)
             for r in reports_of(4)
@@ -269,7 +280,7 @@ def existing_plots():
 def existing_results(wildcards=None):
     """Every gate report, promotion record and timing plot of a climbed candidate that exists now."""
     files = []
-    for cand in CANDIDATES:
+    for cand in RESULTS_NAMES.values():
         files += [
             r.format(candidate=cand)
             for rung in H3out.RUNG_NAMES

@@ -24,13 +24,15 @@ rule promotion_record:
     conda:
         "../envs/h3gates.yaml"
     params:
+        candidate=lambda wc: CANDIDATE_OF[wc.candidate],
         config=lambda wc: json.dumps(
-            H3context.candidate_config(config, wc.candidate), sort_keys=True
+            H3context.candidate_config(config, CANDIDATE_OF[wc.candidate]),
+            sort_keys=True,
         ),
         configfiles=CONFIGFILES,
         fingerprint=fingerprint(8),
     shell:
-        "python -m h3gates promote {wildcards.candidate} --config-json {params.config:q} --configfile {params.configfiles:q} "
+        "python -m h3gates promote {params.candidate} --config-json {params.config:q} --configfile {params.configfiles:q} "
         "--record {output.record} --flag {output.flag} > {log} 2>&1 || {{ cat {log} >&2; exit 1; }}"
 
 
@@ -40,11 +42,11 @@ for _cand in CANDIDATES:
         name:
             f"promote_{_cand}"
         input:
-            record=promotion(_cand)["record"],
-            flag=promotion(_cand)["flag"],
-            attestation=promotion(_cand)["attestation"],
+            record=promotion(RESULTS_NAMES[_cand])["record"],
+            flag=promotion(RESULTS_NAMES[_cand])["flag"],
+            attestation=promotion(RESULTS_NAMES[_cand])["attestation"],
         log:
-            f"{LOGS}/{_cand}/verify.log",
+            f"{LOGS}/{RESULTS_NAMES[_cand]}/verify.log",
         localrule: True
         conda:
             "../envs/h3gates.yaml"

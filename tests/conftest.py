@@ -37,3 +37,12 @@ requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped without one)")
     config.addinivalue_line("markers", "slow: workflow runs through snakemake (minutes)")
+
+
+@pytest.fixture(scope="session")
+def ladder(tmp_path_factory, worker_id):
+    """The CI ladder of the three candidates (`snakemake all` with config/ci.yaml), climbed once per test run
+    and shared by the workers (test_workflow.py, test_run_cache.py); its console is in climb.console."""
+    from workflow_util import shared_workspace
+
+    return shared_workspace(tmp_path_factory, worker_id, "ladder", "all")

@@ -198,10 +198,12 @@ def test_a_failing_gate_writes_its_report_through_slurm(climbed, local, tmp_path
     )
     new = [j for i, j in _jobs(ws).items() if i not in before]
     assert [(_rule(j), j["state"]) for j in new] == [("r1_adversarial", "COMPLETED")]
-    assert not (ws / RES / "promotion" / f"{CAND}.env").exists()  # the old flag revoked
+    assert not (
+        ws / RES / "promotion" / f"{CAND}@cpu.env"
+    ).exists()  # the variant's results: beside the candidate's own
     lp = snakemake(lws, TARGET)
     assert lp.returncode != 0
-    r1, lr1 = (json.loads((w / RES / CAND / "r1_adversarial.json").read_text()) for w in (ws, lws))
+    r1, lr1 = (json.loads((w / RES / f"{CAND}@cpu" / "r1_adversarial.json").read_text()) for w in (ws, lws))
     assert r1["verdict"] == lr1["verdict"] == "fail" and _comparable(r1) == _comparable(lr1)
 
 

@@ -23,13 +23,13 @@ from workflow_util import (
     h3gates,
     merge,
     pending,
-    shared_workspace,
     snakemake,
 )
 from workflow_util import env as wf_env
 
 from h3gates.core import config as C
 from h3gates.core.context import RungContext
+from h3gates.core.outputs import results_name
 
 pytestmark = pytest.mark.slow
 RES = "results/ci"
@@ -48,12 +48,6 @@ ENFORCED_TIMING = {"enforce": {"ci": True}, "min_pairs": 6, "max_pairs": 6, "cpu
 # the same gate in two cohorts of 2 (timing.resident, as the canonical 12 processes run in two cohorts of 6 on one
 # H200): the early look on the first cohort, the last over both
 ENFORCED_COHORTS = {**ENFORCED_TIMING, "resident": 2}
-
-
-@pytest.fixture(scope="session")
-def ladder(tmp_path_factory, worker_id):
-    """The CI ladder of the three candidates, climbed once per test run and shared by the workers."""
-    return shared_workspace(tmp_path_factory, worker_id, "ladder", "all")
 
 
 @pytest.fixture
@@ -262,10 +256,17 @@ def _plant(
     (ws / "config/config.yaml").write_text(yaml.safe_dump(cfg))
 
 
+def _name(ws, cand) -> str:
+    """Where the candidate's results go under the workspace's config (a planted `source:` variant:
+    `<cand>@cpu`, beside the candidate's own)."""
+    cfg = yaml.safe_load((ws / "config/config.yaml").read_text())
+    return results_name(cand, cfg["candidates"][cand].get("source"))
+
+
 def _climb(ws, cand) -> tuple[int, str]:
     p = snakemake(ws, f"promote_{cand}")
     assert p.returncode != 0, "the faulty candidate must not be promoted"
-    assert not (ws / RES / "promotion" / f"{cand}.env").exists()
+    assert not (ws / RES / "promotion" / f"{_name(ws, cand)}.env").exists()
     m = re.search(r"rung (\d) \((\w+)\) FAILED for (\w+)(?: block (\d+))?: (.*)", p.stderr)
     assert m, p.stderr[-3000:]
     return int(m.group(1)), p.stderr
@@ -305,18 +306,21 @@ def test_fault_exact_division_caught_at_rung_1(ws):
     )
     rung, err = _climb(ws, "modulate_fusion")
     assert rung == 1 and "midpoints_scale_1.875" in json.dumps(
-        json.loads((ws / RES / "modulate_fusion/r1_adversarial.json").read_text())["measurements"]["cases"]
+        json.loads((ws / RES / _name(ws, "modulate_fusion") / "r1_adversarial.json").read_text())["measurements"][
+            "cases"
+        ]
     )
     _passed_below(ws, "modulate_fusion", 1)
-    dump = next((ws / RES / "modulate_fusion").glob("r1_adversarial.replay.midpoints_scale_1.875.qkv.identity.pt"))
+    dump = next(
+        (ws / RES / _name(ws, "modulate_fusion")).glob("r1_adversarial.replay.midpoints_scale_1.875.qkv.identity.pt")
+    )
     assert "replay: python -m h3gates replay" in err
     p = h3gates(ws, "replay", str(dump))  # reruns exactly that case: the same mismatch, decoded
     assert p.returncode == 1 and "DIFFERS" in p.stdout and "first qdata mismatch" in p.stdout, p.stdout + p.stderr
-    cfg = yaml.safe_load((ws / "config/config.yaml").read_text())
-    del cfg["candidates"]["modulate_fusion"]["source"]  # the fixed kernel: the rung passes and its stale dumps go
-    (ws / "config/config.yaml").write_text(yaml.safe_dump(cfg))
-    snakemake(ws, f"{RES}/modulate_fusion/r1_adversarial.json", check=True)
-    assert not list((ws / RES / "modulate_fusion").glob("r1_adversarial.replay.*.pt"))
+    # the variant fixed in place: its rung passes and its stale dumps go (the candidate's own results untouched)
+    shutil.copyfile(ws / "kernels/modulate_fusion/cpu.py", ws / "faulty/modulate_fusion/cpu.py")
+    snakemake(ws, f"{RES}/{_name(ws, 'modulate_fusion')}/r1_adversarial.json", check=True)
+    assert not list((ws / RES / _name(ws, "modulate_fusion")).glob("r1_adversarial.replay.*.pt"))
 
 
 CRASH_ON_SHORT_INPUTS = """
@@ -339,7 +343,7 @@ def test_candidate_crash_gets_a_failing_report(ws):
     _plant(ws, "modulate_fusion", append=CRASH_ON_SHORT_INPUTS)
     rung, err = _climb(ws, "modulate_fusion")
     assert rung == 1 and "candidate crashed: TypeError" in err and "cpu.py" in err
-    rep = json.loads((ws / RES / "modulate_fusion/r1_adversarial.json").read_text())
+    rep = json.loads((ws / RES / _name(ws, "modulate_fusion") / "r1_adversarial.json").read_text())
     crash = rep["measurements"]["crash"]
     assert (
         rep["verdict"] == "fail" and crash["type"] == "TypeError" and crash["file"] == "faulty/modulate_fusion/cpu.py"
@@ -393,7 +397,7 @@ def test_fault_dropped_segment_modulation_caught_at_rung_1_by_the_path_cases(ws)
     _plant(ws, "modulate_fusion", append=DROPPED_AUDIO)
     rung, err = _climb(ws, "modulate_fusion")
     assert rung == 1, err
-    r1 = json.loads((ws / RES / "modulate_fusion/r1_adversarial.json").read_text())
+    r1 = json.loads((ws / RES / _name(ws, "modulate_fusion") / "r1_adversarial.json").read_text())
     bad = [c for c in r1["measurements"]["cases"] if not c["equal"]]
     assert bad and all(c["variant"] == "path" and c["case"].startswith("mod_") for c in bad), bad[:3]
     assert any(c["case"].startswith("mod_segments_") for c in bad)
@@ -429,7 +433,7 @@ def test_fault_off_by_one_last_ring_chunk_caught_at_rung_1_by_the_path_cases(ws)
     )
     rung, err = _climb(ws, "qkv_ring")
     assert rung == 1, err
-    r1 = json.loads((ws / RES / "qkv_ring/r1_adversarial.json").read_text())
+    r1 = json.loads((ws / RES / _name(ws, "qkv_ring") / "r1_adversarial.json").read_text())
     bad = {c["case"] for c in r1["measurements"]["cases"] if not c["equal"]}
     assert bad and all(c.startswith("mod_") for c in bad) and "mod_1x64" not in bad  # only inputs of several chunks
 
@@ -451,7 +455,7 @@ ModulateFusedProducer.produce = _slow
     _plant(ws, "modulate_fusion", append=slow, config={"timing": ENFORCED_TIMING})
     rung, err = _climb(ws, "modulate_fusion")
     assert rung == 4 and "performance gate" in err and "block" in err
-    rep = json.loads((ws / RES / "modulate_fusion/r4_block/block0.json").read_text())
+    rep = json.loads((ws / RES / _name(ws, "modulate_fusion") / "r4_block/block0.json").read_text())
     assert rep["measurements"]["output"]["equal"] and rep["timing"]["performance_gate"]["gain"] < 0
     # refused by a decision, not by running out of looks: on a CPU the early look's t over 4 process means has
     # 3 degrees of freedom (t = 10 at its level), so a loaded machine may take the gate to its last look; the
@@ -591,7 +595,9 @@ def test_default_tiny_ladder_promotes_modulate_fusion(tmp_path):
     for name in WORKFLOW:
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy2)(src, ws / name)
-    snakemake(ws, "promote_modulate_fusion", check=True)
+    p = snakemake(ws, "promote_modulate_fusion", check=True)
+    console = (p.stdout + p.stderr).splitlines()  # a line per gate and baseline job, the verdicts (issue 31)
+    assert len(console) <= 60 and sum(" PASS (" in x for x in console) == 12, "\n".join(console)
     v = h3gates(ws, "verify", "results/tiny/promotion/modulate_fusion.json")
     assert v.returncode == 0 and "NOT deployable" in v.stdout
 
@@ -686,7 +692,7 @@ def test_throwaway_gemm_candidate_climbs_and_an_inexact_gemm_is_caught_at_rung_1
     )
     rung, err = _climb(ws, "lut_gemm")
     assert rung == 1 and "gemm_" in err
-    p = h3gates(ws, "replay", str(next((ws / RES / "lut_gemm").glob("r1_adversarial.replay.*gemm*.pt"))))
+    p = h3gates(ws, "replay", str(next((ws / RES / _name(ws, "lut_gemm")).glob("r1_adversarial.replay.*gemm*.pt"))))
     assert p.returncode == 1 and "DIFFERS" in p.stdout and "first_mismatch" in p.stdout, p.stdout + p.stderr
 
 

@@ -11,7 +11,17 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-WORKFLOW = ["Snakefile", "rules", "h3gates", "kernels", "config", "profiles", "envs", "report"]
+WORKFLOW = [
+    "Snakefile",
+    "rules",
+    "h3gates",
+    "kernels",
+    "config",
+    "profiles",
+    "envs",
+    "report",
+    "snakemake_logger_plugin_h3gates",  # the console, which rules/common.smk installs from the workflow root
+]
 
 # The committed CI config (config/ci.yaml): tiny's shapes with 4 blocks, gates at blocks 0 and 3.
 CI_CONFIG = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
@@ -59,11 +69,11 @@ def env():
     return e
 
 
-def snakemake(ws: Path, *args, check=False) -> subprocess.CompletedProcess:
+def snakemake(ws: Path, *args, check=False, **extra_env) -> subprocess.CompletedProcess:
     p = subprocess.run(
         [sys.executable, "-m", "snakemake", "--cores", "2", *args],
         cwd=ws,
-        env=env(),
+        env={**env(), **extra_env},
         capture_output=True,
         text=True,
         timeout=1500,
@@ -103,7 +113,7 @@ def shared_workspace(tmp_path_factory, worker_id: str, name: str, *targets) -> P
     work on a copy (copy_workspace)."""
     if worker_id == "master":
         ws = make_workspace(tmp_path_factory.mktemp(name) / "ws")
-        snakemake(ws, *targets, check=True)
+        _console(ws, snakemake(ws, *targets, check=True))
         return ws
     import fcntl
 
@@ -116,9 +126,16 @@ def shared_workspace(tmp_path_factory, worker_id: str, name: str, *targets) -> P
             if ws.exists():
                 shutil.rmtree(ws)  # a build that failed in another worker
             make_workspace(ws)
-            snakemake(ws, *targets, check=True)
+            _console(ws, snakemake(ws, *targets, check=True))
             (shared / "built").touch()
     return ws
+
+
+CONSOLE = "climb.console"  # what the shared workspace's climb printed (stdout, then stderr): tests count its lines
+
+
+def _console(ws: Path, p: subprocess.CompletedProcess) -> None:
+    (ws / CONSOLE).write_text(p.stdout + p.stderr)
 
 
 def copy_workspace(src: Path, dest: Path) -> Path:

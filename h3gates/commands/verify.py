@@ -69,7 +69,7 @@ def format_verified(rec: dict) -> str:
     )
     cap = v["rung8_capture"]
     lines = [
-        f"OK {rec['candidate']} ({rec['verdict']}): {len(rec['reports'])} reports and the flag {rec['flag_file']['line']} verified;"
+        f"OK {v['results_name']} ({rec['verdict']}): {len(rec['reports'])} reports and the flag {rec['flag_file']['line']} verified;"
         f" signed by {v['signed_by']}",
         f"  performance gate enforced: {'yes' if v['enforced'] else 'no'} ({blocks})",
         f"  rung 8 Nsight Compute capture of both sides: {'held' if cap['held'] else 'missing'}"

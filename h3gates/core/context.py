@@ -26,7 +26,7 @@ from h3gates.core.config import cand_config, enforce_perf
 from h3gates.core.errors import ConfigError, GemmReferenceMismatch
 from h3gates.core.fingerprints import ROOT, digest, files_digest, imported, with_loads
 from h3gates.core.jobs import FP4_MMA_MAJORS, configured_device, gpu_capabilities
-from h3gates.core.outputs import RESULTS
+from h3gates.core.outputs import RESULTS, results_name
 
 CAPTURES = 0  # the "rung" of the captured block inputs (rungs 3, 4 and 8 read them)
 ENTRY = (
@@ -120,6 +120,12 @@ def candidate_config(config: dict, candidate: str) -> dict:
     changing them does not touch this candidate's record."""
     keep = {candidate, *config["baseline"]["accepted"]}
     return {**config, "candidates": {k: v for k, v in config["candidates"].items() if k in keep}}
+
+
+def results_name_of(config: dict, candidate: str) -> str:
+    """The name a candidate's results go under in this config: its own, or `<name>@<stem>` where its config
+    names a `source:` variant (h3gates.core.outputs.results_name): its reports, tokens, record and flag."""
+    return results_name(candidate, cand_config(config, candidate).get("source"))
 
 
 # ------------------------------------------------------------------ the shared part
@@ -398,6 +404,11 @@ class RungContext(_OnShared):
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
+
+    @property
+    def results_name(self) -> str:
+        """Where this candidate's results go (a `source:` variant's beside the candidate's own)."""
+        return results_name(self.candidate, self.candidate_config.get("source"))
 
     def artifact_context(self) -> ArtifactContext:
         """The context of the baseline artifact this rung reads (rungs 5-8)."""

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from h3gates.core import registry
 from h3gates.core.outputs import rung_module
-from h3gates.core.sourcedigest import source_sha256
+from h3gates.core.sourcedigest import memoized, source_sha256
 
 ROOT = registry.ROOT
 PACKAGE = "h3gates"
@@ -152,9 +152,22 @@ def _imports_of(path: Path, base: Path) -> list[str]:
     pkg_parts = (
         list(rel.parent.parts) if rel is not None and rel.parts[0] == PACKAGE else []
     )  # a variant outside the tree is no package
+    data = path.read_bytes()
+    # the package modules a source names, kept by its content (h3gates.core.sourcedigest.memoized): this
+    # module's code and the file's package are part of the key
+    tag = b"imports:" + _SELF + ".".join(pkg_parts).encode()
+    names = json.loads(memoized(tag, data, lambda: json.dumps(_import_names(data, str(path), pkg_parts)).encode()))
+    return [f for name in names if (f := _resolve(name, base))]
+
+
+_SELF = hashlib.sha256(Path(__file__).read_bytes()).digest()
+
+
+def _import_names(data: bytes, filename: str, pkg_parts: list[str]) -> list[str]:
+    """The h3gates module names a source's import statements name (relative ones resolved in its package)."""
     out = []
     try:
-        tree = ast.parse(path.read_text(), str(path))
+        tree = ast.parse(data.decode("utf-8"), filename)
     except (SyntaxError, ValueError):  # it imports nothing that can be seen; the rung importing it reports the error
         return out
     for node in ast.walk(tree):
@@ -171,9 +184,5 @@ def _imports_of(path: Path, base: Path) -> list[str]:
             names = [mod] + [f"{mod}.{a.name}" for a in node.names]
         else:
             continue
-        for name in names:
-            if name.split(".")[0] == PACKAGE:
-                f = _resolve(name, base)
-                if f:
-                    out.append(f)
+        out += [name for name in names if name.split(".")[0] == PACKAGE]
     return out

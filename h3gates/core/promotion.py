@@ -20,7 +20,7 @@ from pathlib import Path
 from h3gates.core import derive, registry, report
 from h3gates.core import pins as P
 from h3gates.core.config import diff, enforce_perf, validate_config
-from h3gates.core.context import RungContext, candidate_config, gemm_reference
+from h3gates.core.context import RungContext, candidate_config, gemm_reference, results_name_of
 from h3gates.core.errors import ConfigError, Refusal, RegistryError, ReportError
 from h3gates.core.fingerprints import ROOT, file_sha256, provenance
 from h3gates.core.heal import quarantine, same_command  # noqa: F401 (same_command: re-exported)
@@ -103,8 +103,8 @@ def check_candidate(config: dict, candidate: str):
         trusted = links.trusted_keys(config)
     except AttestationError as e:
         return {}, [str(e)]
-    profile, blocks = config["profile"], config["blocks"]
-    for rung, plist in report_paths(profile, candidate, blocks).items():
+    profile, blocks, name = config["profile"], config["blocks"], results_name_of(config, candidate)
+    for rung, plist in report_paths(profile, name, blocks).items():
         ctx = RungContext.from_config(config, candidate, rung)
         try:
             expected = provenance(ctx)
@@ -113,7 +113,7 @@ def check_candidate(config: dict, candidate: str):
         except RegistryError as e:
             return {}, [str(e)]
         for p, block in zip(plist, blocks if rung in PER_BLOCK else [None]):
-            layout = (links.expected_upstream(profile, candidate, rung, block, blocks), ctx.workflow_artifacts(block))
+            layout = (links.expected_upstream(profile, name, rung, block, blocks), ctx.workflow_artifacts(block))
             results[p] = check_report(p, candidate, rung, expected, trusted, layout)
             reasons += [r for r in results[p][1] if r not in reasons]  # (a shared artifact's, once)
     return results, reasons
@@ -284,7 +284,7 @@ def promote(config: dict, candidate: str, record: str, flag: str, configfiles: l
     results, reasons = check_candidate(config, candidate)
     if reasons:
         revoke(record, attestation_path(record))
-        moved = quarantine(results, candidate, config["profile"], _trusted(config))
+        moved = quarantine(results, results_name_of(config, candidate), config["profile"], _trusted(config))
         raise Refusal(reasons, fix=_fix(candidate, configfiles, moved))
     docs = {p: d for p, (_, _, d) in results.items()}
     pins, disagree = P.agree(docs)
@@ -292,7 +292,9 @@ def promote(config: dict, candidate: str, record: str, flag: str, configfiles: l
         # the reports hold only where they were gated: move them aside so that rerunning the gates
         # here makes reports (and pins) of this machine, instead of refusing the same ones again
         revoke(record, attestation_path(record))
-        moved = quarantine({p: ("stale", [], d) for p, d in docs.items()}, candidate, config["profile"])
+        moved = quarantine(
+            {p: ("stale", [], d) for p, d in docs.items()}, results_name_of(config, candidate), config["profile"]
+        )
         raise Refusal(disagree or reasons, fix=_fix(candidate, configfiles, moved))
     f = facts(config, docs)
     if f["profile_deployable"] and not f["deployable"]:  # deployable means enforced, and on a GPU captured
@@ -488,7 +490,9 @@ def verify(
     if reasons:
         if revoke_flag:
             revoke(flag)
-        moved = quarantine(results, rec["candidate"], rec["profile"], _trusted(cfg)) if heal else []
+        moved = (
+            quarantine(results, results_name_of(cfg, rec["candidate"]), rec["profile"], _trusted(cfg)) if heal else []
+        )
         fix = _fix(rec["candidate"], rec["config"]["files"], moved)
         if untrusted_only:  # everything stands but whose key signed: trust that key, or sign it anew here
             fix = (
@@ -502,7 +506,7 @@ def verify(
                 f"here: python -m h3gates keys trust FILE), or recompute them here: {fix}"
             )
         raise Refusal(reasons, fix=fix)
-    return {**rec, "verified": {**f, "signed_by": who}}
+    return {**rec, "verified": {**f, "signed_by": who, "results_name": results_name_of(cfg, rec["candidate"])}}
 
 
 def under_current(rec: dict) -> tuple[str, list[str]]:
@@ -547,8 +551,9 @@ def status(config: dict) -> list[dict]:
     rows = []
     for cand in enabled(config):
         results, kernel_missing = check_candidate(config, cand)
-        row = {"candidate": cand, "rungs": {}}
-        for rung, plist in report_paths(config["profile"], cand, config["blocks"]).items():
+        name = results_name_of(config, cand)
+        row = {"candidate": cand, "results_name": name, "rungs": {}}
+        for rung, plist in report_paths(config["profile"], name, config["blocks"]).items():
             states = [results[p][:2] if p in results else ("invalid", kernel_missing) for p in plist]
             worst = next(s for s in ("fail", "invalid", "stale", "missing", "pass") if any(x[0] == s for x in states))
             reason = next((r[0] for s, r in states if s == worst and r), "")
@@ -557,7 +562,7 @@ def status(config: dict) -> list[dict]:
             str(d["block"]): {k: g.get(k) for k in ("attempt", "max_attempts", "decision", "mode", "enforced")}
             for d in (
                 results.get(p, (None, None, None))[2]
-                for p in report_paths(config["profile"], cand, config["blocks"])[4]
+                for p in report_paths(config["profile"], name, config["blocks"])[4]
             )
             if d and (g := (d.get("timing") or {}).get("performance_gate"))
         }
@@ -568,15 +573,18 @@ def status(config: dict) -> list[dict]:
 def format_status(rows) -> str:
     names = {r: f"r{r} {RUNG_NAMES[r]}" for r in RUNG_NAMES}
     width = max(len(n) for n in names.values())
-    head = f"{'candidate':18s} " + " ".join(f"{names[r]:{width}s}" for r in RUNG_NAMES)
+    w = max([18] + [len(r["results_name"]) for r in rows])
+    head = f"{'candidate':{w}s} " + " ".join(f"{names[r]:{width}s}" for r in RUNG_NAMES)
     lines = [head, "-" * len(head)]
     reasons = []
     for row in rows:
-        lines.append(f"{row['candidate']:18s} " + " ".join(f"{row['rungs'][r]['state']:{width}s}" for r in RUNG_NAMES))
+        lines.append(
+            f"{row['results_name']:{w}s} " + " ".join(f"{row['rungs'][r]['state']:{width}s}" for r in RUNG_NAMES)
+        )
         # a reason that already names its state ("<report>: missing", "<report>: stale: ...") is not prefixed with it again
         if row.get("attempts"):
             reasons.append(
-                f"  {row['candidate']} rung 4: "
+                f"  {row['results_name']} rung 4: "
                 + ", ".join(
                     f"block {b} attempt {a['attempt']}/{a['max_attempts']} {a['decision']} ({a['mode'] or '-'}"
                     + ("" if a["enforced"] else ", not enforced")
@@ -585,7 +593,7 @@ def format_status(rows) -> str:
                 )
             )
         reasons += [
-            f"  {row['candidate']} r{r}: "
+            f"  {row['results_name']} r{r}: "
             + (v["reason"] if f": {v['state']}" in v["reason"] else f"{v['state']}: {v['reason']}")
             for r, v in row["rungs"].items()
             if v["reason"]

@@ -35,12 +35,73 @@ def source_sha256(path) -> str:
 
 @functools.lru_cache(maxsize=4096)
 def _cached(path: str, mtime_ns: int, size: int) -> bytes:
-    return hashlib.sha256(normalized(Path(path))).digest()
+    p = Path(path)
+    if p.suffix != ".py" and p.suffix not in C_SUFFIXES:
+        return hashlib.sha256(normalized(p)).digest()
+    data = p.read_bytes()
+    return memoized(b"py:" if p.suffix == ".py" else b"c:", data, lambda: hashlib.sha256(normalized(p, data)).digest())
 
 
-def normalized(path: Path) -> bytes:
+# ------------------------------------------------------------------ the digests of sources seen before
+# A digest is a pure function of the file's bytes, its kind, this module's code and Python's version (the
+# parser): kept on disk under the SHA-256 of all four, so that each job (a Python start) parses only the
+# sources it has not seen (a rung job restored from the run cache spends most of its time here otherwise).
+# Content-addressed: an edit is a new entry, never a stale one. H3GATES_SOURCE_CACHE names the folder
+# (`off`: none); else $XDG_CACHE_HOME/h3gates/sourcedigest (~/.cache/...).
+def _memo_dir() -> Path | None:
+    import os
+
+    where = os.environ.get("H3GATES_SOURCE_CACHE")
+    if where and where.lower() in ("off", "0", "no", "false"):
+        return None
+    if where:
+        return Path(where)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base, "h3gates", "sourcedigest")
+
+
+@functools.lru_cache(maxsize=1)
+def _memo_salt() -> bytes:
+    import sys
+
+    return hashlib.sha256(
+        Path(__file__).read_bytes() + f"{VERSION}:{sys.version_info[0]}.{sys.version_info[1]}".encode()
+    ).digest()
+
+
+def memoized(tag: bytes, data: bytes, compute) -> bytes:
+    """`compute()` (bytes: a pure function of `data` and of what `tag` names), kept on disk by content. An
+    entry is written atomically and framed with its own SHA-256: a torn or edited one is recomputed; a folder
+    that cannot be written leaves the value uncached, never wrong."""
+    d = _memo_dir()
+    if d is None:
+        return compute()
+    key = hashlib.sha256(_memo_salt() + tag + b"\0" + data).hexdigest()
+    memo = d / key[:2] / key
+    try:
+        got = memo.read_bytes()
+        if len(got) >= 32 and hashlib.sha256(got[32:]).digest() == got[:32]:
+            return got[32:]
+    except OSError:
+        pass
+    value = compute()
+    import os
+    import tempfile
+
+    try:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=memo.parent, prefix=".", suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(hashlib.sha256(value).digest() + value)
+        os.replace(tmp, memo)
+    except OSError:
+        pass
+    return value
+
+
+def normalized(path: Path, data: bytes | None = None) -> bytes:
     """What a file's digest is taken over: its normal form, tagged with the kind and VERSION."""
-    data = path.read_bytes()
+    data = path.read_bytes() if data is None else data
     if path.suffix == ".py":
         try:
             return f"{VERSION}:py:".encode() + python_form(data.decode("utf-8"), str(path)).encode()

@@ -28,11 +28,13 @@ def verdicts(config: dict, candidates=None) -> list[str]:
 
     rows = [r for r in status(config) if candidates is None or r["candidate"] in candidates]
     lines = []
+    w = max([18] + [len(r["results_name"]) for r in rows])
     for row in rows:
-        record, flag = promotion_paths(config["profile"], row["candidate"])
+        record, flag = promotion_paths(config["profile"], row["results_name"])
         states = [row["rungs"][r]["state"] for r in RUNG_NAMES]
         if not Path(record).exists() and not Path(flag).exists() and all(s == "missing" for s in states):
             continue  # never climbed here: no line
+        fix = None
         problem = next(
             (
                 f"r{r}: " + (v["reason"] if f": {v['state']}" in v["reason"] else f"{v['state']}: {v['reason']}")
@@ -52,15 +54,41 @@ def verdicts(config: dict, candidates=None) -> list[str]:
                 problem = None
             except Refusal as e:
                 promo = "REFUSED"
+                fix = None if problem else e.fix  # (a rung's own problem: its job's refusal said what to do)
                 problem = problem or f"promotion: {e.reasons[0]}"
         cells = " ".join(f"{'-' if s == 'missing' else s:7s}" for s in states)
-        lines.append(f"  {row['candidate']:18s} {cells} {promo}")
+        lines.append(f"  {row['results_name']:{w}s} {cells} {promo}")
         if problem:
             lines.append(f"    {one_line(problem, 160)}")
+            if any(row["rungs"][r]["state"] == "fail" for r in RUNG_NAMES):  # a gate said no: its replay, not a rerun
+                fix = _replay(config, row)
+            if fix:  # what to run next, at the bottom of the run's output
+                lines.append(f"    {one_line(fix if fix.startswith('replay:') else 'fix: ' + fix, 200)}")
     if not lines:
         return []
-    head = f"  {'candidate':18s} " + " ".join(f"{'r' + str(r):7s}" for r in RUNG_NAMES) + " promotion"
+    head = f"  {'candidate':{w}s} " + " ".join(f"{'r' + str(r):7s}" for r in RUNG_NAMES) + " promotion"
     return [f"h3gates verdicts (profile {config['profile']}):", head, *lines]
+
+
+def _replay(config: dict, row: dict) -> str | None:
+    """The replay command of the first failing gate's first dumped case, or None."""
+    import json
+    from pathlib import Path
+
+    from h3gates.core.outputs import report_paths
+
+    for rung, paths in report_paths(config["profile"], row["results_name"], config["blocks"]).items():
+        if row["rungs"][rung]["state"] != "fail":
+            continue
+        for p in paths:
+            try:
+                dumps = json.loads(Path(p).read_text()).get("replay") or []
+            except (OSError, ValueError):
+                continue
+            if dumps:
+                return f"replay: python -m h3gates replay {Path(p).parent / dumps[0]}"
+        return None
+    return None
 
 
 def print_verdicts(config: dict, file=None) -> None:

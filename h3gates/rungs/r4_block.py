@@ -67,8 +67,8 @@ def run(ctx, out, block, upstream=()):
             },
         )
     q = PG.params(params)
-    ledger = PG.Attempts(PG.attempts_path(RESULTS, ctx.profile, ctx.candidate))
-    store = PG.DecidedStore(PG.decided_path(RESULTS, ctx.profile, ctx.candidate))
+    ledger = PG.Attempts(PG.attempts_path(RESULTS, ctx.profile, ctx.results_name))
+    store = PG.DecidedStore(PG.decided_path(RESULTS, ctx.profile, ctx.results_name))
     key = attempt_key(gate)
     stored = store.get(key, block)
     if stored is not None:  # decided at this fingerprint already: never timed again

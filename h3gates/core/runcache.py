@@ -1,0 +1,201 @@
+"""The run cache: every rung report the workflow makes is kept by the content it was made from, so that a
+rung job whose inputs are those of a kept report restores that report (byte for byte, with the replay
+dumps it names) instead of running the gate; as DVC's run-cache or Bazel's action cache. Reverting a
+kernel edit reruns no gate, and two `source:` variants' reports coexist (docs/ladder.md, "The run cache").
+
+A rung job's key is the SHA-256 of
+- the rung, the block and the report's path (`--out`: the report names its replay dumps after it),
+- the rung context (h3gates.core.context.RungContext: the candidate, its config, the config slice the rung
+  reads, the workflow artifacts' paths),
+- the report's provenance now (h3gates.core.fingerprints.provenance: every kernel file's behaviour digest,
+  the code fingerprint of the modules the job imports, the config digest),
+- the SHA-256 of every file the gate reads that the workflow made (the upstream reports, the baseline
+  artifacts, the captured block inputs, a study's output): what the report records as `upstream`,
+- the software it ran with (Python, the numerics' packages; on a GPU the GPUs' names and the driver),
+- KEY_VERSION.
+
+A restore re-reads the kept report (schema and self-digest), checks that its rung, candidate, block,
+provenance and upstream digests are those of this job, and serves nothing otherwise: a kept report
+whose fingerprint differs is never served. What is kept: every report a gate writes, passing or failing,
+except those a rerun at the same key may legitimately change (`cacheable`): a candidate's crash (the
+exception may be the machine's: memory, a device fault), and a rung-4 report failing on a performance gate
+that did not decide (a rerun is another attempt of the fingerprint's budget, h3gates.core.perfgate).
+`H3GATES_RUN_CACHE=off` runs every gate (and keeps nothing). The store lives under
+results/<profile>/cache/ and may be deleted at any time. No torch import: a restore costs a Python start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from h3gates.core import report
+from h3gates.core.errors import ReportError
+from h3gates.core.fingerprints import digest, file_sha256, provenance
+from h3gates.core.jobs import nvidia_smi_query, progress
+from h3gates.core.outputs import RESULTS
+
+KEY_VERSION = 1
+ENV = "H3GATES_RUN_CACHE"  # off / 0 / no / false: run every gate, keep nothing
+PACKAGES = ("torch", "numpy", "comfy-kitchen", "cuda-python", "nvmath-python", "nvidia-cutlass-dsl")
+DECIDED = ("pass", "fail", "not timed")  # rung-4 decisions a rerun at the same key repeats (h3gates.core.perfgate)
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV, "on").strip().lower() not in ("off", "0", "no", "false")
+
+
+def store_dir(profile: str) -> Path:
+    return Path(RESULTS, profile, "cache")
+
+
+def environment(device: str) -> dict:
+    """The software a report's bytes may depend on beyond the sources (read without importing it)."""
+    from importlib import metadata
+
+    def version(name):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+
+    env = {
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "packages": {p: version(p) for p in PACKAGES},
+    }
+    if device == "cuda":
+        env["gpus"] = nvidia_smi_query("name")
+        env["driver"] = nvidia_smi_query("driver_version")
+    return env
+
+
+def upstream_digests(ctx, upstream, block) -> dict:
+    """What the gate records as `upstream` (h3gates.rungs.gate.Gate): the given reports and artifacts, then
+    every workflow artifact the context names for this rung and block that exists."""
+    ups = {str(p): file_sha256(p, cached=True) for p in upstream}
+    for p in ctx.workflow_artifacts(block):
+        if p not in ups and Path(p).is_file():
+            ups[p] = file_sha256(p, cached=True)
+    return ups
+
+
+def cacheable(doc: dict) -> tuple[bool, str]:
+    """Whether a report is what any rerun at its key would write (apart from its timing) -> (yes, why not)."""
+    if "crash" in (doc.get("measurements") or {}):
+        return False, "a candidate crash (it may be the machine's) is not kept: a rerun runs the gate again"
+    gate = (doc.get("timing") or {}).get("performance_gate") or {}
+    if doc["verdict"] == "fail" and gate.get("enforced") and gate.get("decision") not in DECIDED:
+        return False, f"an enforced performance gate that did not decide ({gate.get('decision')}) is another attempt"
+    return True, ""
+
+
+class Entry:
+    """One rung job's place in the run cache."""
+
+    def __init__(self, ctx, rung: int, out, block=None, upstream=()):
+        self.ctx, self.rung, self.out, self.block = ctx, rung, Path(out), block
+        self.provenance = provenance(ctx)
+        self.upstream = upstream_digests(ctx, upstream, block)
+        self.inputs = {
+            "version": KEY_VERSION,
+            "rung": rung,
+            "block": block,
+            "out": str(out),
+            "context": ctx.to_dict(),
+            "provenance": self.provenance,
+            "upstream": self.upstream,
+            "environment": environment(ctx.device),
+        }
+        self.key = digest(self.inputs)
+        self.dir = store_dir(ctx.profile) / self.key[:2] / self.key
+
+    def where(self) -> str:
+        return f"rung {self.rung} {self.ctx.candidate}" + ("" if self.block is None else f" block {self.block}")
+
+    def _problem(self, doc: dict, replay_dir: Path) -> str | None:
+        """Why a report is not this job's to keep or serve (None: it is)."""
+        want = {"rung": self.rung, "candidate": self.ctx.candidate, "block": self.block, **self.provenance}
+        for k, v in want.items():
+            if doc.get(k) != v:
+                return f"its {k} differs"
+        if doc.get("upstream") != self.upstream:
+            return "its upstream digests differ"
+        ok, why = cacheable(doc)
+        if not ok:
+            return why
+        missing = [r for r in doc.get("replay") or [] if not (replay_dir / r).is_file()]
+        return f"replay dump {missing[0]} is missing" if missing else None
+
+    def restore(self) -> bool:
+        """Put the kept report (and its replay dumps) in place if this key has one that is this job's."""
+        kept = self.dir / "report.json"
+        if not enabled() or not kept.is_file():
+            return False
+        try:
+            doc = report.read(kept)
+        except ReportError as e:
+            progress(f"run cache: {self.where()}: kept report unusable ({e}); running the gate")
+            return False
+        why = self._problem(doc, self.dir)
+        if why:
+            progress(f"run cache: {self.where()}: kept report not served ({why}); running the gate")
+            return False
+        from h3gates.core.fsutil import atomic_write
+
+        for name in doc.get("replay") or []:
+            atomic_write(self.out.parent / name, (self.dir / name).read_bytes())
+        for old in self.out.parent.glob(f"{self.out.stem}.replay.*.pt"):  # dumps of another run of this gate
+            if old.name not in (doc.get("replay") or []):
+                old.unlink()
+        atomic_write(self.out, kept.read_bytes())
+        progress(
+            f"{self.where()}: {doc['verdict'].upper()} restored from the run cache (key {self.key[:16]}, "
+            f"written {doc['written_at']}): not run"
+        )
+        return True
+
+    def keep(self) -> None:
+        """Keep the report the gate wrote (and its replay dumps), if it is cacheable."""
+        if not enabled() or not self.out.is_file():
+            return
+        data = self.out.read_bytes()
+        doc = json.loads(data)
+        why = self._problem(doc, self.out.parent)
+        if why:
+            progress(f"run cache: {self.where()}: not kept ({why})")
+            return
+        self.dir.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=self.dir.parent, prefix=f".{self.key}."))
+        try:
+            (tmp / "report.json").write_bytes(data)
+            for name in doc.get("replay") or []:
+                shutil.copyfile(self.out.parent / name, tmp / name)
+            (tmp / "key.json").write_text(json.dumps(self.inputs, indent=1, sort_keys=True) + "\n")
+            for f in tmp.iterdir():
+                f.chmod(0o644)
+            tmp.chmod(0o755)
+            if self.dir.exists():  # kept before at this key (a forced rerun): the newest run's bytes
+                shutil.rmtree(self.dir)
+            os.rename(tmp, self.dir)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        progress(f"run cache: {self.where()}: kept under {self.dir}")
+
+
+def entry(ctx, rung: int, out, block=None, upstream=()) -> Entry | None:
+    """The job's cache entry, or None where the cache is off or the key cannot be computed (a missing kernel
+    source: the gate runs and says so)."""
+    if not enabled():
+        return None
+    try:
+        return Entry(ctx, rung, out, block, upstream)
+    except (OSError, ValueError) as e:
+        print(f"h3gates: run cache unused for this job ({type(e).__name__}: {e})", file=sys.stderr)
+        return None
