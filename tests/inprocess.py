@@ -30,21 +30,23 @@ def make_artifact(ctx: RungContext) -> None:
 
 
 def climb(cfg: dict, cand: str) -> tuple[int, str]:
-    """Rung after rung -> (the rung whose token refused, its one-line refusal), or (0, "")."""
+    """Rung after rung -> (the rung whose token refused, its one-line refusal), or (0, ""). The reports go
+    under the candidate's results name (`<cand>@<stem>` for a `source:` variant), as the workflow's do."""
+    name = X.results_name_of(cfg, cand)
     for rung in range(1, 9):
         ctx = RungContext.from_config(cfg, cand, rung)
         if not all(Path(p).exists() for p in ctx.captures.values()):
             make_captures(cfg)
         if ctx.baseline_artifact and not Path(ctx.baseline_artifact).exists():
             make_artifact(ctx)
-        outs = paths.report_paths(cfg["profile"], cand, cfg["blocks"])[rung]
+        outs = paths.report_paths(cfg["profile"], name, cfg["blocks"])[rung]
         for out, block in zip(outs, cfg["blocks"] if rung in paths.PER_BLOCK else [None]):
             # what the workflow's rule gives it (rules/common.smk upstream_of, the layout links checks)
-            upstream = links.expected_upstream(cfg["profile"], cand, rung, block, cfg["blocks"])
+            upstream = links.expected_upstream(cfg["profile"], name, rung, block, cfg["blocks"])
             ladder.run(rung, ctx, out, block, upstream)
             links.sign_report(out, report.read(out))
         try:
-            tokens.token(outs, paths.token_path(cfg["profile"], cand, rung))
+            tokens.token(outs, paths.token_path(cfg["profile"], name, rung))
         except Refusal as e:
             return rung, e.reasons[0]
     return 0, ""

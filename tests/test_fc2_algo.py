@@ -22,7 +22,7 @@ from workflow_util import CI_CONFIG, ROOT, make_workspace, merge
 from h3gates.core import config as C
 from h3gates.core import outputs as paths
 from h3gates.core import pins, promotion, registry, report, tokens
-from h3gates.core.context import RungContext
+from h3gates.core.context import RungContext, results_name_of
 from h3gates.fc2 import pinning
 
 BASE = yaml.safe_load((ROOT / "config/config.yaml").read_text())
@@ -110,6 +110,7 @@ def _dry_run(ws: Path, fake: Path, *targets) -> str:
         "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
         "OMP_NUM_THREADS": "1",
         "PYTHONPATH": os.pathsep.join(p for p in (str(fake), os.environ.get("PYTHONPATH", "")) if p),
+        "H3GATES_CONSOLE": "full",  # the plan's shell commands (the workflow's console lists jobs by rule)
     }
     p = subprocess.run(
         [sys.executable, "-m", "snakemake", "-n", "-p", "--cores", "1", *targets],
@@ -240,18 +241,19 @@ def pinned(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_pinned_candidate_promotes_on_its_machine_and_verify_refuses_elsewhere(pinned, monkeypatch):
     cand = "swiglu_fusion"
+    name = results_name_of(pinned, cand)  # a source: variant's results go under their own name
     assert climb(pinned, cand) == (0, "")
-    r3 = json.loads(Path(paths.report_path("ci", cand, 3, 0)).read_text())
+    r3 = json.loads(Path(paths.report_path("ci", name, 3, 0)).read_text())
     assert r3["pins"] == {"fc2": PIN}
-    record, flag = paths.promotion_paths("ci", cand)
+    record, flag = paths.promotion_paths("ci", name)
     monkeypatch.setattr(pinning, "environment_here", lambda: {**H200, "cublaslt_version": 120900})
     with pytest.raises(tokens.Refusal) as e:
         promotion.promote(pinned, cand, record, flag, [])
     assert "pin of fc2: cuBLASLt version differs: pinned 130100, here 120900" in e.value.reasons
     assert not Path(record).exists() and not Path(flag).exists()
     # the reports hold only where they were gated: moved aside, so the next run gates on this machine
-    assert not Path(paths.report_path("ci", cand, 3, 0)).exists() and list(
-        Path("results/ci", cand, "refused").rglob("*.json")
+    assert not Path(paths.report_path("ci", name, 3, 0)).exists() and list(
+        Path("results/ci", name, "refused").rglob("*.json")
     )
     assert "reruns the 8 report(s) moved aside" in e.value.fix
     monkeypatch.setattr(pinning, "environment_here", lambda: dict(H200))

@@ -351,7 +351,9 @@ def test_rung4_counts_information_and_never_retimes_a_decided_fingerprint(tmp_pa
         }
 
     monkeypatch.setattr(R, "_timed", timed)
-    ctx = SimpleNamespace(profile="p", device="cpu", candidate="c", rung_params={**G.defaults(), "enforce": False})
+    ctx = SimpleNamespace(
+        profile="p", device="cpu", candidate="c", results_name="c", rung_params={**G.defaults(), "enforce": False}
+    )
     _FakeGate.kernel = "v1"
     out = tmp_path / "r4.json"
     R.run(ctx, out, 0)

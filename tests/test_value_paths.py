@@ -212,6 +212,7 @@ def test_an_unreached_declared_cell_fails_rung_1(monkeypatch):
         fail=reasons.append,
         note=lambda *a: None,
         dump=lambda *a, **k: None,
+        case=lambda *a, **k: None,
     )
     cases, cov, values = R1.path_cases(gate, "unused")
     assert cases and all(c["equal"] for c in cases)

@@ -349,8 +349,9 @@ def test_candidate_crash_gets_a_failing_report(ws):
         rep["verdict"] == "fail" and crash["type"] == "TypeError" and crash["file"] == "faulty/modulate_fusion/cpu.py"
     )
     assert crash["at"].startswith("case ") and "Traceback" in crash["traceback"][0]
-    dump = ws / RES / "modulate_fusion" / crash["replay"]  # the crashed case's inputs, for replay
-    assert dump.is_file() and f"replay: python -m h3gates replay {RES}/modulate_fusion/{crash['replay']}" in err
+    name = _name(ws, "modulate_fusion")  # the planted source variant's results name
+    dump = ws / RES / name / crash["replay"]  # the crashed case's inputs, for replay
+    assert dump.is_file() and f"replay: python -m h3gates replay {RES}/{name}/{crash['replay']}" in err
     p = h3gates(ws, "replay", str(dump))
     assert p.returncode == 1 and "RAISES on this case: TypeError" in p.stdout, p.stdout + p.stderr
 

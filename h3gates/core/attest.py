@@ -116,8 +116,11 @@ def signing_key(path=None, *, trusted_keys=None) -> NamedSigner:
 
 def _create(p: Path, trusted_keys) -> NamedSigner:
     if not p.parent.exists():
-        p.parent.mkdir(parents=True)
-        p.parent.chmod(0o700)  # mkdir's mode is masked by the umask; the folder of private keys is the user's alone
+        try:
+            p.parent.mkdir(parents=True)
+            p.parent.chmod(0o700)  # mkdir's mode is masked by the umask; the folder of private keys is the user's alone
+        except FileExistsError:  # another first use made it a moment ago (its chmod is its own)
+            pass
     new = CryptoSigner.generate_ed25519()
     tmp = atomic_write(p.parent / f".{p.name}.{secrets.token_hex(6)}.new", new.private_bytes, mode=0o600)
     try:
