@@ -88,33 +88,14 @@ def producer_cases(gate, out, inputs) -> list[dict]:
         for role in gate.spec.roles:
             for variant in ("identity", "random"):
                 inp = role_input(role, x, variant, seed=len(cases), static=static)
-                gate.case(
-                    f"case {cid} role {role} variant {variant}",
-                    f"{cid}.{role}.{variant}",
-                    "producer",
-                    case=cid,
-                    input=x,
-                    static_scale=static,
-                    role=role,
-                    variant=variant,
-                    seed=len(cases),
-                )
+                what = dict(case=cid, input=x, static_scale=static, role=role, variant=variant, seed=len(cases))
+                gate.case(f"case {cid} role {role} variant {variant}", f"{cid}.{role}.{variant}", "producer", **what)
                 cmp, _, _ = compare_producers(
                     gate.candidate[role].producer, gate.reference[role].producer, inp, *x.shape
                 )
                 cases.append(_entry(cid, tags, role, variant, x, cmp))
                 if not cmp["equal"]:
-                    gate.dump(
-                        Path(out),
-                        f"{cid}.{role}.{variant}",
-                        "producer",
-                        case=cid,
-                        input=x,
-                        static_scale=static,
-                        role=role,
-                        variant=variant,
-                        seed=len(cases) - 1,
-                    )
+                    gate.dump(Path(out), f"{cid}.{role}.{variant}", "producer", **what)
     return cases
 
 
@@ -170,15 +151,8 @@ def path_cases(gate, out) -> tuple[list[dict], dict, dict]:
         generated = [(cid, inp, None) for cid, inp in P.cases(role, gate.device, getattr(prod, "chunk_rows", None))]
         generated += P.value_cases(role, gate.device, paths)
         for cid, inp, plant in generated:
-            gate.case(
-                f"{'value' if plant else 'path'} case {cid} role {role}",
-                f"{cid}.{role}",
-                "producer",
-                case=cid,
-                role_input={"type": type(inp).__name__, **inp.__dict__},
-                role=role,
-                level="schedule",
-            )
+            what = dict(case=cid, role_input={"type": type(inp).__name__, **inp.__dict__}, role=role, level="schedule")
+            gate.case(f"{'value' if plant else 'path'} case {cid} role {role}", f"{cid}.{role}", "producer", **what)
             counts = coverage.total(paths, inp)
             cmp, _, _ = compare_producers(prod, ref, inp, inp.rows, inp.cols)
             t = next(v for k, v in vars(inp).items() if k in ("h", "u", "x"))
@@ -197,15 +171,7 @@ def path_cases(gate, out) -> tuple[list[dict], dict, dict]:
                 hits[k][0] += v
                 hits[k][1] += bool(v)
             if not cmp["equal"]:
-                gate.dump(
-                    Path(out),
-                    f"{cid}.{role}",
-                    "producer",
-                    case=cid,
-                    role_input={"type": type(inp).__name__, **inp.__dict__},
-                    role=role,
-                    level="schedule",
-                )
+                gate.dump(Path(out), f"{cid}.{role}", "producer", **what)
         declared += _declared(role, paths, hits)
         if not paths:
             gate.note(
