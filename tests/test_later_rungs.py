@@ -123,9 +123,12 @@ def test_an_error_at_the_second_sampler_step_is_caught_at_rung_6(tree):
 
 
 def test_peak_memory_growth_is_caught_at_rung_8(tree):
-    rung, why = _climb(tree, _plant(tree, GREEDY))
+    from h3gates.core.context import results_name_of
+
+    cfg = _plant(tree, GREEDY)
+    rung, why = _climb(tree, cfg)
     assert rung == 8 and "peak memory" in why and "exceeds baseline" in why, why
-    rep = json.loads(Path(paths.report_path("ci", "modulate_fusion", 8)).read_text())
+    rep = json.loads(Path(paths.report_path("ci", results_name_of(cfg, "modulate_fusion"), 8)).read_text())
     assert rep["measurements"]["candidate"]["peak_cpu_bytes"] > rep["measurements"]["baseline"]["peak_cpu_bytes"] + (
         60 << 20
     )
