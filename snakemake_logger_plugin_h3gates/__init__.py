@@ -132,6 +132,9 @@ class LogHandler(LogHandlerBase):
             logs = list(record.log or [])
             own = record.rule_name in QUIET_ON_ERROR or record.rule_name.startswith("promote_")
             why = "" if own else last_line(logs)
+            said = (getattr(record, "rule_msg", None) or "").strip()  # the executor's reason (a cancelled SLURM job)
+            if said:
+                why = said.splitlines()[0] + ("; " + why if why else "")
             return f"FAILED {self.what(record.jobid, record.rule_name)}: {why + '; ' if why else ''}log: {', '.join(logs) or 'none'}"
         if event == LogEvent.RUN_INFO:
             stats = getattr(record, "stats", None) or {}
