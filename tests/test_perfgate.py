@@ -537,29 +537,71 @@ def test_the_gate_decides_a_planted_cpu_gain_over_local_processes(fake_clock):
     assert t["look_history"][0]["decision"] == "pass" and t["noise"]["A"]["calls"] == 4 * 2 * 3
 
 
-def test_workers_prepare_at_once(tmp_path):
-    """Catches: a worker awaited (prepared) before the next one is started: three workers that each take
-    0.6 s to get ready must be ready in well under 3 x 0.6 s."""
+def test_workers_import_at_once_and_prepare_in_turns(tmp_path):
+    """Catches: a worker launched only when the one before it is prepared (its imports not overlapping), the
+    GPU part (after the go) not held to `at_once` at a time, a ready line without its preparation times, or
+    a worker launched ahead and never used left running. Each worker takes 0.5 s to import and 0.6 s to
+    prepare."""
     from h3gates.rungs import timing as T
 
     script = tmp_path / "w.py"
     script.write_text(
-        "import json, sys, time\ntime.sleep(0.6)\n"
+        "import json, sys, time\ntime.sleep(0.5)\n"  # timing.await_go's protocol (it imports torch: 3 s here)
+        "print(json.dumps({'loaded': True, 't': time.time()}), flush=True)\n"
+        "if not json.loads(sys.stdin.readline() or '{}').get('go'): sys.exit(0)\ntime.sleep(0.6)\n"
         "print(json.dumps({'modes': {'A': 'eager', 'B': 'eager'}, 'reasons': {'A': None, 'B': None}}), flush=True)\n"
         "for line in sys.stdin:\n    if json.loads(line).get('quit'): break\n"
     )
+    argv = lambda i, first: [sys.executable, str(script)]  # noqa: E731
     t0 = time.perf_counter()
-    procs = T.start_processes(3, lambda i, first: [sys.executable, str(script)], at_once=None)
+    procs = T.start_processes(3, argv, at_once=None)
     took = time.perf_counter() - t0
     T.close_all(procs)
-    assert [p.first for p in procs] == ["baseline", "candidate", "baseline"] and took < 1.5, took
-    # in groups (a GPU's memory holds a few preparing processes beside the prepared ones): one group after the
-    # other, every process prepared before the function returns (so before any timing)
+    assert [p.first for p in procs] == ["baseline", "candidate", "baseline"] and took < 1.5 + 1.0, took
+    # in groups (a GPU's memory holds a few preparing processes beside the prepared ones): the imports at once,
+    # then one group's GPU part after the other, every process prepared before the function returns
     t0 = time.perf_counter()
-    procs = T.start_processes(3, lambda i, first: [sys.executable, str(script)], at_once=1)
+    procs = T.start_processes(3, argv, at_once=1)
     took = time.perf_counter() - t0
     T.close_all(procs)
-    assert all(p.ready for p in procs) and took >= 3 * 0.6, took
+    prep = [p.ready["prep"] for p in procs]
+    assert all(p.ready for p in procs) and 3 * 0.6 <= took < 3 * 1.1, took
+    assert all(x["gpu_s"] >= 0.6 for x in prep) and prep[2]["queued_s"] >= 2 * 0.6 - 0.5, prep
+    # a cohort launched ahead (importing while another times) that is never prepared: discard ends it
+    launcher = T.Launcher(4, argv, at_once=1)
+    launcher.launch([2, 3])
+    ahead = list(launcher.launched.values())
+    for w in ahead:
+        w.wait_loaded()
+    launcher.discard()
+    assert not launcher.launched and all(w.p.wait(timeout=10) == 0 for w in ahead)
+
+
+def test_the_gate_launches_a_later_cohort_ahead_only_once_the_early_look_is_undecided():
+    """Catches: the second cohort's workers launched before the early look has decided (wasted when it
+    decides), not launched ahead of the first cohort's main look (their imports no longer overlap its
+    timing), or launched-ahead workers not discarded when the gate ends."""
+    from h3gates.rungs import timing as T
+
+    for effect, launched in ((0.0, [list(range(6, 12))]), (0.05, [])):
+        _Recorder.log, _Recorder.leads, _Cohort.closed = [], [], []
+        events = []
+
+        class Start:
+            def __call__(self, idx):
+                events.append(("start", list(idx), len(_Recorder.log)))
+                return [_Cohort(i, effect) for i in idx]
+
+            def launch(self, idx):
+                events.append(("launch", list(idx), len(_Recorder.log)))
+
+            def discard(self):
+                events.append(("discard",))
+
+        T.gate_cohorts(12, 6, Start(), {"early_pairs": 1, "min_pairs": 4, "max_pairs": 4}, 1, say=lambda m: None)
+        assert [e[1] for e in events if e[0] == "launch"] == launched and events[-1] == ("discard",)
+        if launched:  # after the early look's six requests, before the main look's
+            assert ("launch", list(range(6, 12)), 6) in events and events[1][0] == "launch"
 
 
 def test_throttle_from_the_violation_counters_inside_a_request():

@@ -175,12 +175,9 @@ def _timed(gate, block, base, cand, q: dict, attempt: int, on_look) -> dict:
         return T.Local(sides, gate.device, T.Monitor(gate.device))
 
     # on a GPU the workers prepare a few at a time (memory: T.PREPARE_AT_ONCE), `resident` at most held at once
-    # (the cohorts); on a CPU all at once
-    def start(idx):
-        return T.start_processes(
-            n, argv, local, at_once=T.PREPARE_AT_ONCE if gate.device == "cuda" else None, indices=idx
-        )
-
+    # (the cohorts; a later cohort's workers are launched ahead, to import while the one before it times); on a
+    # CPU all at once
+    start = T.Launcher(n, argv, local, at_once=T.PREPARE_AT_ONCE if gate.device == "cuda" else None)
     timing = T.gate_cohorts(n, resident, start, q, attempt, on_look=on_look)
     infos, ready = timing.pop("infos"), timing.pop("ready")
     modes = {m for r in ready for m in r["modes"].values()}
@@ -200,6 +197,7 @@ def _timed(gate, block, base, cand, q: dict, attempt: int, on_look) -> dict:
 def worker(ctx, block: int, first: str, mode: str) -> None:
     """`python -m h3gates perf-worker`: this block's two sides in a process of their own, built and
     captured in the order `first`, serving pairs to the rung's process."""
+    T.await_go()  # imported: the GPU work waits for the parent's turn (T.PREPARE_AT_ONCE at a time)
     gate = Gate(ctx, 4, block)
     base, cand = sides_of(gate, block)
     q = PG.params({k: v for k, v in ctx.rung_params.items() if k != "enforce"})

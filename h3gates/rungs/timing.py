@@ -384,17 +384,52 @@ def _info(sides: dict, monitor: Monitor) -> dict:
 
 class Worker:
     """A timing process of its own (`python -m h3gates perf-worker`, or a study's worker speaking the same
-    protocol: one JSON line each way, the first line its `ready` once both sides are prepared). Started
-    without waiting: `wait_ready` collects the ready line, so every worker prepares at once."""
+    protocol: one JSON line each way). Started without waiting; its first line says it has `loaded` (its
+    imports done, nothing on the GPU yet: await_go), and it prepares its sides on the GPU only when `go()`
+    is sent; its next line is its `ready` once both sides are prepared (a worker that prepares without
+    waiting sends its ready line first). `prep` in the ready record: the parent's clock from the launch to
+    `loaded`, from `loaded` to `go`, and from `go` to ready (the GPU part)."""
 
     def __init__(self, argv: list[str], first: str):
-        self.first, self.ready = first, None
+        self.first, self.ready, self.loaded = first, None, None
+        self.t = {"launched": time.time()}
         self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # stderr: the log
+
+    def wait_loaded(self) -> None:
+        if self.loaded is None and self.ready is None:
+            line = self._read()
+            self.t["loaded"] = line.get("t") or time.time()  # the worker's clock when it loaded (read lazily)
+            if line.get("loaded"):
+                self.loaded = line
+            else:  # prepared without waiting for a go
+                self._set_ready(line)
+
+    def go(self) -> None:
+        """Prepare now (the parent's turn: PREPARE_AT_ONCE processes on the GPU at a time)."""
+        self.wait_loaded()
+        if self.ready is None and "go" not in self.t:
+            self.t["go"] = time.time()
+            self.p.stdin.write(json.dumps({"go": True}) + "\n")
+            self.p.stdin.flush()
 
     def wait_ready(self) -> dict:
         if self.ready is None:
-            self.ready = self._read()
+            self.go()
+        if self.ready is None:
+            self._set_ready(self._read())
         return self.ready
+
+    def _set_ready(self, line: dict) -> None:
+        t = {**self.t, "ready": time.time()}
+        go = t.get("go", t["loaded"])
+        self.ready = {
+            **line,
+            "prep": {
+                "load_s": round(t["loaded"] - t["launched"], 3),
+                "queued_s": round(go - t["loaded"], 3),
+                "gpu_s": round(t["ready"] - go, 3),
+            },
+        }
 
     def _read(self) -> dict:
         line = self.p.stdout.readline()
@@ -426,46 +461,90 @@ class Worker:
                 self.p.kill()
 
 
+def await_go() -> None:
+    """In a worker, once its imports are done and before it touches the GPU: say `loaded` and wait for the
+    parent's go (Worker.go), so that every worker of a cohort imports at once while only PREPARE_AT_ONCE of
+    them build and capture on the GPU at a time. A quit (or a closed channel) instead ends the process: a
+    cohort launched ahead whose gate decided before it was needed."""
+    sys.stdout.write(json.dumps({"loaded": True, "t": time.time()}) + "\n")
+    sys.stdout.flush()
+    line = sys.stdin.readline()
+    if not line or not json.loads(line).get("go"):
+        raise SystemExit(0)
+
+
 def first_of(i: int) -> str:
     """Construction order of process i: the baseline first in the even ones (process 0: the rung's own)."""
     return "candidate" if i % 2 else "baseline"
 
 
-# Processes preparing at one time on a GPU. A canonical process holds about 17 GB once prepared and peaks
-# near 25 GB while it builds and captures (H200, studies/perfgate/evidence/canonical_memory_2026-12-02/):
-# six preparing at once ran the H200's 140 GB out, two at a time beside four prepared ones fit.
-PREPARE_AT_ONCE = 1
+# Processes preparing (building and capturing) on a GPU at one time. With both sides of a process in one
+# graph pool, a canonical process holds about 18.5 GB once prepared and about 1 GB more while it prepares
+# (H200, studies/perfgate/evidence/canonical_memory_2026-12-02/six_pooled: six prepared beside the parent
+# peaked at 124 GB of 140); six preparing at once (a pool per side) ran the GPU out. Two at a time keep the
+# peak within a couple of GB of the prepared cohort's.
+PREPARE_AT_ONCE = 2
+
+
+class Launcher:
+    """Starts a gate's processes, cohort by cohort (`launcher(indices)`: the prepared processes of one cohort,
+    what gate_cohorts' `start` returns). The local sides (local(): a Local) are process 0; the workers are
+    argv_of(i, first) for the others. A cohort's workers are all launched at once (their imports run in
+    parallel, nothing on the GPU), then prepared `at_once` at a time (None: all at once), each group's ready
+    lines awaited before the next group's go. `launch(indices)` starts a later cohort's workers ahead, while
+    the cohort before it still times (imports only: their GPU work waits for the go); `discard()` ends any
+    that were launched and never prepared. Both sides of every process must run in one mode."""
+
+    def __init__(self, n: int, argv_of, local=None, at_once: int | None = PREPARE_AT_ONCE):
+        self.n, self.argv_of, self.local, self.at_once = n, argv_of, local, at_once
+        self.launched: dict[int, Worker] = {}
+
+    def launch(self, indices) -> None:
+        for i in indices:
+            if i not in self.launched and not (self.local and i == 0):
+                self.launched[i] = Worker(self.argv_of(i, first_of(i)), first_of(i))
+
+    def discard(self) -> None:
+        close_all([self.launched.pop(i) for i in list(self.launched)])
+
+    def __call__(self, indices=None) -> list:
+        indices = list(range(self.n)) if indices is None else list(indices)
+        todo = [i for i in indices if not (self.local and i == 0)]
+        procs: list = []
+        try:
+            self.launch(todo)  # every worker imports while the local sides (if any) prepare
+            workers = [self.launched.pop(i) for i in todo]
+            if self.local and 0 in indices:
+                t = time.time()
+                procs.append(self.local())
+                procs[0].ready["prep"] = {"load_s": 0.0, "queued_s": 0.0, "gpu_s": round(time.time() - t, 3)}
+            procs += workers
+            step = (len(workers) or 1) if self.at_once is None else max(1, self.at_once)
+            for k in range(0, len(workers), step):
+                group = workers[k : k + step]
+                for w in group:
+                    w.go()
+                for w in group:
+                    w.wait_ready()
+            modes = {m for p in procs for m in p.ready["modes"].values()}
+            if len(modes) != 1:
+                raise RuntimeError(
+                    f"the timing processes ran their sides in different modes: {[p.ready for p in procs]} "
+                    "(a side captured in one process and not in another)"
+                )
+        except BaseException:
+            close_all(procs)
+            self.discard()
+            raise
+        return procs
 
 
 def start_processes(
     n: int, argv_of, local=None, at_once: int | None = PREPARE_AT_ONCE, indices: list[int] | None = None
 ) -> list:
-    """P processes, all prepared before any timing: the local sides first (local(): a Local), then the
-    workers (argv_of(i, first) for i >= 1, or for i >= 0 without a local one; for the given gate-wide
-    `indices` instead of range(n) where given: one cohort) in groups of `at_once` started together, each
-    group's ready lines awaited before the next starts (None: all at once). The caller closes them
-    (close_all). Both sides of every process must run in one mode."""
-    todo = [i for i in (range(n) if indices is None else indices) if not (local and i == 0)]
-    step = (len(todo) or 1) if at_once is None else max(1, at_once)
-    workers, procs = [], []
-    try:
-        procs = [local()] if local and (indices is None or 0 in indices) else []
-        for k in range(0, len(todo), step):
-            group = [Worker(argv_of(i, first_of(i)), first_of(i)) for i in todo[k : k + step]]
-            workers += group
-            for w in group:
-                w.wait_ready()
-        procs += workers
-        modes = {m for p in procs for m in p.ready["modes"].values()}
-        if len(modes) != 1:
-            raise RuntimeError(
-                f"the timing processes ran their sides in different modes: {[p.ready for p in procs]} "
-                "(a side captured in one process and not in another)"
-            )
-    except BaseException:
-        close_all(workers)
-        raise
-    return procs
+    """P processes (or the cohort `indices`), all prepared before any timing: Launcher(...)(indices). The
+    caller closes them (close_all)."""
+    return Launcher(n, argv_of, local, at_once)(indices)
 
 
 def close_all(procs) -> None:
@@ -546,64 +625,73 @@ def gate_cohorts(n: int, resident: int, start, p: dict, attempt: int, say=progre
     hosts: list[list[dict]] = [[] for _ in range(n)]
     firsts, infos, ready = [None] * n, [None] * n, [None] * n
     t0 = time.perf_counter()
-    d, history, done = None, [], False
-    for c, idx in enumerate(groups):
-        if c:
-            say(f"perf gate: cohort {c + 1}/{len(groups)} (processes {idx[0]}-{idx[-1]}) preparing")
-        procs = start(idx)
-        try:
-            for i, proc in zip(idx, procs):
-                firsts[i], ready[i] = getattr(proc, "first", None), getattr(proc, "ready", None)
-            for look, npairs in enumerate(looks):
-                last = look == len(looks) - 1
-                if c > 0 and not last:
-                    continue  # a later cohort is looked at only at the last look: its pairs in one request
-                for k in range(len(idx)):
-                    j = (look + k) % len(idx)
-                    i = idx[j]
-                    todo = PG.orders(npairs, p["seed"], i, attempt)[len(raw[i]) : npairs]
-                    first = k == 0 and (look == 0 or c > 0)  # the cohort's first request follows an idle GPU
-                    got, host = procs[j].run(todo, p["calls"], FIRST_LEAD if first else LEAD, TRAIL)
-                    for x in got:
-                        x["request"] = look
-                    raw[i] += got
-                    hosts[i].append({"look": look, "cohort": c, **host})
-                if c == 0 and look == 0 and on_look is not None:
-                    on_look()
-                if last and c < len(groups) - 1:
-                    continue  # the last look waits for every cohort
-                used = [i for i in range(n) if len(raw[i]) >= npairs]
-                series, orders, segments, dropped = PG.kept([raw[i] for i in used])
-                d = PG.decide(series, orders, p, look, dropped=dropped, segments=segments)
-                history.append(
-                    {
-                        "look": look,
-                        "pairs_per_process": npairs,
-                        "processes": len(used),
-                        "ratio": d.get("ratio"),
-                        "lower": d["lower"],
-                        "upper": d["upper"],
-                        "process_sd": d["process_sd"],
-                        "decision": d["decision"],
-                        "timed_s": _timed_s([x for r in raw for x in r]),
-                    }
-                )
-                say(
-                    f"perf gate look {look + 1}/{len(looks)} ({npairs} pairs x {len(used)} processes): ratio "
-                    f"{_f(d.get('ratio'))}, interval [{_f(d['lower'])}, {_f(d['upper'])}] vs {1 - p['min_gain']:.4f}: "
-                    f"{d['decision']}"
-                )
-                if d["decision"] != "continue":
-                    done = True
-                    break
-            if close is not None:  # a cohort this gate started and closes: its processes' info before they go
+    d, history, done, prep_s = None, [], False, []
+    ahead, discard = getattr(start, "launch", None), getattr(start, "discard", None)
+    try:
+        for c, idx in enumerate(groups):
+            if c:
+                say(f"perf gate: cohort {c + 1}/{len(groups)} (processes {idx[0]}-{idx[-1]}) preparing")
+            t_prep = time.perf_counter()
+            procs = start(idx)
+            prep_s.append(round(time.perf_counter() - t_prep, 3))
+            try:
                 for i, proc in zip(idx, procs):
-                    infos[i] = proc.info()
-        finally:
-            if close is not None:
-                close(procs)
-        if done:
-            break
+                    firsts[i], ready[i] = getattr(proc, "first", None), getattr(proc, "ready", None)
+                for look, npairs in enumerate(looks):
+                    last = look == len(looks) - 1
+                    if c > 0 and not last:
+                        continue  # a later cohort is looked at only at the last look: its pairs in one request
+                    if ahead is not None and c + 1 < len(groups) and (c > 0 or look > 0 or len(looks) == 1):
+                        ahead(groups[c + 1])  # its imports run while this look times (its GPU work waits)
+                    for k in range(len(idx)):
+                        j = (look + k) % len(idx)
+                        i = idx[j]
+                        todo = PG.orders(npairs, p["seed"], i, attempt)[len(raw[i]) : npairs]
+                        first = k == 0 and (look == 0 or c > 0)  # the cohort's first request follows an idle GPU
+                        got, host = procs[j].run(todo, p["calls"], FIRST_LEAD if first else LEAD, TRAIL)
+                        for x in got:
+                            x["request"] = look
+                        raw[i] += got
+                        hosts[i].append({"look": look, "cohort": c, **host})
+                    if c == 0 and look == 0 and on_look is not None:
+                        on_look()
+                    if last and c < len(groups) - 1:
+                        continue  # the last look waits for every cohort
+                    used = [i for i in range(n) if len(raw[i]) >= npairs]
+                    series, orders, segments, dropped = PG.kept([raw[i] for i in used])
+                    d = PG.decide(series, orders, p, look, dropped=dropped, segments=segments)
+                    history.append(
+                        {
+                            "look": look,
+                            "pairs_per_process": npairs,
+                            "processes": len(used),
+                            "ratio": d.get("ratio"),
+                            "lower": d["lower"],
+                            "upper": d["upper"],
+                            "process_sd": d["process_sd"],
+                            "decision": d["decision"],
+                            "timed_s": _timed_s([x for r in raw for x in r]),
+                        }
+                    )
+                    say(
+                        f"perf gate look {look + 1}/{len(looks)} ({npairs} pairs x {len(used)} processes): ratio "
+                        f"{_f(d.get('ratio'))}, interval [{_f(d['lower'])}, {_f(d['upper'])}] vs {1 - p['min_gain']:.4f}: "
+                        f"{d['decision']}"
+                    )
+                    if d["decision"] != "continue":
+                        done = True
+                        break
+                if close is not None:  # a cohort this gate started and closes: its processes' info before they go
+                    for i, proc in zip(idx, procs):
+                        infos[i] = proc.info()
+            finally:
+                if close is not None:
+                    close(procs)
+            if done:
+                break
+    finally:
+        if discard is not None:  # a cohort launched ahead that a decision made unneeded
+            discard()
     timed = [i for i in range(n) if raw[i]]
     raw, hosts = [raw[i] for i in timed], [hosts[i] for i in timed]
     decision, reason = d["decision"], d["reason"]
@@ -662,6 +750,7 @@ def gate_cohorts(n: int, resident: int, start, p: dict, attempt: int, say=progre
         "infos": [infos[i] for i in timed],
         "ready": [ready[i] for i in timed],
         "protocol": {"lead": LEAD, "first_lead": FIRST_LEAD, "trail": TRAIL, "handover_gaps_s": _gaps(hosts)},
+        "cohort_prepare_s": prep_s,
         "timed_s": _timed_s(every),
         "wall_s": time.perf_counter() - t0,
     }

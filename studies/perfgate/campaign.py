@@ -210,8 +210,11 @@ def worker(block: int, first: str, a: str, b: str, mode: str, warmup: int) -> No
     the planted delay where one side has one, then serves the gate (timing.serve, rung 4's protocol)."""
     import torch
 
+    import h3gates.model.setup  # noqa: F401 (imported before the go: what _setup needs)
+    import h3gates.rungs.artifacts  # noqa: F401
     from h3gates.rungs import timing as T
 
+    T.await_go()  # the GPU work waits for the parent's turn (timing.PREPARE_AT_ONCE at a time)
     cfg, sides, x = _setup(block)
     dev = sides.device
     lib = lambda: sides.model.block_forward(block, x, 0, sides.reference)  # noqa: E731
@@ -294,25 +297,18 @@ def run_gate(kind: str, block: int, p: dict, seed: int) -> dict:
         ]
 
     t0 = time.time()
-    prep = []
-
-    def start(idx):  # one cohort (rung 4's own cohorts: resident processes on the GPU at a time)
-        t = time.time()
-        try:
-            return T.start_processes(n, argv, indices=idx)
-        finally:
-            prep.append(time.time() - t)
+    start = T.Launcher(n, argv)  # rung 4's own cohorts: resident processes on the GPU at a time
 
     g = T.gate_cohorts(
         n, PG.resident_for(p, "cuda"), start, {**p, "seed": seed}, attempt=1, say=lambda m: print(m, flush=True)
     )
     infos = g.pop("infos")
-    prep_s = sum(prep)
+    prep_s = sum(g["cohort_prepare_s"])
     g.update(
         kind=kind,
         block=block,
         sides=[a, b],
-        prepare_s_by_cohort=prep,
+        prepare_s_by_cohort=g["cohort_prepare_s"],
         nvml=[i["nvml"] for i in infos],
         checked=all(i["checked"] for i in infos),
         throttle=T.merge_throttle([i["nvml"].get("throttle") for i in infos]),
