@@ -583,22 +583,25 @@ def test_the_gate_launches_a_later_cohort_ahead_only_once_the_early_look_is_unde
     timing), or launched-ahead workers not discarded when the gate ends."""
     from h3gates.rungs import timing as T
 
+    class Start:
+        def __init__(self, effect):
+            self.effect, self.events = effect, []
+
+        def __call__(self, idx):
+            self.events.append(("start", list(idx), len(_Recorder.log)))
+            return [_Cohort(i, self.effect) for i in idx]
+
+        def launch(self, idx):
+            self.events.append(("launch", list(idx), len(_Recorder.log)))
+
+        def discard(self):
+            self.events.append(("discard",))
+
     for effect, launched in ((0.0, [list(range(6, 12))]), (0.05, [])):
         _Recorder.log, _Recorder.leads, _Cohort.closed = [], [], []
-        events = []
-
-        class Start:
-            def __call__(self, idx):
-                events.append(("start", list(idx), len(_Recorder.log)))
-                return [_Cohort(i, effect) for i in idx]
-
-            def launch(self, idx):
-                events.append(("launch", list(idx), len(_Recorder.log)))
-
-            def discard(self):
-                events.append(("discard",))
-
-        T.gate_cohorts(12, 6, Start(), {"early_pairs": 1, "min_pairs": 4, "max_pairs": 4}, 1, say=lambda m: None)
+        start = Start(effect)
+        T.gate_cohorts(12, 6, start, {"early_pairs": 1, "min_pairs": 4, "max_pairs": 4}, 1, say=lambda m: None)
+        events = start.events
         assert [e[1] for e in events if e[0] == "launch"] == launched and events[-1] == ("discard",)
         if launched:  # after the early look's six requests, before the main look's
             assert ("launch", list(range(6, 12)), 6) in events and events[1][0] == "launch"
