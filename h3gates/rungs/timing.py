@@ -478,12 +478,12 @@ def first_of(i: int) -> str:
     return "candidate" if i % 2 else "baseline"
 
 
-# Processes preparing (building and capturing) on a GPU at one time. With both sides of a process in one
-# graph pool, a canonical process holds about 18.5 GB once prepared and about 1 GB more while it prepares
-# (H200, studies/perfgate/evidence/canonical_memory_2026-12-02/six_pooled: six prepared beside the parent
-# peaked at 124 GB of 140); six preparing at once (a pool per side) ran the GPU out. Two at a time keep the
-# peak within a couple of GB of the prepared cohort's.
-PREPARE_AT_ONCE = 2
+# Processes preparing (building and capturing) on a GPU at one time. A canonical process holds about 18 GB
+# once prepared and up to 35 GB while it prepares (its eager runs and capture warm-up before the graph pool):
+# two preparing at once beside four prepared and the campaign's 12.5 GB parent ran the H200's 140 GB out
+# (studies/perfgate/evidence/campaign_2026-12-02b/oom_two_at_once.log); one at a time fits
+# (canonical_memory_2026-12-02/six_pooled: 124 GB at the peak). Their imports still run at once (await_go).
+PREPARE_AT_ONCE = 1
 
 
 class Launcher:
