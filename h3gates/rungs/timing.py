@@ -511,6 +511,7 @@ class Launcher:
         indices = list(range(self.n)) if indices is None else list(indices)
         todo = [i for i in indices if not (self.local and i == 0)]
         procs: list = []
+        workers: list = []
         try:
             self.launch(todo)  # every worker imports while the local sides (if any) prepare
             workers = [self.launched.pop(i) for i in todo]
@@ -532,8 +533,8 @@ class Launcher:
                     f"the timing processes ran their sides in different modes: {[p.ready for p in procs]} "
                     "(a side captured in one process and not in another)"
                 )
-        except BaseException:
-            close_all(procs)
+        except BaseException:  # the local sides or a worker failed: no process of this cohort is left running
+            close_all(procs + [w for w in workers if w not in procs])
             self.discard()
             raise
         return procs
