@@ -145,7 +145,10 @@ class LogHandler(LogHandlerBase):
             if self.common_settings.dryrun:
                 return record.getMessage()  # the job table of the plan
             return f"h3gates: {n} jobs to run (the complete log: .snakemake/log/; each job's: logs/)" if n else None
-        if event in (LogEvent.SHELLCMD, LogEvent.WORKFLOW_STARTED, LogEvent.RESOURCES_INFO, LogEvent.DEBUG_DAG):
+        if event == LogEvent.SHELLCMD:  # -p: the command under its job's line (the plan's, or as it starts)
+            cmd = getattr(record, "shellcmd", None) or getattr(record, "cmd", None)
+            return f"    {cmd.strip()}" if self.common_settings.printshellcmds and cmd else None
+        if event in (LogEvent.WORKFLOW_STARTED, LogEvent.RESOURCES_INFO, LogEvent.DEBUG_DAG):
             return None
         if event in (LogEvent.GROUP_INFO, LogEvent.GROUP_ERROR, LogEvent.RULEGRAPH):
             return None

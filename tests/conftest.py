@@ -34,9 +34,37 @@ torch.manual_seed(0)
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--full",
+        action="store_true",
+        help="with no paths given, also run the workflow tests marked slow (CI runs them: .ci/run)",
+    )
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped without one)")
-    config.addinivalue_line("markers", "slow: workflow runs through snakemake (minutes)")
+    config.addinivalue_line(
+        "markers",
+        "slow: workflow runs through snakemake (minutes); left out of a plain `pytest` unless also smoke",
+    )
+    config.addinivalue_line("markers", "smoke: a slow test a plain `pytest` still runs (the quick start, a fault, ...)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """A plain `python -m pytest` (no paths, no -m, no --full) runs the unit tests (among them the snakemake
+    runs of tests/test_added_candidate.py and the rung-1 faults of test_value_paths.py) and the slow tests
+    marked smoke (the README's tiny ladder, a bad config refused before any job): about 5 minutes on 2 cores.
+    The rest of the workflow tests run with `-m slow`, `--full`, or by naming their file or test; CI runs
+    both (.ci/run)."""
+    if config.getoption("--full") or config.option.markexpr or config.args_source != pytest.Config.ArgsSource.TESTPATHS:
+        return
+    keep = [i for i in items if "slow" not in i.keywords or "smoke" in i.keywords]
+    if len(keep) < len(items):
+        kept = {id(i) for i in keep}
+        config.hook.pytest_deselected(items=[i for i in items if id(i) not in kept])
+    # the smoke workflow runs first: a worker climbs while the other takes the unit tests
+    items[:] = [i for i in keep if "smoke" in i.keywords] + [i for i in keep if "smoke" not in i.keywords]
 
 
 @pytest.fixture(scope="session")

@@ -110,7 +110,6 @@ def _dry_run(ws: Path, fake: Path, *targets) -> str:
         "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
         "OMP_NUM_THREADS": "1",
         "PYTHONPATH": os.pathsep.join(p for p in (str(fake), os.environ.get("PYTHONPATH", "")) if p),
-        "H3GATES_CONSOLE": "full",  # the plan's shell commands (the workflow's console lists jobs by rule)
     }
     p = subprocess.run(
         [sys.executable, "-m", "snakemake", "-n", "-p", "--cores", "1", *targets],

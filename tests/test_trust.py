@@ -313,6 +313,7 @@ def test_a_duplicate_yaml_key_is_refused_in_one_line(tmp_path):
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "given twice" in p.stderr, p.stderr
 
 
+@pytest.mark.smoke
 def test_snakemake_refuses_a_duplicate_key_and_a_gpu_profile_without_a_gpu_before_any_job(tmp_path):
     from h3gates.core.jobs import gpu_answers
 

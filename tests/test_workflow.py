@@ -602,6 +602,7 @@ def test_status_outside_the_workflow_root_says_where_it_looks(ws, tmp_path):
     )
 
 
+@pytest.mark.smoke
 def test_default_tiny_ladder_promotes_modulate_fusion(tmp_path):
     """The README's main job, verbatim config (tiny profile, 50 blocks, gates at 0/24/49)."""
     import shutil

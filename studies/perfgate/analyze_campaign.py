@@ -21,6 +21,7 @@ campaign_*.json) and, as a smoke test, the older one-process rung-4 A/A reports
 - the decisions of the planted and real gates as they ran, with the planted ratio each process measured.
 
     python studies/perfgate/analyze_campaign.py DIR_OR_FILE... [--out FILE] [--boot 400] [--outer 200]
+    python studies/perfgate/analyze_campaign.py DIR --set processes=16   # another schedule, same processes
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ import random
 import statistics
 import sys
 from pathlib import Path
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -120,13 +123,20 @@ def _distinct(weights: list[int], k: int, rng) -> list[int]:
 
 
 def _gate(pool, weights, p, shift, rng) -> str:
-    """One simulated canonical gate over P distinct processes of `pool` (drawn by `weights`)."""
+    """One simulated canonical gate over P distinct processes of `pool` (drawn by `weights`), as
+    timing.gate_cohorts runs it: the first cohort (`resident` processes) gets a request per look and is alone
+    at the looks before the last; a later cohort's processes get all their pairs in one request, and the last
+    look is over every process. (Until 2026-12-02 this drew every process in the first cohort's request
+    layout and took the early look over all P: an early look of 12 processes where the gate has 6.)"""
     looks = G.looks_schedule(p)
+    n_all, resident = p["processes"], min(G.resident_for(p, "cuda"), p["processes"])
     lengths = [b - a for a, b in zip((0, *looks), looks)]
-    full = [_draw(pool[i], lengths, rng) for i in _distinct(weights, p["processes"], rng)]
+    chosen = _distinct(weights, n_all, rng)
+    full = [_draw(pool[i], lengths if k < resident else [looks[-1]], rng) for k, i in enumerate(chosen)]
     for j, n in enumerate(looks):
-        s = [[x + shift for x, _ in f[:n]] for f in full]
-        o = [[k for _, k in f[:n]] for f in full]
+        here = full if j == len(looks) - 1 else full[:resident]
+        s = [[x + shift for x, _ in f[:n]] for f in here]
+        o = [[k for _, k in f[:n]] for f in here]
         d = G.decide(s, o, p, j)
         if d["decision"] != "continue":
             return d["decision"]
@@ -178,10 +188,19 @@ def rates(aa: list[dict], p: dict, boot: int, outer: int, rng) -> dict:
     return out
 
 
-def analyze(paths, boot: int = 400, outer: int = 200, seed: int = 0) -> dict:
-    p = canonical()
+def analyze(paths, boot: int = 400, outer: int = 200, seed: int = 0, schedule: dict | None = None) -> dict:
+    """`schedule`: timing keys over the canonical ones (processes, resident, min_pairs, max_pairs, ...), to
+    ask what another schedule would do on the same measured processes (pairs beyond those measured are
+    not made up: a process's circular blocks wrap over its own pairs, so max_pairs above the measured
+    count understates the noise and is refused)."""
+    p = G.params({**canonical(), **(schedule or {})})
     procs = load(paths)
     aa = [x for x in procs if x["kind"] == "aa" and len(x["pairs"]) >= 2]
+    if aa and p["max_pairs"] > min(len(x["pairs"]) for x in aa):
+        raise SystemExit(
+            f"max_pairs {p['max_pairs']} is more than the {min(len(x['pairs']) for x in aa)} pairs the shortest "
+            "measured A/A process holds: the bootstrap would reuse pairs and understate the noise"
+        )
     rng = random.Random(seed)
     out = {"schedule": p, "levels": list(G.levels(p)), "boot": boot, "outer": outer, "blocks": {}, "rates": {}}
     for b in sorted({x["block"] for x in aa}):
@@ -234,8 +253,21 @@ def main() -> int:
     ap.add_argument("--boot", type=int, default=400)
     ap.add_argument("--outer", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--set",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="timing keys over the canonical schedule, e.g. processes=16 resident=8: what another schedule does",
+    )
     a = ap.parse_args()
-    out = analyze(a.paths, a.boot, a.outer, a.seed)
+    sched = {}
+    for kv in a.set:
+        k, _, v = kv.partition("=")
+        if k not in G.defaults() or not v:
+            ap.error(f"--set {kv}: not KEY=VALUE of a timing key ({', '.join(sorted(G.defaults()))})")
+        sched[k] = yaml.safe_load(v)
+    out = analyze(a.paths, a.boot, a.outer, a.seed, sched)
     text = json.dumps(out, indent=1)
     if a.out:
         Path(a.out).write_text(text)

@@ -138,9 +138,11 @@ def _median_ms(f, n: int, device: str) -> float:
     return sorted(a.elapsed_time(b) for a, b in ev)[n // 2]
 
 
-def _copy_ms(nbytes: int, block, device: str, n: int = 21) -> float:
+def _copy_ms(nbytes: int, block, device: str, n: int = 7) -> float:
     """The copy alone, timed with events between block calls (the loaded state): the planted delay measured
-    independently of the gate's pairs."""
+    independently of the gate's pairs. Seven calls, not 21: the copy's median over 21 varied by 0.001% of
+    the block between the 12 processes of a planted gate (campaign_2026-12-02b/campaign_planted1.json), and
+    each call is a block call too, so 21 cost 2.8 s of a planted process's 21 s of preparation, twice."""
     import torch
 
     if device != "cuda" or nbytes <= 0:
