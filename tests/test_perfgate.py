@@ -733,6 +733,27 @@ def test_the_campaign_bootstrap_runs_the_gates_cohorts_and_other_schedules(monke
         A.analyze([], boot=1, outer=1, schedule={"max_pairs": 6})
 
 
+def test_the_campaign_plan_fits_its_pieces_into_device_commands():
+    """Each piece of studies/perfgate/campaign.py --plan holds one planted gate (about 310 s on the H200),
+    last, after at most an A/A gate or real gates (so --budget-s 290 still starts it); in all 9 planted
+    gains and 9 planted losses, and every shipped candidate at every block."""
+    sys.path.insert(0, str(ROOT / "studies/perfgate"))
+    try:
+        import campaign as K
+    finally:
+        sys.path.remove(str(ROOT / "studies/perfgate"))
+    kinds = []
+    for piece, gates in K.plan().items():
+        parsed = [K.parse_gate(g) for g in gates]
+        planted = [k for k, _ in parsed if k.startswith(("gain:", "slower:"))]
+        assert len(planted) == 1 and parsed[-1][0] == planted[0], piece
+        assert len(parsed) <= 3 and sum(k == "aa" or k == "qkv_ring" for k, _ in parsed) <= 1, piece  # <= 210 s first
+        assert all(K.gate_sides(k) for k, _ in parsed)
+        kinds += parsed
+    assert sum(k.startswith("gain:") for k, _ in kinds) == 9 and sum(k.startswith("slower:") for k, _ in kinds) == 9
+    assert {(k, b) for k, b in kinds if k in K.CANDIDATES} == {(c, b) for c in K.CANDIDATES for b in K.BLOCKS}
+
+
 def test_the_gate_simulation_runs_at_the_canonical_level(tmp_path):
     sys.path.insert(0, str(ROOT / "studies/perfgate"))
     try:

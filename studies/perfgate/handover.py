@@ -63,7 +63,7 @@ def main() -> int:
     cfg = C.load_config([ROOT / c for c in campaign.CONFIGS])
     p = PG.params(cfg["timing"])
     campaign._captures(cfg, [a.block])
-    n = PG.processes_for(p, "cuda")
+    n = PG.resident_for(p, "cuda")  # one cohort (six): what one H200 holds prepared at canonical size
     argv = lambda i, first: [  # noqa: E731
         sys.executable, campaign.__file__, "--worker", "--block", str(a.block), "--first", first,
         "--sides", "L", "L2", "--mode", p["mode"], "--warmup", str(p["warmup"]),
