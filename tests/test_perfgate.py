@@ -735,7 +735,7 @@ def test_the_campaign_bootstrap_runs_the_gates_cohorts_and_other_schedules(monke
 
 
 def test_the_campaign_plan_fits_its_pieces_into_device_commands():
-    """Each piece of studies/perfgate/campaign.py --plan holds one planted gate (about 310 s on the H200),
+    """Each piece of studies/perfgate/campaign.py --plan holds one planted gate (about 310 s on the H200, estimated),
     last, after at most an A/A gate or real gates (so --budget-s 290 still starts it); in all 9 planted
     gains and 9 planted losses, and every shipped candidate at every block."""
     sys.path.insert(0, str(ROOT / "studies/perfgate"))

@@ -260,14 +260,14 @@ def parse_gate(spec: str) -> tuple[str, int]:
 def plan() -> dict[str, list[str]]:
     """The campaign in pieces that each fit one 10-minute device command (--budget-s 290 starts no gate
     after 290 s). Measured on the H200 under the 12 x 4 schedule (campaign_2026-12-02b, -02c): an A/A gate
-    takes about 210 s (two cohorts of 6, each about 55 s preparing, and 64 s of timing), a planted gate
-    about 310 s (its processes also calibrate the copy and measure the whole block's planted ratio: about
-    125 s a cohort before the 7-call copy calibration, about 100 s after), a real gate that decides at the
-    early look about 80 s (one cohort) and one that goes to the last look as long as an A/A gate. So a
-    piece is one planted gate with an A/A gate or real gates before it: per block 3 planted gains and 3
-    planted losses (9 of each in all), 3 more A/A gates (24 fresh A/A processes a block already measured:
-    36 then, enough to ask what a 16- or 18-process schedule would do on one block's processes alone),
-    and one real gate per shipped candidate. fc2_algo needs nvmath (fc2.zip) on the device."""
+    took about 210 s (two cohorts of 6, each about 55 s preparing, and 64 s of timing), a planted gate 356 s
+    (its processes also calibrate the copy and measure the whole block's planted ratio: 125 s a cohort; the
+    copy calibration now takes 7 calls, not 21, which should save about 45 s a gate, not yet timed), a real
+    gate that decides at the early look 80 s (one cohort), and one that goes to the last look about as long
+    as an A/A gate. So a piece is one planted gate after an A/A gate or real gates: per block 3 planted
+    gains and 3 planted losses (9 of each in all), 3 more A/A gates (12 A/A processes a block are measured:
+    48 a block then, at least the 2P a per-block bootstrap of a 16-process schedule needs), and one real
+    gate per shipped candidate. fc2_algo needs nvmath (fc2.zip) on the device."""
     out = {}
     for b in BLOCKS:
         out[f"aa-gain-b{b}"] = [f"aa:{b}", f"gain:0.003:{b}"]
