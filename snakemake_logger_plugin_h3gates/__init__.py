@@ -145,9 +145,11 @@ class LogHandler(LogHandlerBase):
             if self.common_settings.dryrun:
                 return record.getMessage()  # the job table of the plan
             return f"h3gates: {n} jobs to run (the complete log: .snakemake/log/; each job's: logs/)" if n else None
-        if event == LogEvent.SHELLCMD:  # -p: the command under its job's line (the plan's, or as it starts)
+        if event == LogEvent.SHELLCMD:  # a dry run with -p: the plan's command under its job's line (a real
+            # run's commands go to the complete log: the profile sets printshellcmds for that log)
             cmd = getattr(record, "shellcmd", None) or getattr(record, "cmd", None)
-            return f"    {cmd.strip()}" if self.common_settings.printshellcmds and cmd else None
+            s = self.common_settings
+            return f"    {cmd.strip()}" if s.printshellcmds and s.dryrun and cmd else None
         if event in (LogEvent.WORKFLOW_STARTED, LogEvent.RESOURCES_INFO, LogEvent.DEBUG_DAG):
             return None
         if event in (LogEvent.GROUP_INFO, LogEvent.GROUP_ERROR, LogEvent.RULEGRAPH):

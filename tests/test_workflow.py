@@ -440,31 +440,18 @@ def test_fault_off_by_one_last_ring_chunk_caught_at_rung_1_by_the_path_cases(ws)
 
 
 def test_fault_exact_but_slower_refused_by_performance_gate_at_rung_4(ws):
-    # the wait is work calibrated once per process, not time.sleep: a loaded CPU (CI runs two tests on two cores)
-    # slows the block's own work by a factor that differs between processes and a sleep would not slow with it,
-    # so the planted ratio would move from process to process with the load (the gate then rightly undecided)
+    # the wait is fixed work, not time.sleep nor a per-process calibration: a loaded CPU (CI runs two tests on
+    # two cores) slows the block's own work by a factor that differs between processes; a sleep would not slow
+    # with it and a calibration under that load gives each process its own wait, so the planted ratio would
+    # move from process to process (the gate then rightly undecided). Fixed work slows with the block.
     slow = """
-import time as _time
-
 _Produce = ModulateFusedProducer.produce
-_STEPS_PER_MS = []
-
-
-def _spin(steps):
-    x = 0
-    for i in range(steps):
-        x ^= i
 
 
 def _slow(self, inp):
-    if not _STEPS_PER_MS:  # the fastest of 5 probes
-        best = float("inf")
-        for _ in range(5):
-            t0 = _time.perf_counter()
-            _spin(200_000)
-            best = min(best, _time.perf_counter() - t0)
-        _STEPS_PER_MS.append(200_000 / (best * 1e3))
-    _spin(int(30 * _STEPS_PER_MS[0]))  # fault: exact, but slower (30 ms of work)
+    x = 0
+    for i in range(750_000):  # fault: exact, but slower (about 30 ms of work on a CI core)
+        x ^= i
     yield from _Produce(self, inp)
 
 
