@@ -48,7 +48,9 @@ def pytest_configure(config):
         "markers",
         "slow: workflow runs through snakemake (minutes); left out of a plain `pytest` unless also smoke",
     )
-    config.addinivalue_line("markers", "smoke: a slow test a plain `pytest` still runs (the quick start, a fault, ...)")
+    config.addinivalue_line(
+        "markers", "smoke: a slow test a plain `pytest` still runs (the tiny quick start, a bad config refused)"
+    )
 
 
 def pytest_collection_modifyitems(config, items):

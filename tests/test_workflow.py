@@ -450,7 +450,7 @@ _Produce = ModulateFusedProducer.produce
 
 def _slow(self, inp):
     x = 0
-    for i in range(750_000):  # fault: exact, but slower (about 30 ms of work on a CI core)
+    for i in range(750_000):  # fault: exact, but slower (about 40 ms of work on a CI-like core)
         x ^= i
     yield from _Produce(self, inp)
 
