@@ -30,18 +30,31 @@ if REPORT_ONLY:
     workflow.default_target = "ran"
 
 
-# The verdicts at the end of a run (Snakemake calls neither hook for a dry run, a --report or a cluster
-# job): each candidate with results, its rungs as `status` sees them now and whether its promotion
-# verifies now (`python -m h3gates status --verdicts` prints the same).
+# The run's warm worker: its rung and baseline jobs fork from one process that has imported torch and
+# Comfy Kitchen (h3gates/core/warm.py; docs/ladder.md, "The warm worker"). Snakemake calls no hook for a
+# dry run, a --report or a cluster job.
+onstart:
+    if workflow.is_main_process:
+        from h3gates.core import warm
+
+        warm.on_start(DEVICE, f"{LOGS}/warm_worker.log")
+
+
+# The verdicts at the end of a run: each candidate with results, its rungs as `status` sees them now and
+# whether its promotion verifies now (`python -m h3gates status --verdicts` prints the same).
 onsuccess:
     if workflow.is_main_process and not REPORT_ONLY:
+        from h3gates.core import warm
         from h3gates.core.verdicts import print_verdicts
 
+        warm.on_end()
         print_verdicts(config)
 
 
 onerror:
     if workflow.is_main_process and not REPORT_ONLY:
+        from h3gates.core import warm
         from h3gates.core.verdicts import print_verdicts
 
+        warm.on_end()
         print_verdicts(config)

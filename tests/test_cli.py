@@ -120,9 +120,8 @@ def test_a_job_runs_without_the_users_cli():
     p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     loaded = set(ast.literal_eval(p.stdout.splitlines()[-1]))
-    assert "h3gates.job" in loaded and loaded <= {"h3gates", "h3gates.job", "h3gates.core", "h3gates.core.errors"}, (
-        loaded
-    )
+    entry = {"h3gates", "h3gates.job", "h3gates.core", "h3gates.core.errors", "h3gates.core.warm"}  # warm: torch-free
+    assert "h3gates.job" in loaded and loaded <= entry, loaded
 
 
 def test_the_job_runner_lists_its_jobs_once():

@@ -129,9 +129,12 @@ def _measurements(doc: dict) -> dict:
 
 def test_two_variants_side_by_side_and_the_same_measurements_in_another_job_order(ladder, tmp_path):
     """Two candidates climbed again in another order (each on its own, the variant first, with the run cache off,
-    beside the kept baseline artifacts and the third candidate's results), qkv_ring as a `source:` variant (a copy
-    of its folder): every report's measurements are the first climb's byte for byte, and the variant's results
-    and record live beside the candidate's own, which stay as they were; both records verify."""
+    each job in a fresh process where the first climb's forked from the warm worker, beside the kept baseline
+    artifacts and the third candidate's results), qkv_ring as a `source:` variant (a copy of its folder): every
+    report's measurements are the first climb's byte for byte, and the variant's results and record live beside
+    the candidate's own, which stay as they were; both records verify."""
+    served = re.search(r"served (\d+) jobs", (ladder / "logs/ci/warm_worker.log").read_text())
+    assert served and int(served[1]) >= 3 * 12, "the first climb's gates did not run in the warm worker"
     ws = copy_workspace(ladder, tmp_path / "ws")
     shutil.copytree(ws / "kernels/qkv_ring", ws / "review/qkv_ring")
     cfg = yaml.safe_load((ws / "config/config.yaml").read_text())
@@ -145,7 +148,7 @@ def test_two_variants_side_by_side_and_the_same_measurements_in_another_job_orde
     shutil.rmtree(ws / RES / "cache")
     own = _reports(ws, "qkv_ring"), (ws / RES / "promotion/qkv_ring.json").read_bytes()
     for cand in ("qkv_ring", "modulate_fusion"):  # the fixture's `all` ran the three interleaved
-        snakemake(ws, f"promote_{cand}", check=True, H3GATES_RUN_CACHE="off")
+        snakemake(ws, f"promote_{cand}", check=True, H3GATES_RUN_CACHE="off", H3GATES_WARM="off")
     assert not (ws / RES / "cache").exists()  # off: nothing kept
     for name, then in (
         ("modulate_fusion", "modulate_fusion"),

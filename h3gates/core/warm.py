@@ -1,0 +1,434 @@
+"""The warm worker: a workflow's jobs fork from one process that has imported torch and Comfy Kitchen already,
+instead of each paying the imports (5-10 s on a CPU here, about 8 s on the H200: issue 31).
+
+One per `snakemake` run on this host: the Snakefile's `onstart` starts it (`start`) and exports its socket as
+H3GATES_WARM_SOCKET; `onsuccess`/`onerror` stop it, and it exits by itself when the run's process is gone. A
+job's entry (h3gates/__main__.py) hands a `rung` or `baseline` job to it (`delegate`): the job's argv, its
+environment, its working directory and its standard input, output and error (the descriptors themselves, so
+the job writes its log as before). The worker forks; the child takes the job's environment, descriptors and
+argv and runs `h3gates.job.main` as a fresh process would, then the worker sends its exit status back.
+
+What a job shares with the one before it (docs/ladder.md, "The warm worker"): the worker's imported
+third-party modules (PRELOAD) and the job entry (h3gates.job), nothing else. The worker never runs a job
+itself, never imports h3gates' rungs or a candidate's kernels (the child imports those from the files as they are now) and never touches
+a GPU: each child starts from the same state, so the job order cannot change a report (tests/test_warm.py
+and tests/test_run_cache.py's climbs in two orders). A job runs in its own fresh process instead (and says
+why on its log's first line) where the fork could differ from one: an environment variable read when the
+interpreter or a library starts (SIGNATURE) that differs from the worker's, another interpreter or working
+directory, a worker that initialized CUDA, or no worker at all. On a GPU the worker starts only with
+H3GATES_WARM=on (not yet measured on the H200: whether an import touches the CUDA driver before the fork);
+H3GATES_WARM=off turns it off everywhere.
+
+Timing processes (rung 4's perf-worker) and profiled targets (rung 8) are never delegated: the speed gate's
+error rate was measured on fresh processes (issue 30), and Nsight must start its target itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+ENV = "H3GATES_WARM_SOCKET"
+WORKER = "warm-worker"  # `python -m h3gates warm-worker SOCKET PARENT_PID` (h3gates/__main__.py)
+SWITCH = "H3GATES_WARM"  # off: never; on: also for a GPU run; unset: CPU runs only
+DELEGATED = ("rung", "baseline")  # the jobs that import torch; the others cost a Python start
+PRELOAD = ("torch", "comfy_kitchen", "numpy", "yaml", "jsonschema", "securesystemslib", "cryptography")
+# read when the interpreter or a library starts: a fork keeps the worker's values, so a job whose values
+# differ runs in its own process (Snakemake sets the thread counts per job: the worker starts with a 1-thread
+# job's, which is every rule's)
+SIGNATURE_PREFIXES = (
+    "PYTHON",
+    "LD_",
+    "OMP_",
+    "KMP_",
+    "GOMP_",
+    "MKL_",
+    "OPENBLAS_",
+    "GOTO_",
+    "VECLIB_",
+    "NUMEXPR_",
+    "TORCH",
+    "PYTORCH_",
+    "CUDA_",
+    "NVIDIA_",
+    "COMFY",
+    "MALLOC_",
+)
+SIGNATURE_NAMES = ("TMPDIR", "TMP", "TEMP", "TEMPDIR", "LANG", "LC_ALL", "LC_CTYPE")
+THREAD_VARS = (
+    "OMP_NUM_THREADS",
+    "GOTO_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
+_LEN = struct.Struct("!Q")
+_BEFORE: dict = {}  # the worker's environment before its imports (what a job's is compared with)
+_ADDED: dict = {}  # what its imports set there
+_OWN: dict = {}  # the h3gates modules the worker has imported (its package and this module): path -> stat
+
+
+def _own_sources() -> dict:
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = {}
+    for m in list(sys.modules.values()):
+        f = getattr(m, "__file__", None)
+        if f and os.path.abspath(f).startswith(root + os.sep) and os.path.exists(f):
+            st = os.stat(f)
+            out[f] = (st.st_mtime_ns, st.st_size)
+    return out
+
+
+def signature(env) -> dict:
+    return {k: v for k, v in env.items() if k.startswith(SIGNATURE_PREFIXES) or k in SIGNATURE_NAMES}
+
+
+def differs(env, mine=None) -> str | None:
+    """The first start-time variable on which `env` and this process differ, as a reason; None if none."""
+    a, b = signature(env), signature(os.environ if mine is None else mine)
+    for k in sorted(set(a) | set(b)):
+        if a.get(k) != b.get(k):
+            return f"{k} differs from the warm worker's ({a.get(k)!r}, not {b.get(k)!r})"
+    return None
+
+
+# ---- the job's side ---------------------------------------------------------------------------------------
+
+
+def delegate(argv: list[str]) -> int | None:
+    """Run this job in the warm worker; its exit status, or None where it must run here (no worker, or the
+    worker refused it: the reason goes to the log)."""
+    path = os.environ.get(ENV)
+    if not path or len(argv) < 2 or argv[1] not in DELEGATED or os.environ.get(SWITCH) == "off":
+        return None
+    try:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(path)
+    except OSError:
+        return None  # no worker (gone, or never started here: a cluster node): a fresh process, silently
+    job = {"argv": argv, "env": dict(os.environ), "cwd": os.getcwd(), "executable": sys.executable, "path": sys.path}
+    payload = json.dumps(job).encode()
+    try:
+        socket.send_fds(s, [_LEN.pack(len(payload))], [0, 1, 2])
+        s.sendall(payload)
+        answers = s.makefile("r")
+        first = json.loads(answers.readline() or "{}")
+    except (OSError, ValueError) as e:
+        first = {"refused": f"the warm worker did not answer ({e})"}
+    if "pid" not in first:
+        print(f"h3gates: a fresh process: {first.get('refused', 'the warm worker closed')}", file=sys.stderr)
+        return None
+    pid = first["pid"]
+    _exit_with_parent()
+
+    def forward(sig, _frame):  # Snakemake ends a job by signalling it: the child gets the same
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, forward)
+    try:
+        last = json.loads(answers.readline() or "{}")
+    except (OSError, ValueError):
+        last = {}
+    if "exit" not in last:  # the worker died under the job (it kills its children when it goes)
+        print("h3gates: the warm worker went away during the job", file=sys.stderr)
+        return 1
+    code = last["exit"]
+    if code < 0:  # the child was killed by a signal: so is this process, as a fresh job would have been
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+        return 128 - code
+    return code
+
+
+def _exit_with_parent() -> None:
+    """SIGTERM this process when its parent (the job's shell) dies: the worker then sees the socket close and
+    ends the child."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        except OSError:
+            pass
+
+
+# ---- the run's side ---------------------------------------------------------------------------------------
+
+
+def wanted(device: str) -> bool:
+    switch = os.environ.get(SWITCH, "")
+    return switch != "off" and (device == "cpu" or switch == "on")
+
+
+_RUNNING: list[subprocess.Popen] = []  # this run's worker (the Snakefile's hooks: on_start, on_end)
+
+
+def on_start(device: str, log: str) -> None:
+    """The Snakefile's `onstart`: this run's worker, where it is wanted."""
+    if wanted(device) and not _RUNNING:
+        p = start(log)
+        if p is not None:
+            _RUNNING.append(p)
+
+
+def on_end() -> None:
+    """The Snakefile's `onsuccess` and `onerror`."""
+    while _RUNNING:
+        stop(_RUNNING.pop())
+
+
+def start(log: str) -> subprocess.Popen | None:
+    """Start a worker (its log at `log`) and export its socket to the jobs this process starts."""
+    path = os.path.join(tempfile.gettempdir(), f"h3gates-warm-{os.getuid()}-{os.getpid()}.sock")
+    # the environment Snakemake gives a job (snakemake/shell.py): the thread counts of a 1-thread job (every
+    # rule's) and the default tmpdir resource's temporary directory
+    tmp = tempfile.gettempdir()
+    env = {**os.environ, **dict.fromkeys(THREAD_VARS, "1"), **dict.fromkeys(("TMPDIR", "TMP", "TEMP", "TEMPDIR"), tmp)}
+    env.pop(ENV, None)
+    os.makedirs(os.path.dirname(log) or ".", exist_ok=True)
+    with open(log, "w") as f:
+        p = subprocess.Popen(
+            [sys.executable, "-m", "h3gates", WORKER, path, str(os.getpid())],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+        )
+    deadline = time.monotonic() + 10
+    while not os.path.exists(path) and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)  # it listens before it imports: a job that comes early waits for the imports
+    if not os.path.exists(path):
+        p.kill()
+        return None
+    os.environ[ENV] = path
+    return p
+
+
+def stop(p: subprocess.Popen | None) -> None:
+    if p is not None and p.poll() is None:
+        p.terminate()
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+    path = os.environ.pop(ENV, None)
+    if path and os.path.exists(path):
+        os.unlink(path)
+
+
+def serve(path: str, parent: int, run) -> None:
+    """Listen at `path`, import PRELOAD, then fork a child per job, which calls `run(argv)` (h3gates.job.main,
+    from the entry: h3gates/__main__.py), until the run's process `parent` is gone."""
+    global _OWN, _BEFORE, _ADDED
+    _OWN = _own_sources()  # before it listens: an edit after `start` returns is seen
+    if os.path.exists(path):
+        os.unlink(path)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(64)
+    _BEFORE = dict(os.environ)
+    t0 = time.monotonic()
+    loaded = []
+    for name in PRELOAD:
+        try:
+            __import__(name)
+            loaded.append(name)
+        except ImportError:
+            pass
+    # what the imports set in the environment (torch: TORCHINDUCTOR_CACHE_DIR): a fresh job's imports set it too
+    _ADDED = {k: v for k, v in os.environ.items() if _BEFORE.get(k) != v}
+    print(f"warm worker {os.getpid()}: imported {' '.join(loaded)} in {time.monotonic() - t0:.1f} s", flush=True)
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    sel = selectors.DefaultSelector()
+    sel.register(listener, selectors.EVENT_READ, None)
+    jobs: dict[int, socket.socket] = {}  # child pid -> its job's connection
+    served = 0
+    try:
+        while not stopping and os.getppid() == parent:
+            for key, _ in sel.select(timeout=0.2):
+                if key.data is None:
+                    conn, _ = listener.accept()
+                    pid = _accept(conn, listener, sel, jobs, run)
+                    if pid:
+                        served += 1
+                        sel.register(conn, selectors.EVENT_READ, pid)
+                elif not key.fileobj.recv(1):  # the job's process is gone: so goes its child
+                    sel.unregister(key.fileobj)
+                    _kill(key.data)
+            _reap(jobs, sel)
+    finally:
+        for pid in list(jobs):
+            _kill(pid)
+        deadline = time.monotonic() + 10
+        while jobs and time.monotonic() < deadline:
+            _reap(jobs, sel)
+            time.sleep(0.05)
+        listener.close()
+        if os.path.exists(path):
+            os.unlink(path)
+        print(f"warm worker {os.getpid()}: served {served} jobs; stopped", flush=True)
+
+
+def _accept(conn, listener, sel, jobs, run) -> int | None:
+    """Read a job and fork its child; the child's pid, or None if the job was refused (it runs on its own)."""
+    conn.settimeout(30)
+    fds = []
+    try:
+        msg, fds, _, _ = socket.recv_fds(conn, _LEN.size, 3)
+        want = _LEN.unpack(msg)[0]
+        buf = b""
+        while len(buf) < want:
+            chunk = conn.recv(want - len(buf))
+            if not chunk:
+                raise OSError("the job closed its request")
+            buf += chunk
+        job = json.loads(buf)
+        reason = _refusal(job, len(fds))
+        if reason:
+            conn.sendall((json.dumps({"refused": reason}) + "\n").encode())
+            conn.close()
+            return None
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            _child(job, fds, [listener, conn, *jobs.values()], sel, run)
+        jobs[pid] = conn
+        conn.sendall((json.dumps({"pid": pid}) + "\n").encode())
+        conn.settimeout(None)
+        return pid
+    except (OSError, ValueError) as e:
+        print(f"warm worker: a request failed: {e}", flush=True)
+        conn.close()
+        return None
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _refusal(job: dict, nfds: int) -> str | None:
+    if nfds != 3:
+        return "its standard descriptors did not arrive"
+    exe = job.get("executable") or ""
+    if os.path.realpath(exe) != os.path.realpath(sys.executable) or job.get("path") != sys.path:
+        return f"another interpreter or module path ({exe}, not {sys.executable})"
+    if job.get("cwd") != os.getcwd():
+        return f"another working directory ({job.get('cwd')}, not {os.getcwd()})"
+    if _own_sources() != _OWN:
+        return "h3gates' own modules in the warm worker were edited since it started"
+    if "torch" in sys.modules and sys.modules["torch"].cuda.is_initialized():
+        return "the warm worker has initialized CUDA (a fork could not use it)"
+    return differs(job.get("env", {}), _BEFORE)
+
+
+def _child(job: dict, fds: list[int], close: list, sel, run) -> None:
+    """In the forked child: become the job (its descriptors, environment and argv) and run it; never returns."""
+    code = 1
+    try:
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD, signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        sel.close()
+        for s in close:
+            s.close()
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        sys.stdin = _std(0, "r", sys.stdin)
+        sys.stdout = _std(1, "w", sys.stdout)
+        sys.stderr = _std(2, "w", sys.stderr, line=True)
+        os.chdir(job["cwd"])
+        os.environ.clear()
+        os.environ.update(job["env"])
+        os.environ.update(_ADDED)
+        sys.argv = list(job["argv"])
+        sys.executable = job["executable"]  # what the job's own subprocesses start (rung 4's timing workers)
+        code = _run(lambda: run(sys.argv[1:]))
+        import atexit
+
+        atexit._run_exitfuncs()  # what a fresh process runs at its exit (the lease's end record)
+    except BaseException:  # noqa: BLE001 (the child must reach _exit)
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        for f in (sys.stdout, sys.stderr):
+            try:
+                f.flush()
+            except Exception:  # noqa: BLE001
+                pass
+        os._exit(code)
+
+
+def _run(fn) -> int:
+    """`fn`'s exit status as the interpreter would make it (SystemExit's code, a traceback and 1)."""
+    try:
+        out = fn()
+        return 0 if out is None else int(out)
+    except SystemExit as e:
+        if e.code is None:
+            return 0
+        if isinstance(e.code, int):
+            return e.code
+        print(e.code, file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        raise
+    except BaseException:  # noqa: BLE001
+        import traceback
+
+        traceback.print_exc()
+        return 1
+
+
+def _std(fd: int, mode: str, like, line: bool = False):
+    return open(  # noqa: SIM115 (the child's standard stream, for its life)
+        fd,
+        mode,
+        buffering=1 if (line or os.isatty(fd)) else -1,
+        encoding=like.encoding,
+        errors=like.errors,
+        closefd=False,
+    )
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+
+
+def _reap(jobs: dict, sel) -> None:
+    while jobs:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        conn = jobs.pop(pid, None)
+        if conn is not None:
+            try:
+                sel.unregister(conn)
+            except (KeyError, ValueError):
+                pass
+            try:
+                conn.sendall((json.dumps({"exit": os.waitstatus_to_exitcode(status)}) + "\n").encode())
+            except OSError:
+                pass
+            conn.close()

@@ -1,0 +1,180 @@
+"""The warm worker (h3gates/core/warm.py): a job handed to it runs as its own process would (its exit status,
+its messages on its own descriptors), a job whose start-time environment differs runs in a fresh process and
+says why, a job whose process dies or is signalled takes its child with it, and an edit to the worker's own
+modules sends jobs to fresh processes. Through snakemake: tests/test_run_cache.py (the CI ladder's gates forked
+from the worker, the same measurements byte for byte in fresh processes in another order) and the smoke climb
+(tests/test_workflow.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from h3gates.core import warm
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _job_env(**extra) -> dict:
+    """A job's environment as Snakemake gives it (a 1-thread job, the default tmpdir), with the worker's socket."""
+    tmp = tempfile.gettempdir()
+    env = {**os.environ, **dict.fromkeys(warm.THREAD_VARS, "1")}
+    env.update(dict.fromkeys(("TMPDIR", "TMP", "TEMP", "TEMPDIR"), tmp))
+    env.pop(warm.SWITCH, None)
+    return {**env, **extra}
+
+
+@pytest.fixture
+def worker(tmp_path):
+    log = tmp_path / "warm.log"
+    p = warm.start(str(log))
+    assert p is not None, log.read_text()
+    try:
+        yield p, log
+    finally:
+        warm.stop(p)
+
+
+def _served(log: Path) -> int:
+    m = re.search(r"served (\d+) jobs", log.read_text())
+    return int(m[1]) if m else -1
+
+
+def _job(*args, **env):
+    return subprocess.run(
+        [sys.executable, "-m", "h3gates", *args],
+        cwd=ROOT,
+        env=_job_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_a_job_in_the_worker_exits_and_speaks_as_its_own_process(worker):
+    p, log = worker
+    bad = ("rung", "9", "--context", "{}", "--out", "x.json")  # argparse refuses: exit 2, its usage on stderr
+    there = _job(*bad)
+    here = _job(*bad, H3GATES_WARM="off")
+    assert there.returncode == here.returncode == 2 and "invalid choice: 9" in there.stderr
+    assert there.stderr == here.stderr and there.stdout == here.stdout
+    warm.stop(p)
+    assert _served(log) == 1, log.read_text()
+
+
+def test_a_job_whose_start_environment_differs_runs_fresh_and_says_why(worker):
+    p, log = worker
+    r = _job("rung", "9", "--context", "{}", "--out", "x.json", OMP_NUM_THREADS="3")
+    first = r.stderr.splitlines()[0]
+    assert first.startswith("h3gates: a fresh process: OMP_NUM_THREADS differs from the warm worker's"), r.stderr
+    assert r.returncode == 2 and "invalid choice: 9" in r.stderr
+    warm.stop(p)
+    assert _served(log) == 0
+
+
+def test_no_worker_and_jobs_it_never_takes_run_fresh(tmp_path):
+    env = _job_env(**{warm.ENV: str(tmp_path / "gone.sock")})  # a run's worker that is gone: silently fresh
+    r = subprocess.run(
+        [sys.executable, "-m", "h3gates", "rung", "9"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert r.returncode == 2 and "a fresh process" not in r.stderr
+    assert warm.delegate(["h3gates", "perf-worker", "--first", "baseline"]) is None  # timing processes: never
+    assert warm.delegate(["h3gates", "token"]) is None
+    assert warm.wanted("cpu") and not warm.wanted("cuda")
+
+
+def _context(tmp_path) -> str:
+    from h3gates.core.config import load_config
+    from h3gates.core.context import RungContext
+
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        return RungContext.from_config(load_config([Path("config/config.yaml")]), "modulate_fusion", 1).to_json()
+    finally:
+        os.chdir(cwd)
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _gone(pid: int, within: float) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+def test_a_signalled_or_killed_job_takes_its_child_with_it(worker, tmp_path, how):
+    """SIGTERM (how Snakemake ends a job) is forwarded to the child, and the job exits by it as a fresh one
+    would; a job killed outright closes its socket, and the worker ends the child."""
+    p, log = worker
+    out = tmp_path / "r1.json"
+    client = subprocess.Popen(
+        [sys.executable, "-m", "h3gates", "rung", "1", "--context", _context(tmp_path), "--out", str(out)],
+        cwd=ROOT,
+        env=_job_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not _children(p.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (child,) = _children(p.pid)
+    client.send_signal(getattr(signal, how))
+    rc = client.wait(timeout=60)
+    assert rc == -getattr(signal, how), (rc, client.stderr.read())
+    assert _gone(child, 30), f"the job's child {child} outlived it"
+    assert not out.exists()  # a gate killed mid-run writes no report (atomic)
+
+
+def test_an_edit_to_the_workers_own_modules_sends_jobs_to_fresh_processes(tmp_path, monkeypatch):
+    """(On a copy of the package: the tests beside this one use the real files' workers.)"""
+    shutil.copytree(ROOT / "h3gates", tmp_path / "h3gates", ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.chdir(tmp_path)  # the worker and the job import the copy (the working directory comes first)
+    p = warm.start(str(tmp_path / "warm.log"))
+    assert p is not None
+    try:
+        src = tmp_path / "h3gates/core/warm.py"
+        src.write_text(src.read_text() + "\n# edited\n")
+        r = subprocess.run(
+            [sys.executable, "-m", "h3gates", "rung", "9"],
+            cwd=tmp_path,
+            env=_job_env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        warm.stop(p)
+    assert "a fresh process: h3gates' own modules in the warm worker were edited since it started" in r.stderr
+    assert r.returncode == 2 and _served(tmp_path / "warm.log") == 0
+
+
+def test_the_signature_names_what_a_fork_would_keep():
+    env = {"PATH": "/bin", "OMP_NUM_THREADS": "1", "PYTHONPATH": "/x", "H3GATES_KEY": "k", "TMPDIR": "/tmp"}
+    assert warm.signature(env) == {"OMP_NUM_THREADS": "1", "PYTHONPATH": "/x", "TMPDIR": "/tmp"}
+    assert warm.differs(env, {**env, "PATH": "/usr/bin", "H3GATES_KEY": "j"}) is None  # read later, in the job
+    assert warm.differs(env, {**env, "PYTHONPATH": "/y"}).startswith("PYTHONPATH differs")
+    assert json.dumps(warm.signature({}))  # empty is fine
