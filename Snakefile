@@ -31,10 +31,10 @@ if REPORT_ONLY:
 
 
 # The run's warm worker: its rung and baseline jobs fork from one process that has imported torch and
-# Comfy Kitchen (h3gates/core/warm.py; docs/ladder.md, "The warm worker"). Snakemake calls no hook for a
-# dry run, a --report or a cluster job.
+# Comfy Kitchen (h3gates/core/warm.py; docs/ladder.md, "The warm worker"). Local runs only: a cluster's
+# jobs run in their own allocations. Snakemake calls no hook for a dry run, a --report or a cluster job.
 onstart:
-    if workflow.is_main_process:
+    if workflow.is_main_process and workflow.local_exec:
         from h3gates.core import warm
 
         warm.on_start(DEVICE, f"{LOGS}/warm_worker.log")

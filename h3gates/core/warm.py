@@ -285,7 +285,7 @@ def serve(path: str, parent: int, run) -> None:
 
 def _accept(conn, listener, sel, jobs, run) -> int | None:
     """Read a job and fork its child; the child's pid, or None if the job was refused (it runs on its own)."""
-    conn.settimeout(30)
+    conn.settimeout(10)  # a job sends its request at once (one that hangs holds the others back this long)
     fds = []
     try:
         msg, fds, _, _ = socket.recv_fds(conn, _LEN.size, 3)

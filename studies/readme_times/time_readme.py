@@ -31,6 +31,10 @@ COMMANDS = {  # name: (command, what the README says of it)
     "quickstart_cores1": ("snakemake --cores 1 promote_modulate_fusion", "the quick start, --cores 1"),
     "quickstart_cores2": ("snakemake --cores 2 promote_modulate_fusion", "the quick start, --cores 2"),
     "ci_overlay": ("snakemake --cores 2 all --configfile config/ci.yaml", "the CI overlay, every enabled candidate"),
+    "quickstart_cores1_fresh": (
+        "H3GATES_WARM=off snakemake --cores 1 promote_modulate_fusion",
+        "the quick start, --cores 1, every job in a fresh process (no warm worker, h3gates/core/warm.py)",
+    ),
 }
 PYTEST = ("python -m pytest -q", "the README's test command (two xdist workers, pyproject's addopts)")
 
@@ -62,6 +66,7 @@ def main() -> int:
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--pytest-rounds", type=int, default=1)
+    ap.add_argument("--only", nargs="*", choices=list(COMMANDS), help="these commands (default: all)")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
@@ -69,9 +74,9 @@ def main() -> int:
     clone = work / "h3gates"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
     env = {**os.environ, "XDG_CONFIG_HOME": str(work / "config")}
-    runs: dict[str, list[dict]] = {k: [] for k in COMMANDS}
+    runs: dict[str, list[dict]] = {k: [] for k in a.only or COMMANDS}
     runs["pytest"] = []
-    names = list(COMMANDS)
+    names = list(a.only or COMMANDS)
     for r in range(max(a.rounds, a.pytest_rounds)):
         order = names[r % len(names) :] + names[: r % len(names)]
         if r < a.pytest_rounds:
