@@ -9,7 +9,7 @@ from h3gates import job
 if sys.argv[1:2] == ["warm-worker"]:  # a run's warm worker (the Snakefile's onstart: h3gates.core.warm.start)
     from h3gates.core import warm
 
-    sys.exit(warm.serve(sys.argv[2], int(sys.argv[3]), job.main))
+    sys.exit(warm.serve(sys.argv[2], int(sys.argv[3]), job.main, job.preload))
 
 if sys.argv[1:2] and sys.argv[1] in job.JOBS:
     from h3gates.core import warm  # a rung or baseline job forks from the run's warm worker where there is one

@@ -240,6 +240,33 @@ def parser() -> argparse.ArgumentParser:
 JOBS = ("rung", "baseline", "token", "promote", "plot", "perf-worker", "profile-target")  # parser()'s commands
 
 
+def preload() -> list[str]:
+    """What a run's warm worker (h3gates.core.warm) imports before it forks a child per job: the third-party
+    libraries a rung or baseline job imports, the slow part of its start (torch and Comfy Kitchen: 5-10 s on a
+    CPU here). Never an h3gates module beyond this entry, never a candidate's kernels; nothing here touches a
+    GPU. The names of those it imported (all are the project's dependencies; it stops at one missing)."""
+    loaded = []
+    try:
+        import torch  # noqa: F401
+
+        loaded.append("torch")
+        import comfy_kitchen  # noqa: F401
+
+        loaded.append("comfy_kitchen")
+        import jsonschema  # noqa: F401
+        import numpy  # noqa: F401
+        import yaml  # noqa: F401
+
+        loaded += ["numpy", "yaml", "jsonschema"]
+        import cryptography  # noqa: F401
+        import securesystemslib  # noqa: F401
+
+        loaded += ["cryptography", "securesystemslib"]
+    except ImportError:
+        pass
+    return loaded
+
+
 def main(argv=None) -> int:
     from h3gates.core.errors import exit_status
 

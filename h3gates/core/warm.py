@@ -9,7 +9,7 @@ the job writes its log as before). The worker forks; the child takes the job's e
 argv and runs `h3gates.job.main` as a fresh process would, then the worker sends its exit status back.
 
 What a job shares with the one before it (docs/ladder.md, "The warm worker"): the worker's imported
-third-party modules (PRELOAD) and the job entry (h3gates.job), nothing else. The worker never runs a job
+third-party modules (h3gates.job.preload) and the job entry (h3gates.job), nothing else. The worker never runs a job
 itself, never imports h3gates' rungs or a candidate's kernels (the child imports those from the files as they are now) and never touches
 a GPU: each child starts from the same state, so the job order cannot change a report (tests/test_warm.py
 and tests/test_run_cache.py's climbs in two orders). A job runs in its own fresh process instead (and says
@@ -40,7 +40,6 @@ ENV = "H3GATES_WARM_SOCKET"
 WORKER = "warm-worker"  # `python -m h3gates warm-worker SOCKET PARENT_PID` (h3gates/__main__.py)
 SWITCH = "H3GATES_WARM"  # off: never; on: also for a GPU run; unset: CPU runs only
 DELEGATED = ("rung", "baseline")  # the jobs that import torch; the others cost a Python start
-PRELOAD = ("torch", "comfy_kitchen", "numpy", "yaml", "jsonschema", "securesystemslib", "cryptography")
 # read when the interpreter or a library starts: a fork keeps the worker's values, so a job whose values
 # differ runs in its own process (Snakemake sets the thread counts per job: the worker starts with a 1-thread
 # job's, which is every rule's)
@@ -229,9 +228,10 @@ def stop(p: subprocess.Popen | None) -> None:
         os.unlink(path)
 
 
-def serve(path: str, parent: int, run) -> None:
-    """Listen at `path`, import PRELOAD, then fork a child per job, which calls `run(argv)` (h3gates.job.main,
-    from the entry: h3gates/__main__.py), until the run's process `parent` is gone."""
+def serve(path: str, parent: int, run, preload) -> None:
+    """Listen at `path`, call `preload()` (it imports the libraries and names them), then fork a child per job,
+    which calls `run(argv)`, until the run's process `parent` is gone. The entry (h3gates/__main__.py) passes
+    h3gates.job's `main` and `preload`: the core imports neither torch nor the job runner."""
     global _OWN, _BEFORE, _ADDED
     _OWN = _own_sources()  # before it listens: an edit after `start` returns is seen
     if os.path.exists(path):
@@ -241,13 +241,7 @@ def serve(path: str, parent: int, run) -> None:
     listener.listen(64)
     _BEFORE = dict(os.environ)
     t0 = time.monotonic()
-    loaded = []
-    for name in PRELOAD:
-        try:
-            __import__(name)
-            loaded.append(name)
-        except ImportError:
-            pass
+    loaded = preload()
     # what the imports set in the environment (torch: TORCHINDUCTOR_CACHE_DIR): a fresh job's imports set it too
     _ADDED = {k: v for k, v in os.environ.items() if _BEFORE.get(k) != v}
     print(f"warm worker {os.getpid()}: imported {' '.join(loaded)} in {time.monotonic() - t0:.1f} s", flush=True)
