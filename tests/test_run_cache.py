@@ -134,7 +134,9 @@ def test_two_variants_side_by_side_and_the_same_measurements_in_another_job_orde
     report's measurements are the first climb's byte for byte, and the variant's results and record live beside
     the candidate's own, which stay as they were; both records verify."""
     served = re.search(r"served (\d+) jobs", (ladder / "logs/ci/warm_worker.log").read_text())
-    assert served and int(served[1]) >= 3 * 12, "the first climb's gates did not run in the warm worker"
+    assert served and int(served[1]) >= 3 * 8, "the first climb's gates did not run in the warm worker"  # all but r4
+    fresh = [f.name for f in (ladder / "logs/ci").rglob("*.log") if "a fresh process" in f.read_text()]
+    assert not fresh, fresh
     ws = copy_workspace(ladder, tmp_path / "ws")
     shutil.copytree(ws / "kernels/qkv_ring", ws / "review/qkv_ring")
     cfg = yaml.safe_load((ws / "config/config.yaml").read_text())

@@ -78,6 +78,7 @@ def test_a_job_whose_start_environment_differs_runs_fresh_and_says_why(worker):
     first = r.stderr.splitlines()[0]
     assert first.startswith("h3gates: a fresh process: OMP_NUM_THREADS differs from the warm worker's"), r.stderr
     assert r.returncode == 2 and "invalid choice: 9" in r.stderr
+    assert os.environ.get(warm.ENV) and warm.delegate(["h3gates", "rung", "4", "--context", "{}"]) is None  # rung 4
     warm.stop(p)
     assert _served(log) == 0
 

@@ -19,8 +19,9 @@ directory, a worker that initialized CUDA, or no worker at all. On a GPU the wor
 H3GATES_WARM=on (not yet measured on the H200: whether an import touches the CUDA driver before the fork);
 H3GATES_WARM=off turns it off everywhere.
 
-Timing processes (rung 4's perf-worker) and profiled targets (rung 8) are never delegated: the speed gate's
-error rate was measured on fresh processes (issue 30), and Nsight must start its target itself.
+Rung 4 jobs and their timing processes (the rung's own process is timing process 0) and profiled targets
+(rung 8) are never delegated: the speed gate's error rate was measured on fresh processes (issue 30), and
+Nsight must start its target itself.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ ENV = "H3GATES_WARM_SOCKET"
 WORKER = "warm-worker"  # `python -m h3gates warm-worker SOCKET PARENT_PID` (h3gates/__main__.py)
 SWITCH = "H3GATES_WARM"  # off: never; on: also for a GPU run; unset: CPU runs only
 DELEGATED = ("rung", "baseline")  # the jobs that import torch; the others cost a Python start
+FRESH_RUNGS = ("4",)  # rung 4 times in its own process too (its timing process 0): it stays a fresh process
 # read when the interpreter or a library starts: a fork keeps the worker's values, so a job whose values
 # differ runs in its own process (Snakemake sets the thread counts per job: the worker starts with a 1-thread
 # job's, which is every rule's)
@@ -60,8 +62,12 @@ SIGNATURE_PREFIXES = (
     "NVIDIA_",
     "COMFY",
     "MALLOC_",
+    "NPY_",
+    "ATEN_",
+    "DNNL_",
+    "ONEDNN_",
 )
-SIGNATURE_NAMES = ("TMPDIR", "TMP", "TEMP", "TEMPDIR", "LANG", "LC_ALL", "LC_CTYPE")
+SIGNATURE_NAMES = ("TMPDIR", "TMP", "TEMP", "TEMPDIR", "LANG", "LC_ALL", "LC_CTYPE", "GLIBC_TUNABLES")
 THREAD_VARS = (
     "OMP_NUM_THREADS",
     "GOTO_NUM_THREADS",
@@ -73,6 +79,8 @@ THREAD_VARS = (
 _LEN = struct.Struct("!Q")
 _BEFORE: dict = {}  # the worker's environment before its imports (what a job's is compared with)
 _ADDED: dict = {}  # what its imports set there
+_RESTORED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE, signal.SIGCHLD)
+_SIGNALS: dict = {}  # the worker's handlers of _RESTORED before it set its own: what a child gets back
 _OWN: dict = {}  # the h3gates modules the worker has imported (its package and this module): path -> stat
 
 
@@ -109,12 +117,16 @@ def delegate(argv: list[str]) -> int | None:
     path = os.environ.get(ENV)
     if not path or len(argv) < 2 or argv[1] not in DELEGATED or os.environ.get(SWITCH) == "off":
         return None
+    if argv[1] == "rung" and argv[2:3] and argv[2] in FRESH_RUNGS:
+        return None
     try:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(120)  # the connection and the first answer (it waits for the worker's imports)
         s.connect(path)
     except OSError:
         return None  # no worker (gone, or never started here: a cluster node): a fresh process, silently
     job = {"argv": argv, "env": dict(os.environ), "cwd": os.getcwd(), "executable": sys.executable, "path": sys.path}
+    job["flags"] = _flags()
     payload = json.dumps(job).encode()
     try:
         socket.send_fds(s, [_LEN.pack(len(payload))], [0, 1, 2])
@@ -127,7 +139,10 @@ def delegate(argv: list[str]) -> int | None:
         print(f"h3gates: a fresh process: {first.get('refused', 'the warm worker closed')}", file=sys.stderr)
         return None
     pid = first["pid"]
+    s.settimeout(None)
     _exit_with_parent()
+    if os.getppid() == 1:  # the parent went before the death signal was set
+        os.kill(pid, signal.SIGTERM)
 
     def forward(sig, _frame):  # Snakemake ends a job by signalling it: the child gets the same
         try:
@@ -141,7 +156,11 @@ def delegate(argv: list[str]) -> int | None:
         last = json.loads(answers.readline() or "{}")
     except (OSError, ValueError):
         last = {}
-    if "exit" not in last:  # the worker died under the job (it kills its children when it goes)
+    if "exit" not in last:  # the worker died under the job: its child goes with it (PDEATHSIG), or now
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         print("h3gates: the warm worker went away during the job", file=sys.stderr)
         return 1
     code = last["exit"]
@@ -152,16 +171,21 @@ def delegate(argv: list[str]) -> int | None:
     return code
 
 
-def _exit_with_parent() -> None:
-    """SIGTERM this process when its parent (the job's shell) dies: the worker then sees the socket close and
-    ends the child."""
+def _exit_with_parent(sig: int = signal.SIGTERM) -> None:
+    """`sig` to this process when its parent dies (a job's client: its shell, and the worker then sees the socket
+    close and ends the child; a child: the worker)."""
     if sys.platform.startswith("linux"):
         import ctypes
 
         try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, sig)  # PR_SET_PDEATHSIG
         except OSError:
             pass
+
+
+def _flags() -> list:
+    """The interpreter's start-up options (-X, -W, -u, -O, ...): a fork keeps the worker's."""
+    return [list(sys.flags), sorted(sys.warnoptions), sorted(map(str, sys._xoptions.items()))]
 
 
 # ---- the run's side ---------------------------------------------------------------------------------------
@@ -191,7 +215,7 @@ def on_end() -> None:
 
 def start(log: str) -> subprocess.Popen | None:
     """Start a worker (its log at `log`) and export its socket to the jobs this process starts."""
-    path = os.path.join(tempfile.gettempdir(), f"h3gates-warm-{os.getuid()}-{os.getpid()}.sock")
+    path = os.path.join(tempfile.mkdtemp(prefix="h3gates-warm-"), "sock")  # 0700: this user's jobs only
     # the environment Snakemake gives a job (snakemake/shell.py): the thread counts of a 1-thread job (every
     # rule's) and the default tmpdir resource's temporary directory
     tmp = tempfile.gettempdir()
@@ -211,6 +235,8 @@ def start(log: str) -> subprocess.Popen | None:
         time.sleep(0.02)  # it listens before it imports: a job that comes early waits for the imports
     if not os.path.exists(path):
         p.kill()
+        os.environ[ENV] = path
+        stop(None)  # its folder
         return None
     os.environ[ENV] = path
     return p
@@ -224,24 +250,40 @@ def stop(p: subprocess.Popen | None) -> None:
         except subprocess.TimeoutExpired:
             p.kill()
     path = os.environ.pop(ENV, None)
-    if path and os.path.exists(path):
-        os.unlink(path)
+    if path:
+        if os.path.exists(path):
+            os.unlink(path)
+        try:
+            os.rmdir(os.path.dirname(path))
+        except OSError:
+            pass
 
 
 def serve(path: str, parent: int, run, preload) -> None:
     """Listen at `path`, call `preload()` (it imports the libraries and names them), then fork a child per job,
     which calls `run(argv)`, until the run's process `parent` is gone. The entry (h3gates/__main__.py) passes
     h3gates.job's `main` and `preload`: the core imports neither torch nor the job runner."""
-    global _OWN, _BEFORE, _ADDED
+    global _OWN, _BEFORE, _ADDED, _WORKER_PID
+    _WORKER_PID = os.getpid()
     _OWN = _own_sources()  # before it listens: an edit after `start` returns is seen
-    if os.path.exists(path):
-        os.unlink(path)
+    global _SIGNALS
+    _SIGNALS = {sig: signal.getsignal(sig) for sig in _RESTORED}  # as the interpreter set them (SIGPIPE ignored)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
+    listener.bind(path + ".new")
     listener.listen(64)
+    os.rename(path + ".new", path)  # the path exists once it listens: a job that comes early waits
     _BEFORE = dict(os.environ)
     t0 = time.monotonic()
-    loaded = preload()
+    # torch.cuda.is_available() (Comfy Kitchen's import calls it) through NVML, which leaves the CUDA driver
+    # alone: a child could not use a driver its parent started
+    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
+    try:
+        loaded = preload()
+    finally:
+        if "PYTORCH_NVML_BASED_CUDA_CHECK" in _BEFORE:
+            os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = _BEFORE["PYTORCH_NVML_BASED_CUDA_CHECK"]
+        else:
+            del os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"]
     # what the imports set in the environment (torch: TORCHINDUCTOR_CACHE_DIR): a fresh job's imports set it too
     _ADDED = {k: v for k, v in os.environ.items() if _BEFORE.get(k) != v}
     print(f"warm worker {os.getpid()}: imported {' '.join(loaded)} in {time.monotonic() - t0:.1f} s", flush=True)
@@ -255,12 +297,15 @@ def serve(path: str, parent: int, run, preload) -> None:
         while not stopping and os.getppid() == parent:
             for key, _ in sel.select(timeout=0.2):
                 if key.data is None:
-                    conn, _ = listener.accept()
+                    try:
+                        conn, _ = listener.accept()
+                    except OSError:
+                        continue
                     pid = _accept(conn, listener, sel, jobs, run)
                     if pid:
                         served += 1
                         sel.register(conn, selectors.EVENT_READ, pid)
-                elif not key.fileobj.recv(1):  # the job's process is gone: so goes its child
+                elif not _recv1(key.fileobj):  # the job's process is gone: so goes its child
                     sel.unregister(key.fileobj)
                     _kill(key.data)
             _reap(jobs, sel)
@@ -277,8 +322,16 @@ def serve(path: str, parent: int, run, preload) -> None:
         print(f"warm worker {os.getpid()}: served {served} jobs; stopped", flush=True)
 
 
+def _recv1(conn) -> bytes:
+    try:
+        return conn.recv(1)
+    except OSError:  # reset by a job killed before it read its answer: closed
+        return b""
+
+
 def _accept(conn, listener, sel, jobs, run) -> int | None:
     """Read a job and fork its child; the child's pid, or None if the job was refused (it runs on its own)."""
+    pid = None
     conn.settimeout(10)  # a job sends its request at once (one that hangs holds the others back this long)
     fds = []
     try:
@@ -298,6 +351,7 @@ def _accept(conn, listener, sel, jobs, run) -> int | None:
             return None
         sys.stdout.flush()
         sys.stderr.flush()
+        _cflush()
         pid = os.fork()
         if pid == 0:
             _child(job, fds, [listener, conn, *jobs.values()], sel, run)
@@ -307,6 +361,8 @@ def _accept(conn, listener, sel, jobs, run) -> int | None:
         return pid
     except (OSError, ValueError) as e:
         print(f"warm worker: a request failed: {e}", flush=True)
+        if pid:  # forked, and the job gone before it heard: its child goes too (the reaper finds it)
+            _kill(pid)
         conn.close()
         return None
     finally:
@@ -322,6 +378,8 @@ def _refusal(job: dict, nfds: int) -> str | None:
         return f"another interpreter or module path ({exe}, not {sys.executable})"
     if job.get("cwd") != os.getcwd():
         return f"another working directory ({job.get('cwd')}, not {os.getcwd()})"
+    if job.get("flags") != _flags():
+        return "other interpreter options (-X, -W, -u, -O ...)"
     if _own_sources() != _OWN:
         return "h3gates' own modules in the warm worker were edited since it started"
     if "torch" in sys.modules and sys.modules["torch"].cuda.is_initialized():
@@ -331,11 +389,13 @@ def _refusal(job: dict, nfds: int) -> str | None:
 
 def _child(job: dict, fds: list[int], close: list, sel, run) -> None:
     """In the forked child: become the job (its descriptors, environment and argv) and run it; never returns."""
-    code = 1
+    code, interrupted = 1, False
     try:
-        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD, signal.SIGPIPE):
-            signal.signal(sig, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for sig, handler in _SIGNALS.items():
+            signal.signal(sig, handler)
+        _exit_with_parent(signal.SIGKILL)  # a worker killed outright takes its children
+        if os.getppid() != _WORKER_PID:
+            os._exit(1)
         sel.close()
         for s in close:
             s.close()
@@ -348,13 +408,20 @@ def _child(job: dict, fds: list[int], close: list, sel, run) -> None:
         os.chdir(job["cwd"])
         os.environ.clear()
         os.environ.update(job["env"])
-        os.environ.update(_ADDED)
+        os.environ.update({k: v for k, v in _ADDED.items() if k not in job["env"]})  # set where a job had none
         sys.argv = list(job["argv"])
         sys.executable = job["executable"]  # what the job's own subprocesses start (rung 4's timing workers)
-        code = _run(lambda: run(sys.argv[1:]))
-        import atexit
+        import importlib
 
-        atexit._run_exitfuncs()  # what a fresh process runs at its exit (the lease's end record)
+        importlib.invalidate_caches()  # the finders' directory listings, as a fresh process reads them
+        try:
+            code = _run(lambda: run(sys.argv[1:]))
+        except KeyboardInterrupt:
+            import traceback
+
+            traceback.print_exc()
+            interrupted = True
+        _finalize()
     except BaseException:  # noqa: BLE001 (the child must reach _exit)
         import traceback
 
@@ -365,7 +432,35 @@ def _child(job: dict, fds: list[int], close: list, sel, run) -> None:
                 f.flush()
             except Exception:  # noqa: BLE001
                 pass
+        _cflush()
+        if interrupted:  # exit by SIGINT, as the interpreter does after an uncaught KeyboardInterrupt
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
         os._exit(code)
+
+
+def _finalize() -> None:
+    """What the interpreter does at its exit before it goes: wait for non-daemon threads, then atexit (the
+    lease's end record)."""
+    import atexit
+    import threading
+
+    threading._shutdown()
+    atexit._run_exitfuncs()
+
+
+def _cflush() -> None:
+    """fflush(NULL): C stdio buffers (a library's printf into a log file) are written, not lost by _exit (in the
+    child) or copied (before the fork)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):
+        pass
+
+
+_WORKER_PID = os.getpid()  # set again in serve (this module may be imported before a fork of its own)
 
 
 def _run(fn) -> int:
