@@ -39,6 +39,19 @@ COMMANDS = {  # name: (command, what the README says of it)
 PYTEST = ("python -m pytest -q", "the README's test command (two xdist workers, pyproject's addopts)")
 
 
+def versions() -> dict:
+    """The installed versions of what the timed commands run (the venv the README installs)."""
+    from importlib import metadata
+
+    out = {}
+    for name in ("torch", "snakemake", "comfy-kitchen", "h3gates"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
 def loadavg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
@@ -95,6 +108,7 @@ def main() -> int:
             "platform": platform.platform(),
             "python": platform.python_version(),
         },
+        "versions": versions(),
         "commands": {k: v[0] for k, v in {**COMMANDS, "pytest": PYTEST}.items()},
         "what": {k: v[1] for k, v in {**COMMANDS, "pytest": PYTEST}.items()},
         "runs": runs,
