@@ -179,3 +179,46 @@ def test_the_signature_names_what_a_fork_would_keep():
     assert warm.differs(env, {**env, "PATH": "/usr/bin", "H3GATES_KEY": "j"}) is None  # read later, in the job
     assert warm.differs(env, {**env, "PYTHONPATH": "/y"}).startswith("PYTHONPATH differs")
     assert json.dumps(warm.signature({}))  # empty is fine
+
+
+def _measurements(doc):
+    """A report without what differs between two runs of the same job: its times and when it was written."""
+    if isinstance(doc, dict):
+        drop = ("timing", "wall_s", "written_at", "content_sha256", "top_ops", "gpu_lease")
+        return {k: _measurements(v) for k, v in doc.items() if k not in drop}
+    return [_measurements(v) for v in doc] if isinstance(doc, list) else doc
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_gpu_job_forked_from_the_worker_reports_the_fresh_process_bytes(worker, tmp_path):
+    """On a GPU: the worker's imports leave the CUDA driver alone, so its child initializes CUDA itself and runs
+    rung 1 on the GPU; its report's measurements are those of the same job in a fresh process."""
+    p, log = worker
+    ctx = _context(tmp_path)
+    docs = {}
+    for mode in ("warm", "off"):
+        out = tmp_path / f"r1_{mode}.json"
+        switch = {"H3GATES_WARM": "off"} if mode == "off" else {}
+        r = _job("rung", "1", "--context", ctx, "--out", str(out), H3GATES_RUN_CACHE="off", **switch)  # both run
+        assert r.returncode in (0, 1) and out.is_file(), r.stderr[-3000:]
+        assert "a fresh process" not in r.stderr, r.stderr[:2000]
+        docs[mode] = json.loads(out.read_text())
+    warm.stop(p)
+    assert _served(log) == 1, log.read_text()
+    assert docs["warm"]["device"]["device_type"] == "cuda"
+    assert _measurements(docs["warm"]) == _measurements(docs["off"])
+
+
+def test_a_long_temporary_directory_still_gets_its_socket(tmp_path, monkeypatch):
+    """A Unix socket's path is at most 107 bytes: under a long TMPDIR the worker's socket goes under /tmp."""
+    long = tmp_path / ("t" * 100)
+    long.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(long))
+    p = warm.start(str(tmp_path / "warm.log"))
+    try:
+        assert p is not None, (tmp_path / "warm.log").read_text()
+        assert len(os.environ[warm.ENV]) < 100 and os.environ[warm.ENV].startswith("/tmp/h3gates-warm-")
+    finally:
+        warm.stop(p)
+    assert warm.ENV not in os.environ

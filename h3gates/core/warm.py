@@ -196,6 +196,7 @@ def wanted(device: str) -> bool:
     return switch != "off" and (device == "cpu" or switch == "on")
 
 
+_SUN_PATH = 108  # sizeof(sockaddr_un.sun_path) on Linux, the terminating NUL included
 _RUNNING: list[subprocess.Popen] = []  # this run's worker (the Snakefile's hooks: on_start, on_end)
 
 
@@ -216,6 +217,9 @@ def on_end() -> None:
 def start(log: str) -> subprocess.Popen | None:
     """Start a worker (its log at `log`) and export its socket to the jobs this process starts."""
     path = os.path.join(tempfile.mkdtemp(prefix="h3gates-warm-"), "sock")  # 0700: this user's jobs only
+    if len(path) + len(".new") >= _SUN_PATH:  # a long TMPDIR: a Unix socket's path has 108 bytes on Linux
+        os.rmdir(os.path.dirname(path))
+        path = os.path.join(tempfile.mkdtemp(prefix="h3gates-warm-", dir="/tmp"), "sock")
     # the environment Snakemake gives a job (snakemake/shell.py): the thread counts of a 1-thread job (every
     # rule's) and the default tmpdir resource's temporary directory
     tmp = tempfile.gettempdir()
@@ -230,7 +234,7 @@ def start(log: str) -> subprocess.Popen | None:
             stdout=f,
             stderr=subprocess.STDOUT,
         )
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # an interpreter's start and h3gates' core (no torch yet) on loaded cores
     while not os.path.exists(path) and p.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)  # it listens before it imports: a job that comes early waits for the imports
     if not os.path.exists(path):
