@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Run on the H200 device machine from the repository root, with .devsite/ (pack-site core) carried.
 # Usage: bash studies/device/device_run.sh STEP...   (studies/device/README.md says what each step runs)
-# Steps: gputests digests tests cachetests qkvstudy gemmparts onegpu onemore gpucheck ci4cuda r1cuda canon2 canonx2 canon r8swiglu perfgate
+# Steps: warmgpu gputests digests tests cachetests qkvstudy gemmparts onegpu onemore gpucheck ci4cuda r1cuda canon2 canonx2 canon r8swiglu perfgate
 #        blocktime jobprofile warmimports evidence ncu profile canonical4 tune model ladder ncuquery ladderci fc2;
 #        with BUNDLE=name the outputs also come back as one $OUT/name.tgz
 set -uo pipefail
-mkdir -p /tmp/site && for z in .devsite/*.zip; do python3 -m zipfile -e "$z" /tmp/site; done
+mkdir -p /tmp/site && for z in .devsite/*.zip .dslim/*.zip .dsw/*.zip; do [ -f "$z" ] && python3 -m zipfile -e "$z" /tmp/site; done
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 PATH=/tmp/site/bin:$PATH
 # Python's bytecode under /tmp, as an installed environment keeps it next to its sources (a profiled canonical
 # rung-3 job showed 5 s in compile() of module sources, but unprofiled imports got only 0.3 s faster with it:
@@ -33,6 +33,23 @@ for step in "$@"; do
         > "$OUT/ci4cuda/snakemake.log" 2>&1; echo "snakemake rc=$?"; grep -E "REFUSED|Error|steps" "$OUT/ci4cuda/snakemake.log" | tail -4
       cp -r logs/ci "$OUT/ci4cuda/logs"; ls results/ci/baseline | tee "$OUT/ci4cuda/baseline_ls.txt"
       python3 -c "import json; d = json.load(open('results/ci/modulate_fusion/r4_block/block3.json')); print(d['verdict'], sorted(d['upstream']))" | tee "$OUT/ci4cuda/r4_block3_upstream.txt" ;;
+    warmgpu)  # issue 31, the warm worker on the GPU: the fork probe, tests/test_warm.py (its GPU test), then modulate_fusion's
+              # canonical rungs 1-3 (the block captures, r1, r2, r3 at 0/24/49) from an empty results/ in a fresh copy of the
+              # tree with H3GATES_WARM=$WARM_MODE (on or off: run the step once each, alternating), its own cache folders,
+              # timed, with the lease timeline, the worker's log and the reports (packages: .dslim/slim.zip carried in one
+              # call, .dsw/wf.zip, the rest of pack-site core, in the next: studies/device/README.md)
+      python3 studies/ladder/warm_fork_probe.py --out "$OUT" > "$OUT/warm_fork_probe.log" 2>&1; echo "fork probe rc=$?"
+      timeout 240 python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/test_warm.py > "$OUT/test_warm.log" 2>&1; echo "test_warm rc=$?"; tail -2 "$OUT/test_warm.log"
+      m=${WARM_MODE:-on}; ws=/tmp/ws_$m; rm -rf "$ws" "/tmp/cache_$m"; mkdir -p "$ws"
+      tar --exclude=./results --exclude=./logs --exclude=./.snakemake --exclude=./.dslim --exclude=./.dsw --exclude=./.devsite -cf - . | tar -xf - -C "$ws"
+      ( cd "$ws" && export PYTHONPATH=/tmp/site:$ws XDG_CACHE_HOME=/tmp/cache_$m H3GATES_WARM=$m; t0=$(date +%s.%N)
+        timeout "${WARM_TIMEOUT:-420}" python3 -m snakemake --cores 4 --configfile config/canonical.yaml -- \
+          results/canonical/modulate_fusion/r3_projection/block{0,24,49}.json > "$OUT/warm_$m.log" 2>&1
+        echo "snakemake (H3GATES_WARM=$m) rc=$? wall $(python3 -c "import time; print(round(time.time() - $t0, 1))") s"
+        python3 studies/ladder/lease_timeline.py logs/gpu_leases.jsonl --json "$OUT/lease_timeline_$m.json" | tail -12
+        echo "jobs that ran fresh: $(grep -rl 'a fresh process' logs | wc -l)"; cp logs/canonical/warm_worker.log "$OUT/warm_worker_$m.log" 2>/dev/null
+        mkdir -p "$OUT/reports_$m"; cp -r results/canonical/modulate_fusion/r1_adversarial.json results/canonical/modulate_fusion/r2_tiles.json \
+          results/canonical/modulate_fusion/r3_projection "$OUT/reports_$m/" ) ;;
     warmimports)  # one import of what every job imports, so the bytecode cache is in place before the timed jobs
       python3 -c "import time; t = time.time(); import torch, comfy_kitchen, snakemake; from h3gates.rungs import artifacts, gate, ladder, nsight; print(f'imports {time.time() - t:.1f}s')"
       python3 -c "import time; t = time.time(); import torch, comfy_kitchen, snakemake; from h3gates.rungs import artifacts, gate, ladder, nsight; print(f'imports again {time.time() - t:.1f}s')" ;;
