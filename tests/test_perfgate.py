@@ -744,9 +744,10 @@ def test_the_campaign_bootstrap_runs_the_gates_cohorts_and_other_schedules(monke
 
 
 def test_the_campaign_plan_fits_its_pieces_into_device_commands():
-    """Each piece of studies/perfgate/campaign.py --plan holds one planted gate (about 310 s on the H200, estimated),
-    last, after at most an A/A gate or real gates (so --budget-s 290 still starts it); in all 9 planted
-    gains and 9 planted losses, and every shipped candidate at every block."""
+    """Each piece of studies/perfgate/campaign.py --plan holds one planted gate (315-327 s on the H200): first,
+    before one A/A gate (about 210 s, which --budget-s 350 starts only while the piece still ends within its
+    command), or last, after real gates (80-85 s each where they decide early); in all 9 planted gains and 9
+    planted losses, and every shipped candidate at every block."""
     sys.path.insert(0, str(ROOT / "studies/perfgate"))
     try:
         import campaign as K
@@ -756,8 +757,12 @@ def test_the_campaign_plan_fits_its_pieces_into_device_commands():
     for piece, gates in K.plan().items():
         parsed = [K.parse_gate(g) for g in gates]
         planted = [k for k, _ in parsed if k.startswith(("gain:", "slower:"))]
-        assert len(planted) == 1 and parsed[-1][0] == planted[0], piece
-        assert len(parsed) <= 3 and sum(k == "aa" or k == "qkv_ring" for k, _ in parsed) <= 1, piece  # <= 210 s first
+        assert len(planted) == 1, piece
+        if any(k == "aa" for k, _ in parsed):
+            assert len(parsed) == 2 and parsed[0][0] == planted[0], piece  # the planted gate's data first
+        else:
+            assert parsed[-1][0] == planted[0] and len(parsed) <= 3, piece
+            assert sum(k == "qkv_ring" for k, _ in parsed) <= 1, piece  # (it may go to the last look: 210 s)
         assert all(K.gate_sides(k) for k, _ in parsed)
         kinds += parsed
     assert sum(k.startswith("gain:") for k, _ in kinds) == 9 and sum(k.startswith("slower:") for k, _ in kinds) == 9

@@ -274,21 +274,23 @@ def parse_gate(spec: str) -> tuple[str, int]:
 
 
 def plan() -> dict[str, list[str]]:
-    """The campaign in pieces that each fit one 10-minute device command (--budget-s 290 starts no gate
-    after 290 s). Measured on the H200 under the 12 x 4 schedule (campaign_2026-12-02b, -02c): an A/A gate
+    """The campaign in pieces that each fit one 10-minute device command (--budget-s 350 starts no gate
+    after 350 s). Measured on the H200 under the 12 x 4 schedule (campaign_2026-12-02b, -02c): an A/A gate
     took about 210 s (two cohorts of 6, each about 55 s preparing, and 64 s of timing), a planted gate 356 s
-    (its processes also calibrate the copy and measure the whole block's planted ratio: 125 s a cohort; the
-    copy calibration now takes 7 calls, not 21, which should save about 45 s a gate, not yet timed), a real
-    gate that decides at the early look 80 s (one cohort), and one that goes to the last look about as long
-    as an A/A gate. So a piece is one planted gate after an A/A gate or real gates: per block 3 planted
-    gains and 3 planted losses (9 of each in all), 3 more A/A gates (12 A/A processes a block are measured:
-    48 a block then, at least the 2P a per-block bootstrap of a 16-process schedule needs), and one real
-    gate per shipped candidate. fc2_algo needs nvmath (fc2.zip) on the device."""
+    (its processes also calibrate the copy and measure the whole block's planted ratio: 125 s a cohort), and
+    315-327 s once the copy calibration took 7 calls, not 21 (101-116 s a cohort: campaign_2026-12-03), a real
+    gate that decides at the early look 80-85 s (one cohort), and one that goes to the last look about as long
+    as an A/A gate. So a piece is one planted gate and an A/A gate (about 540-560 s; the planted gate first,
+    its data the costlier: --budget-s 350 starts the A/A gate only while it still ends within the command),
+    or real gates and then a planted gate: per block 3 planted gains and 3 planted losses (9 of each in all),
+    3 more A/A gates (12 A/A processes a block are measured: 48 a block then, at least the 2P a per-block
+    bootstrap of a 16-process schedule needs), and one real gate per shipped candidate. fc2_algo needs nvmath
+    (fc2.zip) on the device."""
     out = {}
     for b in BLOCKS:
-        out[f"aa-gain-b{b}"] = [f"aa:{b}", f"gain:0.003:{b}"]
-        out[f"aa-slower-b{b}"] = [f"aa:{b}", f"slower:0.003:{b}"]
-        out[f"aa-slower2-b{b}"] = [f"aa:{b}", f"slower:0.003:{b}"]
+        out[f"aa-gain-b{b}"] = [f"gain:0.003:{b}", f"aa:{b}"]
+        out[f"aa-slower-b{b}"] = [f"slower:0.003:{b}", f"aa:{b}"]
+        out[f"aa-slower2-b{b}"] = [f"slower:0.003:{b}", f"aa:{b}"]
         out[f"real-gain-b{b}"] = [f"{c}:{b}" for c in CANDIDATES[:2]] + [f"gain:0.003:{b}"]
         out[f"ring-slower-b{b}"] = [f"{c}:{b}" for c in CANDIDATES[2:3]] + [f"slower:0.003:{b}"]
         out[f"real3-gain-b{b}"] = [f"{c}:{b}" for c in CANDIDATES[3:]] + [f"gain:0.003:{b}"]
@@ -348,7 +350,7 @@ def main() -> int:
     ap.add_argument("--plan", action="store_true", help="print the pieces and exit")
     ap.add_argument("--piece", help="one piece of --plan")
     ap.add_argument("--gates", nargs="+", help="gates kind:[g:]block, instead of a piece")
-    ap.add_argument("--budget-s", type=float, default=290, help="start no gate after this many seconds")
+    ap.add_argument("--budget-s", type=float, default=350, help="start no gate after this many seconds")
     ap.add_argument("--worker", action="store_true")
     ap.add_argument("--block", type=int)
     ap.add_argument("--first")
