@@ -37,11 +37,13 @@ import sys
 import tempfile
 import time
 
+from h3gates.core.outputs import RUNGS
+
 ENV = "H3GATES_WARM_SOCKET"
 WORKER = "warm-worker"  # `python -m h3gates warm-worker SOCKET PARENT_PID` (h3gates/__main__.py)
 SWITCH = "H3GATES_WARM"  # off: never; on: also for a GPU run; unset: CPU runs only
 DELEGATED = ("rung", "baseline")  # the jobs that import torch; the others cost a Python start
-FRESH_RUNGS = ("4",)  # rung 4 times in its own process too (its timing process 0): it stays a fresh process
+FRESH_RUNGS = tuple(str(r.n) for r in RUNGS if r.fresh)  # rung 4 times in its own process (timing process 0)
 # read when the interpreter or a library starts: a fork keeps the worker's values, so a job whose values
 # differ runs in its own process (Snakemake sets the thread counts per job: the worker starts with a 1-thread
 # job's, which is every rule's)
