@@ -37,6 +37,7 @@ import sys
 import tempfile
 import time
 
+from h3gates.core import pdeath
 from h3gates.core.outputs import RUNGS
 
 ENV = "H3GATES_WARM_SOCKET"
@@ -175,14 +176,8 @@ def delegate(argv: list[str]) -> int | None:
 
 def _exit_with_parent(sig: int = signal.SIGTERM) -> None:
     """`sig` to this process when its parent dies (a job's client: its shell, and the worker then sees the socket
-    close and ends the child; a child: the worker)."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, sig)  # PR_SET_PDEATHSIG
-        except OSError:
-            pass
+    close and ends the child; a child: the worker, which resolved prctl before it forked)."""
+    pdeath.die_with_parent(sig)
 
 
 def _flags() -> list:
@@ -272,6 +267,7 @@ def serve(path: str, parent: int, run, preload) -> None:
     global _OWN, _BEFORE, _ADDED, _WORKER_PID
     _WORKER_PID = os.getpid()
     _OWN = _own_sources()  # before it listens: an edit after `start` returns is seen
+    pdeath.libc_prctl()  # resolved here, before any fork (its children call it)
     global _SIGNALS
     _SIGNALS = {sig: signal.getsignal(sig) for sig in _RESTORED}  # as the interpreter set them (SIGPIPE ignored)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

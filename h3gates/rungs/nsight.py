@@ -23,6 +23,7 @@ import threading
 import time
 from pathlib import Path
 
+from h3gates.core import pdeath
 from h3gates.core.errors import NcuError
 
 # The seeds' counters (spec/ladder.md, "Rung 8 on a GPU").
@@ -113,26 +114,13 @@ def _tail(text: str, lines: int = TAIL_LINES) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
-def _prctl():
-    """libc's prctl, resolved in the parent (dlopen in a forked child of a threaded process can
-    deadlock); None where there is none (not Linux)."""
-    try:
-        import ctypes
-
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-
 def _die_with_parent(prctl, parent: int):
     """A preexec function: the child gets SIGKILL when its parent dies (PR_SET_PDEATHSIG), and exits
-    at once if the parent died before that was set."""
+    at once if the parent died before that was set (`prctl` resolved in the parent: core/pdeath.py)."""
 
     def setup():
         if prctl is not None:
-            prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-            if os.getppid() != parent:
-                os._exit(137)
+            pdeath.die_with_parent(signal.SIGKILL, parent, prctl)
 
     return setup
 
@@ -166,7 +154,7 @@ def _run(
         text=True,
         start_new_session=True,
         env=env,
-        preexec_fn=_die_with_parent(_prctl(), os.getpid()),
+        preexec_fn=_die_with_parent(pdeath.libc_prctl(), os.getpid()),
     )
 
     def kill_group(signum, frame):
