@@ -121,6 +121,11 @@ def test_a_job_runs_without_the_users_cli():
     assert p.returncode == 0, p.stderr
     loaded = set(ast.literal_eval(p.stdout.splitlines()[-1]))
     entry = {"h3gates", "h3gates.job", "h3gates.core", "h3gates.core.errors", "h3gates.core.warm"}  # warm: torch-free
+    entry |= {"h3gates.core.pdeath", "h3gates.core.outputs"}  # (warm's imports: no torch)
+    from h3gates.core import fingerprints as FP
+
+    always = {f.removesuffix(".py").removesuffix("/__init__").replace("/", ".") for f in FP.ALWAYS}
+    assert entry - {"h3gates.core", "h3gates.core.errors"} <= always  # what every job loads is in its fingerprint
     assert "h3gates.job" in loaded and loaded <= entry, loaded
 
 

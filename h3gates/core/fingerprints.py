@@ -31,6 +31,7 @@ ALWAYS = (
     "h3gates/job.py",
     "h3gates/core/warm.py",
     "h3gates/core/pdeath.py",  # (imported by warm.py)
+    "h3gates/core/outputs.py",  # (imported by warm.py: the rung table; every rung reads it through core/context.py too)
 )  # the entry of every job (`python -m h3gates rung|baseline ...`): the job runner, never the user CLI
 # CUDA sources a module of the package compiles at run time (an import statement does not show them):
 # a CUDA rung whose import closure holds the module fingerprints these files too (a CPU rung never
