@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from workflow_util import CONSOLE, copy_workspace, h3gates, snakemake
+from workflow_util import CONSOLE, copy_workspace, h3gates, measurements, snakemake
 
 pytestmark = pytest.mark.slow
 RES = "results/ci"
@@ -115,18 +115,6 @@ def test_a_kept_report_of_another_fingerprint_is_never_served(ws, monkeypatch):
     assert json.loads(out.read_text())["measurements"] != doc["measurements"]
 
 
-def _measurements(doc: dict) -> dict:
-    """What two runs of a gate must agree on byte for byte: its measurements and verdict. Rung 8's
-    `top_ops` (the torch profiler's per-op CPU times, and the op order they sort in) are timing, as is every
-    report's `timing` field; `written_at`, `content_sha256`, `device` (this job's host and lease) and, for a
-    variant, its kernel paths and fingerprints differ by design."""
-    m = json.loads(json.dumps(doc["measurements"]))
-    if doc["rung"] == 8:
-        for side in ("baseline", "candidate"):
-            m[side].pop("top_ops", None)
-    return {"measurements": m, "verdict": doc["verdict"], "reasons": doc["reasons"]}
-
-
 def test_two_variants_side_by_side_and_the_same_measurements_in_another_job_order(ladder, tmp_path):
     """Two candidates climbed again in another order (each on its own, the variant first, with the run cache off,
     each job in a fresh process where the first climb's forked from the warm worker, beside the kept baseline
@@ -159,7 +147,7 @@ def test_two_variants_side_by_side_and_the_same_measurements_in_another_job_orde
         ours, first = _reports(ws, name), _reports(ladder, then)
         assert sorted(ours) == sorted(first) and len(ours) == 10, (name, sorted(ours))
         for r in ours:
-            assert _measurements(json.loads(ours[r])) == _measurements(json.loads(first[r])), (name, r)
+            assert measurements(json.loads(ours[r])) == measurements(json.loads(first[r])), (name, r)
     assert (_reports(ws, "qkv_ring"), (ws / RES / "promotion/qkv_ring.json").read_bytes()) == own
     for name in ("qkv_ring", "qkv_ring@cpu"):
         v = h3gates(ws, "verify", f"{RES}/promotion/{name}.json")

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from workflow_util import make_workspace, measurements, snakemake
 
 from h3gates.core import warm
 
@@ -181,14 +182,6 @@ def test_the_signature_names_what_a_fork_would_keep():
     assert json.dumps(warm.signature({}))  # empty is fine
 
 
-def _measurements(doc):
-    """A report without what differs between two runs of the same job: its times and when it was written."""
-    if isinstance(doc, dict):
-        drop = ("timing", "wall_s", "written_at", "content_sha256", "top_ops", "gpu_lease")
-        return {k: _measurements(v) for k, v in doc.items() if k not in drop}
-    return [_measurements(v) for v in doc] if isinstance(doc, list) else doc
-
-
 @pytest.mark.gpu
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
 def test_a_gpu_job_forked_from_the_worker_reports_the_fresh_process_bytes(worker, tmp_path):
@@ -207,7 +200,7 @@ def test_a_gpu_job_forked_from_the_worker_reports_the_fresh_process_bytes(worker
     warm.stop(p)
     assert _served(log) == 1, log.read_text()
     assert docs["warm"]["device"]["device_type"] == "cuda"
-    assert _measurements(docs["warm"]) == _measurements(docs["off"])
+    assert measurements(docs["warm"]) == measurements(docs["off"])  # (tests/workflow_util.py)
 
 
 def test_a_long_temporary_directory_still_gets_its_socket(tmp_path, monkeypatch):
@@ -222,3 +215,17 @@ def test_a_long_temporary_directory_still_gets_its_socket(tmp_path, monkeypatch)
     finally:
         warm.stop(p)
     assert warm.ENV not in os.environ
+
+
+@pytest.mark.slow
+def test_a_run_under_a_long_tmpdir_still_forks_its_jobs_from_the_worker(tmp_path):
+    """Through snakemake: with a TMPDIR whose socket path would not fit, the run's worker still starts (its socket
+    under /tmp) and serves the rung jobs; none runs fresh."""
+    ws = make_workspace(tmp_path / "ws")
+    long = tmp_path / ("t" * 100)
+    long.mkdir()
+    p = snakemake(ws, "results/ci/modulate_fusion/r2_tiles.json", TMPDIR=str(long))
+    assert p.returncode == 0, p.stderr[-3000:]
+    log = (ws / "logs/ci/warm_worker.log").read_text()
+    assert _served(ws / "logs/ci/warm_worker.log") >= 2, log
+    assert not [f for f in (ws / "logs/ci").rglob("*.log") if "a fresh process" in f.read_text()]
