@@ -77,6 +77,7 @@ def load(paths) -> list[dict]:
                             "gate": f"{f.name}:{gi}",
                             "pairs": pairs,
                             "decision": g["decision"],
+                            "ratio": g.get("ratio"),
                             "plant": plant,
                         }
                     )
@@ -143,6 +144,82 @@ def _gate(pool, weights, p, shift, rng) -> str:
     return "undecided"
 
 
+def _sign(kind: str) -> int | None:
+    """+1 where the planted side is the candidate (slower:g), -1 where it is the baseline (gain:g)."""
+    return {"gain": -1, "slower": 1}.get(kind.split(":")[0])
+
+
+def _mean_se(v: list[float]) -> dict:
+    n = len(v)
+    m = statistics.fmean(v) if n else None
+    se = statistics.stdev(v) / math.sqrt(n) if n > 1 else None
+    return {"n": n, "mean": m, "se": se, "size": None if m is None else math.expm1(m)}
+
+
+def plants(procs: list[dict]) -> dict:
+    """How big the planted delays are, pooled over every gate that planted one alike (kind and the copy's
+    sizing, `in_block_factor`: the gates before 2026-12-03 sized the copy alone). Two measurements, each
+    as the plant's cost of the block on the log scale, signed so that a gain's plant and a loss's read alike
+    (positive: the planted side slower), and `size` = exp(mean) - 1:
+    - `apart`: every planted process's own measurement of the whole block apart from the gate
+      (campaign._block_ratio). Its single processes spread over about 0.25%, so one gate's 12 size the plant
+      only to about +-0.14% (2 SE); pooled over the gates the SE shrinks with the number of processes.
+    - `gates`: each planted gate's own ratio, one value a gate (an unbiased estimate of the same cost).
+    `pooled` gives, per sizing (in_block_factor; the gates sized alone have none), `apart` over the gains and
+    losses together: the plant's size that the power is computed at (planted_check)."""
+    groups: dict = {}
+    for x in procs:
+        sign = _sign(x["kind"])
+        if sign is None:
+            continue
+        factor = (x["plant"] or {}).get("in_block_factor")
+        g = groups.setdefault(f"{x['kind']} in_block {factor or 'none (sized alone)'}", {"apart": [], "gates": {}})
+        g["factor"] = factor
+        br = (x["plant"] or {}).get("block_ratio")
+        if br:
+            g["apart"].append(sign * math.log(br))
+        if x.get("ratio"):
+            q = g["gates"].setdefault(x["gate"], {"block": x["block"], "decision": x["decision"], "apart": []})
+            q["cost"] = sign * math.log(x["ratio"])
+            if br:
+                q["apart"].append(sign * math.log(br))
+    out: dict = {}
+    pooled: dict = {}
+    for name, g in sorted(groups.items()):
+        out[name] = {
+            "in_block_factor": g["factor"],
+            "apart": _mean_se(g["apart"]),
+            "gates": _mean_se([q["cost"] for q in g["gates"].values()]),
+            "by_gate": {
+                k: {"block": q["block"], "decision": q["decision"], "cost": q["cost"], "apart": _mean_se(q["apart"])}
+                for k, q in sorted(g["gates"].items())
+            },
+        }
+        if g["factor"]:
+            pooled.setdefault(str(g["factor"]), []).extend(g["apart"])
+    out["pooled"] = {f: _mean_se(v) for f, v in sorted(pooled.items())}
+    return out
+
+
+def planted_check(pl: dict, r: dict) -> dict:
+    """The planted gates of each sizing as they decided (one attempt each), beside the bootstrap's power per
+    attempt at that sizing's measured size (`pooled`): how many of n gates decided right, the power, and the
+    binomial chance of at most that many right (small: the gates did worse than the A/A processes predict)."""
+    out = {}
+    for name, g in pl.items():
+        factor = g.get("in_block_factor") if isinstance(g, dict) else None
+        head = name.split(":")[0]
+        case = f"{head}_measured_{factor}"
+        if not factor or case not in r:
+            continue
+        want = "pass" if head == "gain" else "fail"
+        gates = list(g["by_gate"].values())
+        n, k, power = len(gates), sum(q["decision"] == want for q in gates), r[case][want]
+        tail = sum(math.comb(n, i) * power**i * (1 - power) ** (n - i) for i in range(k + 1))
+        out[name] = {"gates": n, "decided_right": k, "power_at_measured": power, "p_at_most_that_many": tail}
+    return out
+
+
 def wilson(k, n, z=1.96):
     q = k / n
     c = (q + z * z / (2 * n)) / (1 + z * z / n)
@@ -155,14 +232,15 @@ def _pct(v, q):
     return v[min(len(v) - 1, max(0, round(q * (len(v) - 1))))] if v else None
 
 
-def rates(aa: list[dict], p: dict, boot: int, outer: int, rng) -> dict:
-    """False pass / fail and power per attempt from these A/A processes by the two-stage bootstrap."""
+def rates(aa: list[dict], p: dict, boot: int, outer: int, rng, cases=CASES) -> dict:
+    """False pass / fail and power per attempt from these A/A processes by the two-stage bootstrap, for each
+    (name, log shift) of `cases`."""
     if len(aa) < p["processes"]:
         return {}
     grand = statistics.fmean(x for q in aa for x, _ in q["pairs"])
     pool = [[(x - grand, o) for x, o in q["pairs"]] for q in aa]
     out = {"processes": len(aa)}
-    for name, shift in CASES:
+    for name, shift in cases:
         counts = {"pass": 0, "fail": 0, "undecided": 0}
         rep_rates = {"pass": [], "fail": []}
         for _ in range(outer):
@@ -217,8 +295,17 @@ def analyze(paths, boot: int = 400, outer: int = 200, seed: int = 0, schedule: d
             "process_sd": process_sd(here, p["lag1_floor"]),
             "process_sd_95": [_pct(reps, 0.025), _pct(reps, 0.975)] if reps else [None, None],
         }
-    # the A/A pool: every process's pairs with the A/A grand mean removed (process offsets kept)
-    out["rates"] = rates(aa, p, boot, outer, rng)
+    # the A/A pool: every process's pairs with the A/A grand mean removed (process offsets kept); the power
+    # also at the plant's measured size (pooled over the planted processes), to set beside the planted gates
+    out["plants"] = plants(procs)
+    measured = tuple(
+        (f"{kind}_measured_{f}", sign * v["mean"])
+        for f, v in out["plants"]["pooled"].items()
+        if v["n"] >= 2
+        for kind, sign in (("gain", -1), ("slower", 1))
+    )
+    out["rates"] = rates(aa, p, boot, outer, rng, CASES + measured)
+    out["plants"]["check"] = planted_check(out["plants"], out["rates"])
     out["rates_by_block"] = {
         str(b): rates([x for x in aa if x["block"] == b], p, boot, outer, rng)
         for b in sorted({x["block"] for x in aa})
@@ -282,6 +369,16 @@ def main() -> int:
                     f"{where:10s} {name:14s} pass {r['pass']:.4f} {r['pass_95_source']} "
                     f"fail {r['fail']:.4f} {r['fail_95_source']}"
                 )
+    for k, v in out["plants"].items():
+        if k not in ("pooled", "check"):
+            a, g = v["apart"], v["gates"]
+            print(
+                f"plant {k}: apart {a['size']} (SE {a['se']}, {a['n']} processes), gates {g['size']} ({g['n']} gates)"
+            )
+    for f, v in out["plants"]["pooled"].items():
+        print(f"plant pooled, in_block {f}: {v}")
+    for k, v in out["plants"]["check"].items():
+        print(f"planted {k} gates: {v}")
     for k, g in out["gates"].items():
         print(f"{k:24s} n {g['n']} pass {g['pass']} fail {g['fail']} undecided {g['undecided']}")
     return 0
