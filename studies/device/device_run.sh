@@ -38,9 +38,13 @@ for step in "$@"; do
               # tree with H3GATES_WARM=$WARM_MODE (on or off: run the step once each, alternating), its own cache folders,
               # timed, with the lease timeline, the worker's log and the reports (packages: .dslim/slim.zip carried in one
               # call, .dsw/wf.zip, the rest of pack-site core, in the next: studies/device/README.md)
-      python3 studies/ladder/warm_fork_probe.py --out "$OUT" > "$OUT/warm_fork_probe.log" 2>&1; echo "fork probe rc=$?"
-      timeout 240 python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/test_warm.py > "$OUT/test_warm.log" 2>&1; echo "test_warm rc=$?"; tail -2 "$OUT/test_warm.log"
-      m=${WARM_MODE:-on}; ws=/tmp/ws_$m; rm -rf "$ws" "/tmp/cache_$m"; mkdir -p "$ws"
+      # (WARM_PROBE=0: no probe and no test_warm, for the second mode in the same call; WARM_K: pytest -k for test_warm)
+      m=${WARM_MODE:-on}
+      if [ "${WARM_PROBE:-1}" = 1 ]; then
+        python3 studies/ladder/warm_fork_probe.py --out "$OUT" > "$OUT/warm_fork_probe.log" 2>&1; echo "fork probe rc=$?"
+        timeout "${WARM_TEST_TIMEOUT:-240}" python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/test_warm.py ${WARM_K:+-k "$WARM_K"} \
+          > "$OUT/test_warm.log" 2>&1; echo "test_warm rc=$?"; tail -2 "$OUT/test_warm.log"
+      fi; ws=/tmp/ws_$m; rm -rf "$ws" "/tmp/cache_$m"; mkdir -p "$ws"
       tar --exclude=./results --exclude=./logs --exclude=./.snakemake --exclude=./.dslim --exclude=./.dsw --exclude=./.devsite -cf - . | tar -xf - -C "$ws"
       ( cd "$ws" && export PYTHONPATH=/tmp/site:$ws XDG_CACHE_HOME=/tmp/cache_$m H3GATES_WARM=$m; t0=$(date +%s.%N)
         timeout "${WARM_TIMEOUT:-420}" python3 -m snakemake --cores 4 --configfile config/canonical.yaml -- \
