@@ -84,7 +84,7 @@ def test_a_job_whose_start_environment_differs_runs_fresh_and_says_why(worker):
     assert _served(log) == 0
 
 
-def test_no_worker_and_jobs_it_never_takes_run_fresh(tmp_path):
+def test_no_worker_and_jobs_it_never_takes_run_fresh(tmp_path, monkeypatch):
     env = _job_env(**{warm.ENV: str(tmp_path / "gone.sock")})  # a run's worker that is gone: silently fresh
     r = subprocess.run(
         [sys.executable, "-m", "h3gates", "rung", "9"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
@@ -92,7 +92,10 @@ def test_no_worker_and_jobs_it_never_takes_run_fresh(tmp_path):
     assert r.returncode == 2 and "a fresh process" not in r.stderr
     assert warm.delegate(["h3gates", "perf-worker", "--first", "baseline"]) is None  # timing processes: never
     assert warm.delegate(["h3gates", "token"]) is None
-    assert warm.wanted("cpu") and not warm.wanted("cuda")
+    monkeypatch.delenv(warm.SWITCH, raising=False)
+    assert warm.wanted("cpu") and warm.wanted("cuda")  # the GPU default too (the H200: warm_gpu_h200_2026-12-03)
+    monkeypatch.setenv(warm.SWITCH, "off")
+    assert not warm.wanted("cpu") and not warm.wanted("cuda")
 
 
 def _context(tmp_path) -> str:

@@ -15,8 +15,8 @@ a GPU: each child starts from the same state, so the job order cannot change a r
 and tests/test_run_cache.py's climbs in two orders). A job runs in its own fresh process instead (and says
 why on its log's first line) where the fork could differ from one: an environment variable read when the
 interpreter or a library starts (SIGNATURE) that differs from the worker's, another interpreter or working
-directory, a worker that initialized CUDA, or no worker at all. On a GPU the worker starts only with
-H3GATES_WARM=on (not yet measured on the H200: whether an import touches the CUDA driver before the fork);
+directory, a worker that initialized CUDA, or no worker at all. It starts on a CPU and on a GPU alike (on the
+H200: rung jobs forked from it give the fresh process's bytes, studies/ladder/evidence/warm_gpu_h200_2026-12-03/);
 H3GATES_WARM=off turns it off everywhere.
 
 Rung 4 jobs and their timing processes (the rung's own process is timing process 0) and profiled targets
@@ -42,7 +42,7 @@ from h3gates.core.outputs import RUNGS
 
 ENV = "H3GATES_WARM_SOCKET"
 WORKER = "warm-worker"  # `python -m h3gates warm-worker SOCKET PARENT_PID` (h3gates/__main__.py)
-SWITCH = "H3GATES_WARM"  # off: never; on: also for a GPU run; unset: CPU runs only
+SWITCH = "H3GATES_WARM"  # off: never; anything else (unset, on): every local run, CPU or GPU
 DELEGATED = ("rung", "baseline")  # the jobs that import torch; the others cost a Python start
 FRESH_RUNGS = tuple(str(r.n) for r in RUNGS if r.fresh)  # rung 4 times in its own process (timing process 0)
 # read when the interpreter or a library starts: a fork keeps the worker's values, so a job whose values
@@ -189,8 +189,9 @@ def _flags() -> list:
 
 
 def wanted(device: str) -> bool:
-    switch = os.environ.get(SWITCH, "")
-    return switch != "off" and (device == "cpu" or switch == "on")
+    """Whether a local run on `device` starts a worker: unless H3GATES_WARM=off (the GPU default since the
+    H200 served rung jobs through it with the fresh process's bytes: docs/ladder.md, "The warm worker")."""
+    return os.environ.get(SWITCH, "") != "off"
 
 
 _SUN_PATH = 108  # sizeof(sockaddr_un.sun_path) on Linux, the terminating NUL included
