@@ -262,6 +262,15 @@ def worker(block: int, first: str, a: str, b: str, mode: str, warmup: int) -> No
     T.serve(prepared, dev, {"block_ms": block_ms, "plant": plant, "equal": equal})
 
 
+def _sources() -> dict:
+    """sha256 of the files that make a gate here, to match against a commit (`git show REV:PATH | sha256sum`):
+    the device runs the working tree, and its copy's git HEAD can lag it."""
+    import hashlib
+
+    files = ("studies/perfgate/campaign.py", "h3gates/rungs/timing.py", "h3gates/core/perfgate.py")
+    return {f: hashlib.sha256((ROOT / f).read_bytes()).hexdigest() for f in files}
+
+
 def gate_sides(kind: str) -> tuple[str, str]:
     if kind == "aa":
         return "L", "L2"
@@ -385,7 +394,8 @@ def main() -> int:
     )
     doc = {
         "command": shlex.join([sys.executable, *sys.argv]),
-        "commit": commit,
+        "commit": commit,  # the device copy's git HEAD, which can lag its working tree: `sources` names the code
+        "sources": _sources(),
         "piece": name,
         "configfiles": CONFIGS,
         "timing": p,
