@@ -466,6 +466,12 @@ ModulateFusedProducer.produce = _slow
     # 3 degrees of freedom (t = 10 at its level), so a loaded machine may take the gate to its last look; the
     # early look's reach is pinned in tests/test_perfgate.py and measured on the H200 (studies/perfgate)
     assert rep["timing"]["decision"] == "fail" and rep["timing"]["look"] in (0, 1), rep["timing"]["reason"]
+    # where each timing process's preparation went (issue 31), in the report: its steps on both sides, and
+    # the build of its sides for the workers (process 0's sides are the rung's own, built before the gate)
+    prep = rep["timing"]["process_prep"]
+    assert len(prep) == len(rep["timing"]["processes"]) and all(set(p["phases"]) == {"A", "B"} for p in prep), prep
+    assert all(p["build_s"] > 0 and p["prep"]["gpu_s"] >= p["build_s"] for p in prep[1:]), prep
+    assert all(v["eager_s"] > 0 for p in prep for v in p["phases"].values()), prep
     _passed_below(ws, "modulate_fusion", 4)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 from h3gates.core import perfgate as PG
@@ -184,7 +185,7 @@ def _timed(gate, block, base, cand, q: dict, attempt: int, on_look) -> dict:
     if len(modes) != 1:
         raise RuntimeError(f"the timing processes' cohorts ran their sides in different modes: {ready}")
     mode, why = ready[0]["modes"]["A"], ready[0]["reasons"]["A"] or ready[0]["reasons"]["B"]
-    timing.update(mode=mode, mode_reason=why, nvml=[i["nvml"] for i in infos])
+    timing.update(mode=mode, mode_reason=why, nvml=[i["nvml"] for i in infos], process_prep=process_prep(ready))
     timing["throttle"] = T.merge_throttle([i["nvml"].get("throttle") for i in infos])
     if not all(i["checked"] for i in infos):  # a captured graph's output moved during timing: nothing timed is trusted
         timing.update(
@@ -194,11 +195,22 @@ def _timed(gate, block, base, cand, q: dict, attempt: int, on_look) -> dict:
     return timing
 
 
+def process_prep(ready: list) -> list:
+    """Where each timing process's preparation went (issue 31: rung 4's overhead): the parent's clock from
+    launch to imports done, waiting for its turn and on the GPU (T.Worker), and inside that the build of the
+    block's two sides (build_s; process 0's were built before the gate), each side's eager run, capture and
+    warm-up (T.Side.phases), and its peak GPU memory."""
+    keys = ("prep", "build_s", "phases", "memory_gb")
+    return [None if r is None else {k: r[k] for k in keys if k in r} for r in ready]
+
+
 def worker(ctx, block: int, first: str, mode: str) -> None:
     """`python -m h3gates perf-worker`: this block's two sides in a process of their own, built and
     captured in the order `first`, serving pairs to the rung's process."""
     T.await_go()  # imported: the GPU work waits for the parent's turn (T.PREPARE_AT_ONCE at a time)
+    t = time.perf_counter()
     gate = Gate(ctx, 4, block)
     base, cand = sides_of(gate, block)
+    build_s = round(time.perf_counter() - t, 3)
     q = PG.params({k: v for k, v in ctx.rung_params.items() if k != "enforce"})
-    T.serve(T.prepare(base, cand, gate.device, mode, q["warmup"], first), gate.device)
+    T.serve(T.prepare(base, cand, gate.device, mode, q["warmup"], first), gate.device, {"build_s": build_s})

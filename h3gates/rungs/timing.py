@@ -215,16 +215,24 @@ class Side:
         self.graph = None
         self.mode, self.reason = "eager", None
         self.eager_out = None
+        self.phases: dict = {}
 
     def prepare(self, mode: str, warmup: int, pool=None) -> None:
         """Run eagerly (the output every later call must reproduce), capture where asked and possible (into
-        `pool`, the memory pool both sides of a process share), then `warmup` untimed calls."""
+        `pool`, the memory pool both sides of a process share), then `warmup` untimed calls. `phases`: the
+        seconds of each step (what a process's preparation costs, in every ready line: ready_of)."""
+        t0 = time.perf_counter()
         self.eager_out = self.fn().clone()
+        sync(self.device)
+        t1 = time.perf_counter()
         if mode == "graph":
             self.mode, self.reason = self._capture(pool)
+        t2 = time.perf_counter()
         for _ in range(warmup):
             self.call()
         sync(self.device)
+        t3 = time.perf_counter()
+        self.phases = {"eager_s": round(t1 - t0, 3), "capture_s": round(t2 - t1, 3), "warmup_s": round(t3 - t2, 3)}
 
     def _capture(self, pool=None) -> tuple[str, str | None]:
         if self.device != "cuda":
@@ -354,10 +362,7 @@ class Local:
 
     def __init__(self, sides: dict, device: str, monitor: Monitor, first: str = "baseline"):
         self.sides, self.device, self.monitor, self.first = sides, device, monitor, first
-        self.ready = {
-            "modes": {k: s.mode for k, s in sides.items()},
-            "reasons": {k: s.reason for k, s in sides.items()},
-        }
+        self.ready = ready_of(sides, device)
 
     def run(self, orders: list[str], calls: int, lead: int = LEAD, trail: int = TRAIL) -> tuple[list[dict], dict]:
         return run_pairs(self.sides, orders, calls, self.device, self.monitor, lead, trail)
@@ -371,6 +376,24 @@ class Local:
         if self.device == "cuda":
             gc.collect()
             torch.cuda.empty_cache()
+
+
+def ready_of(sides: dict, device: str) -> dict:
+    """A prepared process's ready record: each side's mode (and why), the seconds of its preparation steps
+    (Side.phases), and on a GPU the process's peak memory so far (its preparation's: the cache is emptied
+    after it) and what it holds now, in GB."""
+    out = {
+        "modes": {k: s.mode for k, s in sides.items()},
+        "reasons": {k: s.reason for k, s in sides.items()},
+        "phases": {k: s.phases for k, s in sides.items()},
+    }
+    if device == "cuda":
+        out["memory_gb"] = {
+            "peak_reserved": round(torch.cuda.max_memory_reserved() / 1e9, 2),
+            "peak_allocated": round(torch.cuda.max_memory_allocated() / 1e9, 2),
+            "reserved": round(torch.cuda.memory_reserved() / 1e9, 2),
+        }
+    return out
 
 
 def _info(sides: dict, monitor: Monitor) -> dict:
@@ -575,8 +598,7 @@ def serve(sides: dict, device: str, extra: dict | None = None) -> None:
     monitor = Monitor(device)
     out = sys.stdout
     sys.stdout = sys.stderr  # nothing else may write the protocol channel
-    ready = {"modes": {k: s.mode for k, s in sides.items()}, "reasons": {k: s.reason for k, s in sides.items()}}
-    out.write(json.dumps({**(extra or {}), **ready}) + "\n")
+    out.write(json.dumps({**(extra or {}), **ready_of(sides, device)}) + "\n")
     out.flush()
     gc.collect()
     for line in sys.stdin:

@@ -231,7 +231,9 @@ def worker(block: int, first: str, a: str, b: str, mode: str, warmup: int) -> No
     from h3gates.rungs import timing as T
 
     T.await_go()  # the GPU work waits for the parent's turn (timing.PREPARE_AT_ONCE at a time)
+    t_build = time.perf_counter()
     cfg, sides, x = _setup(block)
+    build_s = round(time.perf_counter() - t_build, 3)
     dev = sides.device
     lib = lambda: sides.model.block_forward(block, x, 0, sides.reference)  # noqa: E731
     for _ in range(3):
@@ -259,7 +261,7 @@ def worker(block: int, first: str, a: str, b: str, mode: str, warmup: int) -> No
     if g is not None:  # the planted ratio the whole block shows, measured apart from the gate (below)
         plant["block_ratio"] = _block_ratio(prepared, dev)
     equal = torch.equal(prepared["A"].eager_out.view(torch.uint8), prepared["B"].eager_out.view(torch.uint8))
-    T.serve(prepared, dev, {"block_ms": block_ms, "plant": plant, "equal": equal})
+    T.serve(prepared, dev, {"block_ms": block_ms, "plant": plant, "equal": equal, "build_s": build_s})
 
 
 def _sources() -> dict:
