@@ -19,6 +19,8 @@ campaign_*.json) and, as a smoke test, the older one-process rung-4 A/A reports
   (tests/test_perfgate.py checks the distinct draw stays under the level there);
 - the same per block, where a block has at least 2P A/A processes (fewer: every gate holds nearly the same P);
 - the decisions of the planted and real gates as they ran, with the planted ratio each process measured.
+- the plants pooled per sizing (kind and campaign.IN_BLOCK), measured apart and by the gates' own ratios,
+  the power at each sizing's measured size, and the planted gates' decisions beside it (plants, planted_check).
 
     python studies/perfgate/analyze_campaign.py DIR_OR_FILE... [--out FILE] [--boot 400] [--outer 200]
     python studies/perfgate/analyze_campaign.py DIR --set processes=16   # another schedule, same processes
