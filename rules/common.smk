@@ -150,6 +150,16 @@ def upstream_of(rung):
     return reports_of(rung - 1) + (reports_of(4) if rung == 8 else [])
 
 
+def first_block_of(rung):
+    """Rung 4 at a block after the first gated one also waits on the first block's rung-4 report: that block
+    is timed first, and a later block is timed only once it has passed (h3gates/rungs/r4_block.py), so a
+    candidate the gate refuses spends one gate's timing, not one per block (docs/ladder.md).
+    """
+    return lambda wc: H3out.first_block_report(
+        PROFILE, wc.candidate, rung, getattr(wc, "block", None), BLOCKS
+    )
+
+
 def token(rung):
     return H3out.token_path(PROFILE, "{candidate}", rung)
 

@@ -16,6 +16,7 @@ for _rung in H3out.RUNGS:
             artifacts=artifacts(_rung.n),
             token=token(_rung.n - 1) if _rung.n > 1 else [],
             upstream=upstream_of(_rung.n),
+            first=first_block_of(_rung.n),
         output:
             report(
                 report_of(_rung.n, "{block}" if _rung.per_block else None),
@@ -41,7 +42,7 @@ for _rung in H3out.RUNGS:
         shell:
             # (the shell command is formatted when the job runs: the loop's variable is read from params)
             "python -m h3gates rung {params.rung} --context {params.context:q} --out {output} {params.block} "
-            "{params.signing} --upstream {input.upstream} {input.artifacts} > {log} 2>&1"
+            "{params.signing} --upstream {input.upstream} {input.first} {input.artifacts} > {log} 2>&1"
 
 
 # The input of a gated block (or rung 8's), from a traversal of the reference model, read by rungs 3,

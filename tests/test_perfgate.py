@@ -537,6 +537,40 @@ def test_the_gate_decides_a_planted_cpu_gain_over_local_processes(fake_clock):
     assert t["look_history"][0]["decision"] == "pass" and t["noise"]["A"]["calls"] == 4 * 2 * 3
 
 
+def test_workers_prepare_as_many_at_once_as_the_free_memory_holds_at_their_peak(tmp_path):
+    """Catches: the preparation groups not sized from the free memory and the workers' measured peak (the first
+    group, before any peak is known, larger than at_once; a later one larger than the memory holds), a peak
+    not carried into the next cohort, or a ready line without its group's size. Each worker reports a
+    30 GB peak; the GPU has 100 GB free (PREPARE_MARGIN_GB of it kept): three fit at once."""
+    from h3gates.rungs import timing as T
+
+    assert T.group_size([], 100.0, 1, 5) == 1 and T.group_size([30.0], None, 1, 5) == 1  # nothing known: at_once
+    assert T.group_size([30.0, 20.0], 100.0, 1, 5) == int((100 - T.PREPARE_MARGIN_GB) // 30)
+    assert T.group_size([30.0], 100.0, 1, 2) == 2 and T.group_size([30.0], 20.0, 1, 5) == 1  # at least one
+    script = tmp_path / "w.py"
+    script.write_text(
+        "import json, sys, time\n"
+        "print(json.dumps({'loaded': True, 't': time.time()}), flush=True)\n"
+        "if not json.loads(sys.stdin.readline() or '{}').get('go'): sys.exit(0)\ntime.sleep(0.3)\n"
+        "print(json.dumps({'modes': {'A': 'eager', 'B': 'eager'}, 'reasons': {'A': None, 'B': None},"
+        " 'memory_gb': {'peak_reserved': 30.0}}), flush=True)\n"
+        "for line in sys.stdin:\n    if json.loads(line).get('quit'): break\n"
+    )
+    argv = lambda i, first: [sys.executable, str(script)]  # noqa: E731
+    free = []
+    launcher = T.Launcher(12, argv, at_once=1, free_gb=lambda: free.append(100.0) or 100.0)
+    first, second = launcher(range(6)), launcher(range(6, 12))
+    T.close_all(first + second)
+    fit = int((100 - T.PREPARE_MARGIN_GB) // 30)
+    assert [p.ready["prep"]["at_once"] for p in first] == [1] + [fit] * fit + [5 - fit] * (5 - fit), [
+        p.ready["prep"] for p in first
+    ]
+    assert [p.ready["prep"]["at_once"] for p in second] == [fit] * 6, [p.ready["prep"] for p in second]
+    for group in (first[1 : 1 + fit], second[:fit]):  # one group's GPU parts overlap: all went before any was ready
+        assert max(p.t["go"] for p in group) < min(p.t["ready"] for p in group), [p.t for p in group]
+    assert len(launcher.peaks) == 12 and len(free) == 5
+
+
 def test_workers_import_at_once_and_prepare_in_turns(tmp_path):
     """Catches: a worker launched only when the one before it is prepared (its imports not overlapping), the
     GPU part (after the go) not held to `at_once` at a time, a ready line without its preparation times, or

@@ -192,6 +192,18 @@ def test_a_report_that_read_other_inputs_than_the_layout_gives_is_refused(ws, mo
     assert any(f"{RES}/{CAND}/r4_block/block0.json" in r for r in why)
 
 
+def test_the_layout_has_rung_4_after_the_first_block_read_the_first_blocks_report():
+    """Rung 4 at a later block reads the first gated block's rung-4 report (it is timed only once that one
+    passed: h3gates/rungs/r4_block.py); the first block, the other rungs and a one-block config do not."""
+    up = lambda rung, block, blocks=(0, 3): links.expected_upstream("ci", "c", rung, block, list(blocks))  # noqa: E731
+    assert up(4, 0) == ["results/ci/c/r3_projection/block0.json"]
+    assert up(4, 3) == ["results/ci/c/r3_projection/block3.json", "results/ci/c/r4_block/block0.json"]
+    assert up(4, 3, (3, 0)) == ["results/ci/c/r3_projection/block3.json"]  # the first of `blocks:` is first
+    assert up(4, 0, (0,)) == ["results/ci/c/r3_projection/block0.json"]
+    assert up(3, 3) == ["results/ci/c/r2_tiles.json"]
+    assert "results/ci/c/r4_block/block0.json" in up(5, None) and len(up(5, None)) == 2
+
+
 def test_a_rung_4_decision_its_pairs_do_not_give_is_refused(ws, monkeypatch):
     """The performance gate's decision re-derived from the pairs the report records (not enforced on ci:
     the verdict stands either way, but a decision the pairs do not give is a forgery)."""

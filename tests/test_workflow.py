@@ -472,6 +472,14 @@ ModulateFusedProducer.produce = _slow
     assert len(prep) == len(rep["timing"]["processes"]) and all(set(p["phases"]) == {"A", "B"} for p in prep), prep
     assert all(p["build_s"] > 0 and p["prep"]["gpu_s"] >= p["build_s"] for p in prep[1:]), prep
     assert all(v["eager_s"] > 0 for p in prep for v in p["phases"].values()), prep
+    # the block after the first is compared byte for byte but not timed: the first gated block failed (issue 31)
+    later = json.loads((ws / RES / _name(ws, "modulate_fusion") / "r4_block/block3.json").read_text())
+    t = later["timing"]
+    assert later["verdict"] == "fail" and later["measurements"]["output"]["equal"], later["reasons"]
+    assert t["decision"] == "not timed" and t["attempt"] is None and "processes" not in t, t
+    assert t["first_block"]["block"] == 0 and "performance gate FAIL" in t["first_block"]["why"], t["first_block"]
+    assert any("block 0, the first gated block, did not pass" in r for r in later["reasons"]), later["reasons"]
+    assert any(p.endswith("r4_block/block0.json") for p in later["upstream"]), later["upstream"]
     _passed_below(ws, "modulate_fusion", 4)
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from h3gates.core import attest
 from h3gates.core.errors import AttestationError
 from h3gates.core.fingerprints import file_sha256
-from h3gates.core.outputs import PER_BLOCK, report_path
+from h3gates.core.outputs import PER_BLOCK, first_block_report, report_path
 
 LINK_PREDICATE = "https://in-toto.io/attestation/link/v0.3"
 CODE = "h3gates:code_fingerprint"  # a material that is no file: the digest of the h3gates modules the job ran
@@ -110,7 +110,7 @@ def sign_report(path, doc: dict, key=None, trusted_keys=None, command=None) -> d
 def expected_upstream(profile: str, candidate: str, rung: int, block, blocks) -> list[str]:
     """The reports rung `rung` (at `block`) of `candidate` reads, as the workflow wires it (rules/common.smk
     upstream_of): none at rung 1; rung n-1's of the same block where both are per block, else all of rung
-    n-1's; rung 8 also rung 4's."""
+    n-1's; rung 8 also rung 4's; rung 4 after the first gated block also the first block's (first_block_report)."""
     if rung == 1:
         return []
 
@@ -122,7 +122,10 @@ def expected_upstream(profile: str, candidate: str, rung: int, block, blocks) ->
         )
 
     if rung in PER_BLOCK and rung - 1 in PER_BLOCK:
-        return [report_path(profile, candidate, rung - 1, block)]
+        return [
+            report_path(profile, candidate, rung - 1, block),
+            *first_block_report(profile, candidate, rung, block, blocks),
+        ]
     return of(rung - 1) + (of(4) if rung == 8 else [])
 
 

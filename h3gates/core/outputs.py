@@ -67,6 +67,17 @@ def report_path(profile: str, candidate: str, rung: int, block=None) -> str:
     return f"{candidate_dir(profile, candidate)}/{name}.json"
 
 
+FIRST_BLOCK_FIRST = 4  # the rung whose later blocks wait on its first gated block's report (h3gates/rungs/r4_block.py)
+
+
+def first_block_report(profile: str, candidate: str, rung: int, block, blocks) -> list[str]:
+    """The first gated block's report that rung `rung` at `block` also reads: at rung 4, every block after
+    the first is timed only once the first has passed (rules/common.smk first_block_of, links.expected_upstream)."""
+    if rung != FIRST_BLOCK_FIRST or not blocks or block is None or int(block) == int(blocks[0]):
+        return []
+    return [report_path(profile, candidate, rung, blocks[0])]
+
+
 def report_paths(profile: str, candidate: str, blocks) -> dict[int, list[str]]:
     return {
         r: [report_path(profile, candidate, r, b) for b in blocks]

@@ -81,6 +81,18 @@ def run(ctx, out, block, upstream=()):
         }
         attempt = timing.get("attempt")
         progress(f"perf gate: block {block} was decided at this fingerprint ({timing['decision']}): reused, not timed")
+    elif (first := _first_block_not_passed(block, upstream)) is not None:  # timed only once the first block passes
+        attempt = None
+        timing = {
+            "decision": "not timed",
+            "reason": f"block {first['block']}, the first gated block, did not pass rung 4 "
+            f"({first['why']}); a later block is timed only once the first has passed",
+            "interval": [None, None],
+            "attempt": None,
+            "params": q,
+            "first_block": first,
+        }
+        progress(f"perf gate: block {block} not timed: block {first['block']} did not pass rung 4")
     else:
         counted = ledger.counted(key, block)
         if len(counted) >= q["max_attempts"]:
@@ -129,6 +141,19 @@ def run(ctx, out, block, upstream=()):
     return written
 
 
+def _first_block_not_passed(block: int, upstream) -> dict | None:
+    """The first gated block's rung-4 report, where the workflow gave it (rules/common.smk first_block_of:
+    every block after the first waits on it) and it did not pass: {block, report, verdict, why}."""
+    for p in upstream:
+        if not str(p).endswith(".json"):
+            continue
+        doc = json.loads(Path(p).read_text())
+        if doc.get("rung") == 4 and doc.get("block") not in (None, block) and doc.get("verdict") != "pass":
+            why = "; ".join(doc.get("reasons") or []) or doc.get("verdict")
+            return {"block": doc["block"], "report": str(p), "verdict": doc.get("verdict"), "why": why[:400]}
+    return None
+
+
 def _refusal(history: list[dict], q: dict, ctx, block) -> str:
     tried = ", ".join(f"attempt {h['attempt']} {h['decision']} {_iv(h['interval'])}" for h in history)
     return (
@@ -175,10 +200,14 @@ def _timed(gate, block, base, cand, q: dict, attempt: int, on_look) -> dict:
         sides = T.prepare(base, cand, gate.device, q["mode"], q["warmup"], "baseline")
         return T.Local(sides, gate.device, T.Monitor(gate.device))
 
-    # on a GPU the workers prepare a few at a time (memory: T.PREPARE_AT_ONCE), `resident` at most held at once
+    # on a GPU the workers prepare a few at a time (as many as the free memory holds at their measured peak: T.group_size),
+    # `resident` at most held at once
     # (the cohorts; a later cohort's workers are launched ahead, to import while the one before it times); on a
     # CPU all at once
-    start = T.Launcher(n, argv, local, at_once=T.PREPARE_AT_ONCE if gate.device == "cuda" else None)
+    cuda = gate.device == "cuda"
+    start = T.Launcher(
+        n, argv, local, at_once=T.PREPARE_AT_ONCE if cuda else None, free_gb=T.gpu_free_gb if cuda else None
+    )
     timing = T.gate_cohorts(n, resident, start, q, attempt, on_look=on_look)
     infos, ready = timing.pop("infos"), timing.pop("ready")
     modes = {m for r in ready for m in r["modes"].values()}

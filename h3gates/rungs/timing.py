@@ -507,6 +507,28 @@ def first_of(i: int) -> str:
 # (studies/perfgate/evidence/campaign_2026-12-02b/oom_two_at_once.log); one at a time fits
 # (canonical_memory_2026-12-02/six_pooled: 124 GB at the peak). Their imports still run at once (await_go).
 PREPARE_AT_ONCE = 1
+# Beyond PREPARE_AT_ONCE, a Launcher given the GPU's free memory (gpu_free_gb) prepares as many workers at once as
+# that memory holds at the largest peak a prepared process of the gate has reported (ready_of's peak_reserved:
+# each process builds the same two sides), keeping PREPARE_MARGIN_GB free beside them (the new processes' CUDA
+# contexts, about 0.6 GB each, and what the prepared ones may still cache).
+PREPARE_MARGIN_GB = 4.0
+
+
+def gpu_free_gb() -> float | None:
+    """The GPU's free memory now, in GB, as the driver sees it (every process's allocations counted), where this
+    process already holds a CUDA context (none is made for the question); else None."""
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return None
+    return torch.cuda.mem_get_info()[0] / 1e9
+
+
+def group_size(peaks: list[float], free_gb: float | None, at_once: int, left: int) -> int:
+    """How many of a cohort's `left` unprepared workers prepare at once next: at least `at_once`; more where
+    the free memory, less PREPARE_MARGIN_GB, holds that many at the largest known peak (`peaks`, GB)."""
+    if free_gb is None or not peaks or max(peaks) <= 0:
+        return max(1, min(left, at_once))
+    fit = int((free_gb - PREPARE_MARGIN_GB) // max(peaks))
+    return max(1, min(left, max(at_once, fit)))
 
 
 class Launcher:
@@ -514,13 +536,22 @@ class Launcher:
     what gate_cohorts' `start` returns). The local sides (local(): a Local) are process 0; the workers are
     argv_of(i, first) for the others. A cohort's workers are all launched at once (their imports run in
     parallel, nothing on the GPU), then prepared `at_once` at a time (None: all at once), each group's ready
-    lines awaited before the next group's go. `launch(indices)` starts a later cohort's workers ahead, while
+    lines awaited before the next group's go; given `free_gb` (gpu_free_gb), a group holds as many as the
+    free memory holds at the largest peak a worker of this gate has reported (group_size; the first group,
+    with no peak known yet, `at_once`), and each ready line's prep says its group's size (`at_once`).
+    `launch(indices)` starts a later cohort's workers ahead, while
     the cohort before it still times (imports only: their GPU work waits for the go); `discard()` ends any
     that were launched and never prepared. Both sides of every process must run in one mode."""
 
-    def __init__(self, n: int, argv_of, local=None, at_once: int | None = PREPARE_AT_ONCE):
-        self.n, self.argv_of, self.local, self.at_once = n, argv_of, local, at_once
+    def __init__(self, n: int, argv_of, local=None, at_once: int | None = PREPARE_AT_ONCE, free_gb=None):
+        self.n, self.argv_of, self.local, self.at_once, self.free_gb = n, argv_of, local, at_once, free_gb
         self.launched: dict[int, Worker] = {}
+        self.peaks: list[float] = []  # every prepared process's peak reserved GB, over the gate's cohorts
+
+    def _peak(self, ready: dict | None) -> None:
+        peak = ((ready or {}).get("memory_gb") or {}).get("peak_reserved")
+        if peak:
+            self.peaks.append(float(peak))
 
     def launch(self, indices) -> None:
         for i in indices:
@@ -543,13 +574,22 @@ class Launcher:
                 procs.append(self.local())
                 procs[0].ready["prep"] = {"load_s": 0.0, "queued_s": 0.0, "gpu_s": round(time.time() - t, 3)}
             procs += workers
-            step = (len(workers) or 1) if self.at_once is None else max(1, self.at_once)
-            for k in range(0, len(workers), step):
+            k = 0
+            while k < len(workers):
+                left = len(workers) - k
+                if self.at_once is None:
+                    step = left
+                else:
+                    free = self.free_gb() if self.free_gb else None
+                    step = group_size(self.peaks, free, self.at_once, left)
                 group = workers[k : k + step]
                 for w in group:
                     w.go()
                 for w in group:
                     w.wait_ready()
+                    w.ready["prep"]["at_once"] = len(group)
+                    self._peak(w.ready)
+                k += step
             modes = {m for p in procs for m in p.ready["modes"].values()}
             if len(modes) != 1:
                 raise RuntimeError(

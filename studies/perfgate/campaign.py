@@ -236,9 +236,11 @@ def worker(block: int, first: str, a: str, b: str, mode: str, warmup: int) -> No
     build_s = round(time.perf_counter() - t_build, 3)
     dev = sides.device
     lib = lambda: sides.model.block_forward(block, x, 0, sides.reference)  # noqa: E731
+    t_warm = time.perf_counter()
     for _ in range(3):
         lib()
     block_ms = _median_ms(lib, 7, dev)
+    warm_s = round(time.perf_counter() - t_warm, 3)  # the library path's first calls (module loads) and its median
     plant = {"bytes": 0}
     g = next((float(s[1:]) for s in (a, b) if s.startswith("D")), None)
     if g is not None:  # calibrate: bytes for g/(1-g) of the block, then measure what they cost
@@ -261,7 +263,8 @@ def worker(block: int, first: str, a: str, b: str, mode: str, warmup: int) -> No
     if g is not None:  # the planted ratio the whole block shows, measured apart from the gate (below)
         plant["block_ratio"] = _block_ratio(prepared, dev)
     equal = torch.equal(prepared["A"].eager_out.view(torch.uint8), prepared["B"].eager_out.view(torch.uint8))
-    T.serve(prepared, dev, {"block_ms": block_ms, "plant": plant, "equal": equal, "build_s": build_s})
+    extra = {"block_ms": block_ms, "plant": plant, "equal": equal, "build_s": build_s, "warm_s": warm_s}
+    T.serve(prepared, dev, extra)
 
 
 def _sources() -> dict:
@@ -339,7 +342,7 @@ def run_gate(kind: str, block: int, p: dict, seed: int) -> dict:
         ]
 
     t0 = time.time()
-    start = T.Launcher(n, argv)  # rung 4's own cohorts: resident processes on the GPU at a time
+    start = T.Launcher(n, argv, free_gb=T.gpu_free_gb)  # rung 4's own cohorts and preparation groups
 
     g = T.gate_cohorts(
         n, PG.resident_for(p, "cuda"), start, {**p, "seed": seed}, attempt=1, say=lambda m: print(m, flush=True)
