@@ -541,11 +541,11 @@ def test_workers_prepare_as_many_at_once_as_the_free_memory_holds_at_their_peak(
     """Catches: the preparation groups not sized from the free memory and the workers' measured peak (the first
     group, before any peak is known, larger than at_once; a later one larger than the memory holds), a peak
     not carried into the next cohort, or a ready line without its group's size. Each worker reports a
-    30 GB peak; the GPU has 100 GB free (PREPARE_MARGIN_GB of it kept): three fit at once."""
+    30 GB peak; the GPU has 100 GB free (PREPARE_MARGIN_GB of it kept, PREPARE_CONTEXT_GB a process): three fit at once."""
     from h3gates.rungs import timing as T
 
     assert T.group_size([], 100.0, 1, 5) == 1 and T.group_size([30.0], None, 1, 5) == 1  # nothing known: at_once
-    assert T.group_size([30.0, 20.0], 100.0, 1, 5) == int((100 - T.PREPARE_MARGIN_GB) // 30)
+    assert T.group_size([30.0, 20.0], 100.0, 1, 5) == int((100 - T.PREPARE_MARGIN_GB) // (30 + T.PREPARE_CONTEXT_GB))
     assert T.group_size([30.0], 100.0, 1, 2) == 2 and T.group_size([30.0], 20.0, 1, 5) == 1  # at least one
     script = tmp_path / "w.py"
     script.write_text(
@@ -558,10 +558,10 @@ def test_workers_prepare_as_many_at_once_as_the_free_memory_holds_at_their_peak(
     )
     argv = lambda i, first: [sys.executable, str(script)]  # noqa: E731
     free = []
-    launcher = T.Launcher(12, argv, at_once=1, free_gb=lambda: free.append(100.0) or 100.0)
+    launcher = T.Launcher(12, argv, at_once=1, free_gb_of=lambda: free.append(100.0) or 100.0)
     first, second = launcher(range(6)), launcher(range(6, 12))
     T.close_all(first + second)
-    fit = int((100 - T.PREPARE_MARGIN_GB) // 30)
+    fit = int((100 - T.PREPARE_MARGIN_GB) // (30 + T.PREPARE_CONTEXT_GB))
     assert [p.ready["prep"]["at_once"] for p in first] == [1] + [fit] * fit + [5 - fit] * (5 - fit), [
         p.ready["prep"] for p in first
     ]

@@ -204,6 +204,34 @@ def test_the_layout_has_rung_4_after_the_first_block_read_the_first_blocks_repor
     assert "results/ci/c/r4_block/block0.json" in up(5, None) and len(up(5, None)) == 2
 
 
+def test_rung_4_reads_only_its_own_first_blocks_report_for_the_skip(tmp_path, monkeypatch):
+    """Catches: the not-timed skip taken from any JSON among the upstream (a study's output, another candidate's
+    or another rung's report), or from the first block's report when it passed."""
+    from types import SimpleNamespace
+
+    from h3gates.core.outputs import report_path
+    from h3gates.rungs.r4_block import _first_block_not_passed
+
+    monkeypatch.chdir(tmp_path)
+    ctx = SimpleNamespace(profile="ci", results_name="c")
+
+    def put(path, doc):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(doc))
+        return path
+
+    failed = {"rung": 4, "block": 0, "verdict": "fail", "reasons": ["performance gate FAIL: slower"]}
+    other = put(report_path("ci", "d", 4, 0), failed)  # another candidate's
+    r3 = put(report_path("ci", "c", 3, 0), {**failed, "rung": 3})  # this candidate's rung 3
+    study = put("results/ci/baseline/sweep.json", [1, 2])  # a study's output, not an object
+    assert _first_block_not_passed(ctx, 3, [other, r3, study]) is None
+    mine = put(report_path("ci", "c", 4, 0), failed)
+    first = _first_block_not_passed(ctx, 3, [r3, mine, study])
+    assert first == {"block": 0, "report": mine, "verdict": "fail", "why": "performance gate FAIL: slower"}
+    put(mine, {**failed, "verdict": "pass", "reasons": []})
+    assert _first_block_not_passed(ctx, 3, [r3, mine]) is None
+
+
 def test_a_rung_4_decision_its_pairs_do_not_give_is_refused(ws, monkeypatch):
     """The performance gate's decision re-derived from the pairs the report records (not enforced on ci:
     the verdict stands either way, but a decision the pairs do not give is a forgery)."""

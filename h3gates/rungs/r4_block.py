@@ -15,7 +15,7 @@ from pathlib import Path
 from h3gates.core import perfgate as PG
 from h3gates.core.fingerprints import digest
 from h3gates.core.jobs import progress
-from h3gates.core.outputs import RESULTS
+from h3gates.core.outputs import RESULTS, report_path
 from h3gates.nvfp4.compare import compare_outputs
 from h3gates.rungs import timing as T
 from h3gates.rungs.gate import Gate
@@ -81,7 +81,7 @@ def run(ctx, out, block, upstream=()):
         }
         attempt = timing.get("attempt")
         progress(f"perf gate: block {block} was decided at this fingerprint ({timing['decision']}): reused, not timed")
-    elif (first := _first_block_not_passed(block, upstream)) is not None:  # timed only once the first block passes
+    elif (first := _first_block_not_passed(ctx, block, upstream)) is not None:  # timed only once the first block passes
         attempt = None
         timing = {
             "decision": "not timed",
@@ -141,16 +141,18 @@ def run(ctx, out, block, upstream=()):
     return written
 
 
-def _first_block_not_passed(block: int, upstream) -> dict | None:
-    """The first gated block's rung-4 report, where the workflow gave it (rules/common.smk first_block_of:
-    every block after the first waits on it) and it did not pass: {block, report, verdict, why}."""
+def _first_block_not_passed(ctx, block: int, upstream) -> dict | None:
+    """The first gated block's rung-4 report of this candidate, where the workflow gave it (rules/common.smk
+    first_block_of: every block after the first waits on it; a rung-4 report of this candidate's results
+    folder at another block) and it did not pass: {block, report, verdict, why}."""
+    folder = Path(report_path(ctx.profile, ctx.results_name, 4, block)).parent
     for p in upstream:
-        if not str(p).endswith(".json"):
+        if Path(p).parent != folder or Path(p).name == Path(report_path(ctx.profile, ctx.results_name, 4, block)).name:
             continue
         doc = json.loads(Path(p).read_text())
-        if doc.get("rung") == 4 and doc.get("block") not in (None, block) and doc.get("verdict") != "pass":
-            why = "; ".join(doc.get("reasons") or []) or doc.get("verdict")
-            return {"block": doc["block"], "report": str(p), "verdict": doc.get("verdict"), "why": why[:400]}
+        if isinstance(doc, dict) and doc.get("rung") == 4 and doc.get("verdict") != "pass":
+            why = "; ".join(doc.get("reasons") or []) or str(doc.get("verdict"))
+            return {"block": doc.get("block"), "report": str(p), "verdict": doc.get("verdict"), "why": why[:400]}
     return None
 
 

@@ -510,8 +510,10 @@ PREPARE_AT_ONCE = 1
 # Beyond PREPARE_AT_ONCE, a Launcher given the GPU's free memory (gpu_free_gb) prepares as many workers at once as
 # that memory holds at the largest peak a prepared process of the gate has reported (ready_of's peak_reserved:
 # each process builds the same two sides), keeping PREPARE_MARGIN_GB free beside them (the new processes' CUDA
-# contexts, about 0.6 GB each, and what the prepared ones may still cache).
-PREPARE_MARGIN_GB = 4.0
+# contexts and library workspaces, what the allocator's peak does not count, PREPARE_CONTEXT_GB each, and what
+# the prepared ones and the rung's process may still cache, PREPARE_MARGIN_GB in all).
+PREPARE_MARGIN_GB = 6.0
+PREPARE_CONTEXT_GB = 1.0
 
 
 def gpu_free_gb() -> float | None:
@@ -524,10 +526,11 @@ def gpu_free_gb() -> float | None:
 
 def group_size(peaks: list[float], free_gb: float | None, at_once: int, left: int) -> int:
     """How many of a cohort's `left` unprepared workers prepare at once next: at least `at_once`; more where
-    the free memory, less PREPARE_MARGIN_GB, holds that many at the largest known peak (`peaks`, GB)."""
+    the free memory, less PREPARE_MARGIN_GB, holds that many at the largest known peak (`peaks`, GB) and
+    PREPARE_CONTEXT_GB each."""
     if free_gb is None or not peaks or max(peaks) <= 0:
         return max(1, min(left, at_once))
-    fit = int((free_gb - PREPARE_MARGIN_GB) // max(peaks))
+    fit = int((free_gb - PREPARE_MARGIN_GB) // (max(peaks) + PREPARE_CONTEXT_GB))
     return max(1, min(left, max(at_once, fit)))
 
 
@@ -536,15 +539,17 @@ class Launcher:
     what gate_cohorts' `start` returns). The local sides (local(): a Local) are process 0; the workers are
     argv_of(i, first) for the others. A cohort's workers are all launched at once (their imports run in
     parallel, nothing on the GPU), then prepared `at_once` at a time (None: all at once), each group's ready
-    lines awaited before the next group's go; given `free_gb` (gpu_free_gb), a group holds as many as the
+    lines awaited before the next group's go; given `free_gb_of` (a function: gpu_free_gb), a group holds as many as the
     free memory holds at the largest peak a worker of this gate has reported (group_size; the first group,
     with no peak known yet, `at_once`), and each ready line's prep says its group's size (`at_once`).
     `launch(indices)` starts a later cohort's workers ahead, while
     the cohort before it still times (imports only: their GPU work waits for the go); `discard()` ends any
     that were launched and never prepared. Both sides of every process must run in one mode."""
 
-    def __init__(self, n: int, argv_of, local=None, at_once: int | None = PREPARE_AT_ONCE, free_gb=None):
-        self.n, self.argv_of, self.local, self.at_once, self.free_gb = n, argv_of, local, at_once, free_gb
+    def __init__(self, n: int, argv_of, local=None, at_once: int | None = PREPARE_AT_ONCE, free_gb_of=None):
+        if free_gb_of is not None and not callable(free_gb_of):
+            raise TypeError(f"free_gb_of must be a function giving the GPU's free GB, not {free_gb_of!r}")
+        self.n, self.argv_of, self.local, self.at_once, self.free_gb_of = n, argv_of, local, at_once, free_gb_of
         self.launched: dict[int, Worker] = {}
         self.peaks: list[float] = []  # every prepared process's peak reserved GB, over the gate's cohorts
 
@@ -572,7 +577,12 @@ class Launcher:
             if self.local and 0 in indices:
                 t = time.time()
                 procs.append(self.local())
-                procs[0].ready["prep"] = {"load_s": 0.0, "queued_s": 0.0, "gpu_s": round(time.time() - t, 3)}
+                procs[0].ready["prep"] = {
+                    "load_s": 0.0,
+                    "queued_s": 0.0,
+                    "gpu_s": round(time.time() - t, 3),
+                    "at_once": 1,
+                }
             procs += workers
             k = 0
             while k < len(workers):
@@ -580,7 +590,7 @@ class Launcher:
                 if self.at_once is None:
                     step = left
                 else:
-                    free = self.free_gb() if self.free_gb else None
+                    free = self.free_gb_of() if self.free_gb_of else None
                     step = group_size(self.peaks, free, self.at_once, left)
                 group = workers[k : k + step]
                 for w in group:

@@ -342,7 +342,7 @@ def run_gate(kind: str, block: int, p: dict, seed: int) -> dict:
         ]
 
     t0 = time.time()
-    start = T.Launcher(n, argv, free_gb=T.gpu_free_gb)  # rung 4's own cohorts and preparation groups
+    start = T.Launcher(n, argv, free_gb_of=T.gpu_free_gb)  # rung 4's own cohorts and preparation groups
 
     g = T.gate_cohorts(
         n, PG.resident_for(p, "cuda"), start, {**p, "seed": seed}, attempt=1, say=lambda m: print(m, flush=True)
