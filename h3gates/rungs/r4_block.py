@@ -208,7 +208,7 @@ def _timed(gate, block, base, cand, q: dict, attempt: int, on_look) -> dict:
     # CPU all at once
     cuda = gate.device == "cuda"
     start = T.Launcher(
-        n, argv, local, at_once=T.PREPARE_AT_ONCE if cuda else None, free_gb=T.gpu_free_gb if cuda else None
+        n, argv, local, at_once=T.PREPARE_AT_ONCE if cuda else None, free_gb_of=T.gpu_free_gb if cuda else None
     )
     timing = T.gate_cohorts(n, resident, start, q, attempt, on_look=on_look)
     infos, ready = timing.pop("infos"), timing.pop("ready")
