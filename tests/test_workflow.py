@@ -650,6 +650,7 @@ def test_rerun_of_a_gate_reproduces_its_report_except_timing(ws):
         str(again),
         "--upstream",
         f"{RES}/modulate_fusion/r3_projection/block3.json",
+        f"{RES}/modulate_fusion/r4_block/block0.json",  # the first gated block's (rules/common.smk first_block_of)
         *ctx.workflow_artifacts(3),
         OMP_NUM_THREADS="1",
     )  # as snakemake runs a job
