@@ -472,6 +472,9 @@ ModulateFusedProducer.produce = _slow
     assert len(prep) == len(rep["timing"]["processes"]) and all(set(p["phases"]) == {"A", "B"} for p in prep), prep
     assert all(p["build_s"] > 0 and p["prep"]["gpu_s"] >= p["build_s"] for p in prep[1:]), prep
     assert all(v["eager_s"] > 0 for p in prep for v in p["phases"].values()), prep
+    # each process's preparation group (timing.Launcher): process 0 alone, the CPU workers all at once (on a GPU
+    # the groups are sized from the free memory: tests/test_perfgate.py)
+    assert prep[0]["prep"]["at_once"] == 1 and all(p["prep"]["at_once"] == len(prep) - 1 for p in prep[1:]), prep
     # the block after the first is compared byte for byte but not timed: the first gated block failed (issue 31)
     later = json.loads((ws / RES / _name(ws, "modulate_fusion") / "r4_block/block3.json").read_text())
     t = later["timing"]

@@ -85,8 +85,8 @@ def run(ctx, out, block, upstream=()):
         attempt = None
         timing = {
             "decision": "not timed",
-            "reason": f"block {first['block']}, the first gated block, did not pass rung 4 "
-            f"({first['why']}); a later block is timed only once the first has passed",
+            "reason": f"block {first['block']}, the first gated block, did not pass rung 4 ({first['verdict']}: "
+            f"{first['report']}); a later block is timed only once the first has passed",
             "interval": [None, None],
             "attempt": None,
             "params": q,
@@ -145,9 +145,9 @@ def _first_block_not_passed(ctx, block: int, upstream) -> dict | None:
     """The first gated block's rung-4 report of this candidate, where the workflow gave it (rules/common.smk
     first_block_of: every block after the first waits on it; a rung-4 report of this candidate's results
     folder at another block) and it did not pass: {block, report, verdict, why}."""
-    folder = Path(report_path(ctx.profile, ctx.results_name, 4, block)).parent
+    own = Path(report_path(ctx.profile, ctx.results_name, 4, block))
     for p in upstream:
-        if Path(p).parent != folder or Path(p).name == Path(report_path(ctx.profile, ctx.results_name, 4, block)).name:
+        if Path(p).parent != own.parent or Path(p).name == own.name:
             continue
         doc = json.loads(Path(p).read_text())
         if isinstance(doc, dict) and doc.get("rung") == 4 and doc.get("verdict") != "pass":
