@@ -211,7 +211,8 @@ def test_a_cancelled_rung_is_recovered_by_the_same_command(climbed, tmp_path):
     """A timing change reruns the climb from rung 4; scancel of block 0's rung-4 job while the rung
     runs: the plugin reports the CANCELLED job as failed (keeping its SLURM log), the run stops
     without that report, and the same command again reruns that rung and climbs to a verified
-    promotion."""
+    promotion. Block 3's rung 4 waits on block 0's report (rules/common.smk, first_block_of), so it
+    never started in the cancelled run and the recovery runs rung 4 at both blocks."""
     ws = copy_workspace(climbed[0], tmp_path / "ws")
     cfg = yaml.safe_load((ws / "config/config.yaml").read_text())
     cfg["timing"].update(min_pairs=12, max_pairs=12)  # four times the pairs: a wider window to cancel in
@@ -253,12 +254,17 @@ def test_a_cancelled_rung_is_recovered_by_the_same_command(climbed, tmp_path):
     again = dict(SUBMITTED.findall(p.stdout + p.stderr))
     assert sorted(_rule(_jobs(ws)[i]) for i in again) == [
         "r4_block",
+        "r4_block",
         "r5_step",
         "r6_two_step",
         "r7_trajectory",
         "r8_profile",
     ]
     assert all(_jobs(ws)[i]["state"] == "COMPLETED" for i in again)
+    assert sorted(_jobs(ws)[i]["comment"] for i in again if _rule(_jobs(ws)[i]) == "r4_block") == [
+        f"rule_r4_block_wildcards_{CAND}_0",
+        f"rule_r4_block_wildcards_{CAND}_3",
+    ]
     assert json.loads(report.read_text())["verdict"] == "pass"
     v = h3gates(ws, "verify", f"{RES}/promotion/{CAND}.json")
     assert v.returncode == 0, v.stdout + v.stderr
