@@ -218,15 +218,51 @@ def test_the_process_component_is_in_the_bound():
     assert d["process_sd"] is not None and d["process_means_sd"] >= d["process_sd"]
 
 
+def test_the_process_component_is_estimated_where_it_is():
+    """12 processes of 4 pairs (the canonical layout), a process SD of 0.3% under a pair SD of 0.45%: the
+    variance component at r = 0 is unbiased, so its mean over trials is near 0.3%^2, and near 0 without a
+    process effect. Catches: the within spread taken about the pooled order means, which holds sigma_b^2
+    (the component comes out at about three quarters of it at r = 0, and at 0 under the guard's floor: the
+    reports printed 0 at every block of the campaign, where block 0 has about 0.13%)."""
+    rng = random.Random(11)
+
+    def mean_var(sb):
+        vs = []
+        for _ in range(400):
+            s, o = [], []
+            for i in range(12):
+                b = rng.gauss(0, sb)
+                oo = G.orders(4, 0, i, 1)
+                s.append([b + (0.003 if q == "AB" else -0.003) + rng.gauss(0, 0.0045) for q in oo])
+                o.append(oo)
+            means = [G.process_mean(x, y) for x, y in zip(s, o)]
+            vs.append(G.process_component(s, o, means, 0.0)["process_var"])
+        return sum(vs) / len(vs)
+
+    # 400 trials put the mean within about 3e-7 (one SE) at 0.3%, 1.2e-7 at 0; the contaminated within
+    # spread gives 6.8e-6 at 0.3%
+    assert mean_var(0.003) == pytest.approx(0.003**2, abs=1e-6)
+    assert abs(mean_var(0.0)) < 4e-7
+
+
 def test_the_serial_correlation_guard_splits_the_variance_of_the_process_means():
     """Where the guard still matters: the within-process part of the process means' variance, and so the
-    estimated process SD. Catches: the AR(1) factor (1 + r) / (1 - r) or the lag-1 floor dropped there."""
+    estimated process SD. Catches: the AR(1) factor (1 + r) / (1 - r) or the lag-1 floor dropped there, or
+    the within spread taken about the pooled order means (it then holds the process offsets)."""
     s, o = _fixed()
     pooled = G.summarize(s, 0.2, o)
-    comp = G.process_component(s, o, [G.process_mean(x, y) for x, y in zip(s, o)], pooled)
+    d = G.decide(s, o, G.params({}), 1)
     r = pooled["lag1_used"]
-    assert r >= 0.2
-    assert comp["within_sd_of_mean"] == pytest.approx(pooled["sd"] * math.sqrt((1 + r) / (1 - r) / 9))
+    assert r >= 0.2 and d["pooled_lag1_used"] == r
+    # by hand: each pair about its own process's mean of its order; a process of 5 AB and 4 BA pairs
+    ss = dof = 0.0
+    for x, y in zip(s, o):
+        for k in ("AB", "BA"):
+            g = [v for v, q in zip(x, y) if q == k]
+            ss, dof = ss + sum((v - sum(g) / len(g)) ** 2 for v in g), dof + len(g) - 1
+    part = (1 / 5 + 1 / 4) / 4
+    assert d["within_sd_of_mean"] == pytest.approx(math.sqrt(ss / dof * (1 + r) / (1 - r) * part))
+    assert ss / dof < pooled["sd"] ** 2 / 10  # the offsets (0.1% scale) are not in it: the wobble is 0.02%
     rng = random.Random(3)
     flat = [rng.gauss(0, 0.01) for _ in range(40)]
     ar = [0.0]
@@ -708,6 +744,62 @@ def test_the_campaign_analysis_runs_on_the_committed_h200_samples(tmp_path):
     r = out["rates"]["a_a"]
     assert 0 <= r["pass"] <= 1 and len(r["pass_95_source"]) == 2 and len(r["pass_95_mc"]) == 2
     json.dumps(out)
+
+
+def _analysis():
+    sys.path.insert(0, str(ROOT / "studies/perfgate"))
+    try:
+        import analyze_campaign as A
+    finally:
+        sys.path.remove(str(ROOT / "studies/perfgate"))
+    return A
+
+
+def _aa_block(rng, sb, processes=48, n=4, sw=0.0045, order=0.006):
+    out = []
+    for i in range(processes):
+        b = rng.gauss(0, sb)
+        oo = G.orders(n, 0, i, 1)
+        pairs = [(b + (order if q == "AB" else -order) / 2 + rng.gauss(0, sw), q) for q in oo]
+        out.append({"kind": "aa", "block": 0, "gate": f"g{i // 12}", "pairs": pairs, "segments": [0] * n,
+                    "decision": "undecided", "plant": None})  # fmt: skip
+    return out
+
+
+def test_the_campaign_process_sd_interval_covers_the_planted_sd():
+    """The per-block process SD's 95% interval (the exact one-way ANOVA interval, anova_interval) on 48
+    processes of 4 pairs with an order effect: it covers a planted process SD of 0.2% about 95% of the time,
+    and with none it starts at 0 and still gives an upper end (a percentile bootstrap of the processes
+    collapses to [0, 0] there); the permutation test rejects 'no process effect' at 0.3% and not at 0.
+    Catches: the order effect left in the groups (it would read as within spread and hide the component),
+    the quantiles swapped, or the interval taken on the SD scale without the pair SD."""
+    A = _analysis()
+    rng = random.Random(4)
+    hits = 0
+    for _ in range(200):
+        lo, hi = A.anova_interval(_aa_block(rng, 0.002))["process_sd_95"]
+        hits += lo <= 0.002 <= hi
+    assert 0.9 <= hits / 200 <= 0.99, hits
+    none = A.anova_interval(_aa_block(random.Random(9), 0.0))
+    assert none["process_sd_95"][0] == 0.0 < none["process_sd_95"][1] < 0.004
+    assert A.process_effect_p(_aa_block(random.Random(1), 0.003), 400, random.Random(0)) < 0.01
+    assert A.process_effect_p(_aa_block(random.Random(2), 0.0), 400, random.Random(0)) > 0.05
+    c = A.block_component(_aa_block(random.Random(3), 0.002), A.canonical(), 20, "t")
+    assert c["processes"] == 48 and c["process_sd"] > 0 and c["process_sd_guarded"] <= c["process_sd"]
+    assert c["anova"]["dof"] == [47, 144] and len(c["process_sd_95_boot"]) == 2
+
+
+def test_the_campaign_analysis_gives_the_same_rates_whatever_the_jobs(monkeypatch):
+    """Each case is bootstrapped from its own generator (seeded by the seed and the case's name): the rates do
+    not depend on --jobs, on which other cases ran, or on their order. Catches: one generator shared by the
+    cases (the parallel run would then draw other gates than the sequential one)."""
+    A = _analysis()
+    procs = _aa_block(random.Random(6), 0.001, processes=24)
+    monkeypatch.setattr(A, "load", lambda paths: procs)
+    one, two = A.analyze([], boot=6, outer=3, seed=2), A.analyze([], boot=6, outer=3, seed=2, jobs=2)
+    assert one["rates"] == two["rates"] and one["blocks"] == two["blocks"]
+    alone = A.rates([x for x in procs], A.canonical(), 6, 3, 2, A.CASES[1:2], "all")
+    assert alone["gain_0.3pct"] == one["rates"]["gain_0.3pct"]
 
 
 def test_the_campaign_bootstrap_keeps_the_level_on_independent_normal_pairs(monkeypatch):

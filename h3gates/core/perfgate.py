@@ -36,9 +36,10 @@ candidate whose true ratio is exactly 1 - min_gain is at most 1 - confidence.
 
 The serial-correlation guard (the AR(1) n_eff of the within-process lag-1 autocorrelation, floored at
 `lag1_floor`, lag-1 taken only between pairs adjacent in time within one request: never across a request
-boundary or a dropped pair) no longer enters the decision; it is what splits the variance of the m_i into
-the within-process part and the process component (Kalibera and Jones's two-level model), the estimated
-process SD every report records, and the pooled-pairs bound reported beside the decision for comparison.
+boundary or a dropped pair) no longer enters the decision; it inflates the within-process part of the
+variance of the m_i (the pairs' spread about their own process's order means) that the process component is
+split from (Kalibera and Jones's two-level model: the estimated process SD every report records, a lower
+figure for the guard's floor), and the pooled-pairs bound reported beside the decision for comparison.
 """
 
 from __future__ import annotations
@@ -286,20 +287,46 @@ def summarize(
     }
 
 
-def process_component(series, orders, means: list[float | None], pooled: dict) -> dict:
-    """Kalibera and Jones's two-level split of the variance of the process means: the within-process
-    part (the pooled within-order spread over each process's n_eff, the serial-correlation guard) and
-    the process component sigma_b^2 = var(m_i) - mean within part, floored at 0."""
-    ok = [(s, m) for s, m in zip(series, means) if m is not None]
+def process_component(series, orders, means: list[float | None], r: float) -> dict:
+    """Kalibera and Jones's two-level split of the variance of the process means m_i: the process component
+    sigma_b^2 = var(m_i) - mean within part, floored at 0 (`process_var` unfloored). The within part of m_i
+    is s_w^2 (1 + r) / (1 - r) (1 / n_AB + 1 / n_BA) / 4 (a process holding one order: / n), where s_w^2 is the
+    pooled variance of each pair about its own process's mean of its order: free of the process offsets b_i
+    and of the order effect (about the pooled order means, as the pooled bound's spread is taken, s_w^2 would
+    hold sigma_b^2 itself and the component would be estimated near 0 whatever it is). r is the AR(1)
+    inflation's lag-1: the gate passes its guarded one (`lag1_used`, floored at lag1_floor: the within part
+    taken large, the process SD a lower figure); the campaign's analysis also gives it at r = 0."""
+    ok = [(s, o) for s, o, m in zip(series, orders, means) if m is not None]
+    empty = {
+        "process_sd": None,
+        "process_var": None,
+        "process_means_sd": None,
+        "within_sd_of_mean": None,
+        "pair_sd": None,
+    }
     if len(ok) < 2:
-        return {"process_sd": None, "process_means_sd": None, "within_sd_of_mean": None}
-    sd_m = statistics.stdev([m for _, m in ok])
-    r = pooled["lag1_used"]
-    within = statistics.fmean(pooled["sd"] ** 2 * (1 + r) / (1 - r) / len(s) for s, _ in ok)
+        return empty
+    ss = dof = 0.0
+    parts = []
+    for s_, os_ in ok:
+        groups = [[x for x, o in zip(s_, os_) if o == k] for k in ("AB", "BA")]
+        groups = [g for g in groups if g]
+        for g in groups:
+            mu = statistics.fmean(g)
+            ss += sum((x - mu) ** 2 for x in g)
+            dof += len(g) - 1
+        parts.append(sum(1 / len(g) for g in groups) / len(groups) ** 2)
+    sd_m = statistics.stdev([m for m in means if m is not None])
+    if not dof:  # one pair per order per process (the early look): no within-process spread to split off
+        return {**empty, "process_means_sd": sd_m}
+    within = ss / dof * (1 + r) / (1 - r) * statistics.fmean(parts)
+    var_b = sd_m**2 - within
     return {
-        "process_sd": math.sqrt(max(sd_m**2 - within, 0.0)),
+        "process_sd": math.sqrt(max(var_b, 0.0)),
+        "process_var": var_b,
         "process_means_sd": sd_m,
         "within_sd_of_mean": math.sqrt(within),
+        "pair_sd": math.sqrt(ss / dof),
     }
 
 
@@ -338,7 +365,7 @@ def decide(
         means = [statistics.fmean(s) for s in series]
         balance = "across processes"
     used = [m for m in means if m is not None]
-    comp = process_component(series, orders, means, pooled)
+    comp = process_component(series, orders, means, pooled["lag1_used"])
     c = 1 - p["min_gain"]
     P = len(used)
     base = {

@@ -792,6 +792,7 @@ def gate_cohorts(n: int, resident: int, start, p: dict, attempt: int, say=progre
                 "t",
                 "processes_used",
                 "process_sd",
+                "process_var",
                 "process_means_sd",
                 "within_sd_of_mean",
                 "order_effect",

@@ -57,7 +57,8 @@ def _pairs_of_report(t: dict) -> list[tuple[float, str]]:
 
 
 def load(paths) -> list[dict]:
-    """Every process of every gate: {kind, block, gate, pairs [(d, order)], plant}."""
+    """Every process of every gate: {kind, block, gate, pairs [(d, order)], segments (a label per kept pair,
+    new at each request and after a dropped pair: perfgate.kept), plant}."""
     files = []
     for p in map(Path, paths):
         files += sorted({*p.glob("campaign_*.json"), *p.glob("*_run*.json")}) if p.is_dir() else [p]
@@ -70,7 +71,9 @@ def load(paths) -> list[dict]:
         if "gates" in d:  # a campaign piece
             for gi, g in enumerate(d["gates"]):
                 for i, proc in enumerate(g["processes"]):
-                    pairs = [(G.pair_stat(x["A"], x["B"]), x["order"]) for x in proc["pairs"] if not x.get("throttled")]
+                    raw = [{"throttled": False, **x} for x in proc["pairs"]]
+                    series, orders, segments, _ = G.kept([raw])
+                    pairs = list(zip(series[0], orders[0]))
                     plant = ((g.get("ready") or [{}] * (i + 1))[i] or {}).get("plant")
                     out.append(
                         {
@@ -78,6 +81,7 @@ def load(paths) -> list[dict]:
                             "block": g["block"],
                             "gate": f"{f.name}:{gi}",
                             "pairs": pairs,
+                            "segments": segments[0],
                             "decision": g["decision"],
                             "ratio": g.get("ratio"),
                             "plant": plant,
@@ -98,12 +102,153 @@ def load(paths) -> list[dict]:
 
 
 def process_sd(procs: list[dict], lag1_floor: float) -> float | None:
+    """The process SD as every rung-4 report prints it (perfgate.process_component with the gate's guarded
+    lag-1: the within part AR(1)-inflated at a lag-1 floored at lag1_floor and corrected up for its
+    small-sample bias), a lower figure; `process_component` at r = 0 is the campaign's estimate."""
     series = [[x for x, _ in p["pairs"]] for p in procs]
     orders = [[o for _, o in p["pairs"]] for p in procs]
     means = [G.process_mean(s, o) for s, o in zip(series, orders)]
     if sum(m is not None for m in means) < 2:
         return None
-    return G.process_component(series, orders, means, G.summarize(series, lag1_floor, orders))["process_sd"]
+    return G.process_component(series, orders, means, G.summarize(series, lag1_floor, orders)["lag1_used"])[
+        "process_sd"
+    ]
+
+
+def process_component(procs: list[dict], r: float = 0.0) -> dict | None:
+    """Kalibera and Jones's two-level split of the A/A process means at one block, by the method of moments
+    (perfgate.process_component, the reports' own: var_b = var(m_i) - mean within part, the within part
+    from each pair's spread about its own process's mean of its order), at lag-1 r. r = 0 takes a process's
+    pairs as independent (the one-way random-effects ANOVA estimator); a positive serial correlation then
+    shows as process variance, so at r = 0 the process SD is, if anything, overstated. `process_var` is not
+    floored (its interval can reach below 0); `process_sd` is sqrt(max(0, var_b))."""
+    series = [[x for x, _ in p["pairs"]] for p in procs]
+    orders = [[o for _, o in p["pairs"]] for p in procs]
+    means = [G.process_mean(s, o) for s, o in zip(series, orders)]
+    if sum(m is not None for m in means) < 2:
+        return None
+    comp = G.process_component(series, orders, means, r)
+    return None if comp["process_var"] is None else {**comp, "processes": sum(m is not None for m in means), "r": r}
+
+
+def anova_interval(procs: list[dict], conf: float = 0.95) -> dict | None:
+    """The one-way random-effects ANOVA of the A/A pairs at one block (the pooled order means removed, each
+    process a group of n pairs; the canonical layout is balanced, 2 AB and 2 BA): F = MS_between / MS_within
+    on (P - 1, P (n - 1)) degrees of freedom, its p of no process effect, and the exact interval of
+    sigma_b^2 / sigma_w^2 under normal independent pairs, [(F / F_hi - 1) / n, (F / F_lo - 1) / n] (Searle,
+    Casella and McCulloch, Variance Components, 3.5), floored at 0 and turned into the process SD by the
+    pooled pair SD. Unlike a percentile bootstrap of the processes it gives an upper end where the estimate
+    sits at the boundary (F < 1). None unless every process holds the same number of pairs."""
+    from scipy import stats
+
+    rows = [[x for x, _ in p["pairs"]] for p in procs]
+    n = len(rows[0]) if rows else 0
+    if len(rows) < 2 or n < 2 or any(len(r) != n for r in rows):
+        return None
+    flat = [(x, o) for p in procs for x, o in p["pairs"]]
+    om = {k: statistics.fmean([x for x, o in flat if o == k] or [0.0]) for k in ("AB", "BA")}
+    adj = [[x - om[o] for x, o in p["pairs"]] for p in procs]
+    P, grand = len(adj), statistics.fmean(x for r in adj for x in r)
+    msb = n * sum((statistics.fmean(r) - grand) ** 2 for r in adj) / (P - 1)
+    msw = sum((x - statistics.fmean(r)) ** 2 for r in adj for x in r) / (P * (n - 1))
+    d1, d2 = P - 1, P * (n - 1)
+    F = msb / msw
+    lo_q, hi_q = stats.f.ppf([(1 - conf) / 2, (1 + conf) / 2], d1, d2)
+    ratio = [max(0.0, (F / hi_q - 1) / n), max(0.0, (F / lo_q - 1) / n)]
+    return {
+        "F": F,
+        "dof": [d1, d2],
+        "p": float(stats.f.sf(F, d1, d2)),
+        "pair_sd": math.sqrt(msw),
+        "process_sd": math.sqrt(max(0.0, (msb - msw) / n)),
+        "process_sd_95": [math.sqrt(msw * r) for r in ratio],
+    }
+
+
+def variogram_lag1(procs: list[dict]) -> float | None:
+    """The pairs' lag-1 autocorrelation, free of the process offsets: with the pooled order means removed,
+    gamma(h) = half the mean squared difference of two pairs h apart in one request of one process (the
+    offset b_i cancels in every difference), and r = 1 - gamma(1) / gamma(h >= 2), the far lags standing for
+    the within-process variance (AR(1) with small r: rho(2) = r^2). None where a block has no lag >= 2."""
+    flat = [(x, o) for p in procs for x, o in p["pairs"]]
+    om = {k: statistics.fmean([x for x, o in flat if o == k] or [0.0]) for k in ("AB", "BA")}
+    near, far = [], []
+    for p in procs:
+        adj = [x - om[o] for x, o in p["pairs"]]
+        seg = p.get("segments") or [0] * len(adj)
+        for i in range(len(adj)):
+            for j in range(i + 1, len(adj)):
+                if seg[i] == seg[j]:
+                    (near if j - i == 1 else far).append((adj[i] - adj[j]) ** 2 / 2)
+    if not near or not far:
+        return None
+    return 1 - statistics.fmean(near) / statistics.fmean(far)
+
+
+def process_effect_p(procs: list[dict], permutations: int, rng) -> float | None:
+    """A permutation test of 'no process effect': the pairs with the pooled order means removed are
+    exchangeable across the processes of a block if the processes do not differ; the statistic is the
+    variance of the crossover-balanced process means, each permutation deals the pooled pairs back into the
+    processes' own layouts (their numbers of AB and BA pairs). p = (1 + #{perm >= observed}) / (1 + N).
+    A within-request serial correlation also raises the statistic (it is not exchangeable across processes)."""
+    rows = [p["pairs"] for p in procs if len({o for _, o in p["pairs"]}) == 2]
+    if len(rows) < 2:
+        return None
+    flat = [(x, o) for pairs in rows for x, o in pairs]
+    om = {k: statistics.fmean([x for x, o in flat if o == k]) for k in ("AB", "BA")}
+    pool = {k: [x - om[k] for x, o in flat if o == k] for k in ("AB", "BA")}
+    layout = [(sum(o == "AB" for _, o in pairs), sum(o == "BA" for _, o in pairs)) for pairs in rows]
+
+    def stat(ab: list[float], ba: list[float]) -> float:
+        means, i, j = [], 0, 0
+        for na, nb in layout:
+            means.append((statistics.fmean(ab[i : i + na]) + statistics.fmean(ba[j : j + nb])) / 2)
+            i, j = i + na, j + nb
+        return statistics.variance(means)
+
+    seen = {k: [x - om[k] for pairs in rows for x, o in pairs if o == k] for k in ("AB", "BA")}
+    obs = stat(seen["AB"], seen["BA"])
+    hits = 0
+    for _ in range(permutations):
+        ab, ba = pool["AB"][:], pool["BA"][:]
+        rng.shuffle(ab)
+        rng.shuffle(ba)
+        hits += stat(ab, ba) >= obs - 1e-18
+    return (1 + hits) / (1 + permutations)
+
+
+def block_component(here: list[dict], p: dict, outer: int, seed) -> dict:
+    """One block's process component: the estimate at r = 0 (process_component) with the exact ANOVA interval
+    (anova_interval: `process_sd_95`, its F and p) and a 95% percentile interval over `outer` resamplings of the
+    processes (`process_var_95_boot`, unfloored, and `process_sd_95_boot`, sqrt(max(0, end)): at the boundary
+    it collapses to [0, 0] and says nothing of how large the component could be, which the ANOVA interval
+    does), the same estimate at the variogram's lag-1 (where it is positive), the permutation p of no process
+    effect, and the figure the reports print (process_sd_guarded)."""
+    rng = random.Random(f"{seed}:component")
+    est = process_component(here)
+    reps = [process_component([rng.choice(here) for _ in here]) for _ in range(outer)]
+    vs = [c["process_var"] for c in reps if c]
+    lo, hi = (_pct(vs, 0.025), _pct(vs, 0.975)) if vs else (None, None)
+    r = variogram_lag1(here)
+    at_r = process_component(here, r) if r is not None and r > 0 else None
+    anova = anova_interval(here)
+    return {
+        "processes": len(here),
+        "pairs": sum(len(x["pairs"]) for x in here),
+        "process_sd": est and est["process_sd"],
+        "process_sd_95": anova["process_sd_95"] if anova else [None, None],
+        "anova": anova,
+        "process_sd_95_boot": [None if v is None else math.sqrt(max(v, 0.0)) for v in (lo, hi)],
+        "process_var": est and est["process_var"],
+        "process_var_95_boot": [lo, hi],
+        "process_means_sd": est and est["process_means_sd"],
+        "within_sd_of_mean": est and est["within_sd_of_mean"],
+        "pair_sd": est and est["pair_sd"],
+        "lag1_variogram": r,
+        "process_sd_at_lag1": at_r and at_r["process_sd"],
+        "process_effect_p": process_effect_p(here, 2000, random.Random(f"{seed}:permutation")),
+        "process_sd_guarded": process_sd(here, p["lag1_floor"]),
+    }
 
 
 def _draw(pairs, lengths, rng):
@@ -234,45 +379,71 @@ def _pct(v, q):
     return v[min(len(v) - 1, max(0, round(q * (len(v) - 1))))] if v else None
 
 
-def rates(aa: list[dict], p: dict, boot: int, outer: int, rng, cases=CASES) -> dict:
-    """False pass / fail and power per attempt from these A/A processes by the two-stage bootstrap, for each
-    (name, log shift) of `cases`."""
-    if len(aa) < p["processes"]:
-        return {}
+def _pool(aa: list[dict]) -> list[list[tuple[float, str]]]:
+    """The A/A pool: every process's pairs with the A/A grand mean removed (the process offsets kept)."""
     grand = statistics.fmean(x for q in aa for x, _ in q["pairs"])
-    pool = [[(x - grand, o) for x, o in q["pairs"]] for q in aa]
-    out = {"processes": len(aa)}
-    for name, shift in cases:
-        counts = {"pass": 0, "fail": 0, "undecided": 0}
-        rep_rates = {"pass": [], "fail": []}
-        for _ in range(outer):
-            weights = [0] * len(pool)  # stage 1: the processes, resampled with replacement
-            for _ in pool:
-                weights[rng.randrange(len(pool))] += 1
-            while sum(w > 0 for w in weights) < p["processes"]:  # a gate needs P distinct processes
-                weights[rng.randrange(len(pool))] += 1
-            c = {"pass": 0, "fail": 0, "undecided": 0}
-            for _ in range(boot):  # stage 2: gates from request-aligned circular blocks of their pairs
-                c[_gate(pool, weights, p, shift, rng)] += 1
-            for k in counts:
-                counts[k] += c[k]
-            for k in rep_rates:
-                rep_rates[k].append(c[k] / boot)
-        n = outer * boot
-        out[name] = {
-            **{k: v / n for k, v in counts.items()},
-            **{f"{k}_95_mc": wilson(counts[k], n) for k in ("pass", "fail")},
-            **{f"{k}_95_source": [_pct(rep_rates[k], 0.025), _pct(rep_rates[k], 0.975)] for k in ("pass", "fail")},
-        }
-        out[name]["pass_95"] = out[name]["pass_95_source"]
+    return [[(x - grand, o) for x, o in q["pairs"]] for q in aa]
+
+
+def rate(pool: list, p: dict, boot: int, outer: int, shift: float, seed: str) -> dict:
+    """False pass / fail (or power) per attempt of one case (log shift) by the two-stage bootstrap over `pool`,
+    from its own generator (seeded by the case's name: a case's rates do not depend on which others ran, nor
+    on the order or the process they ran in)."""
+    rng = random.Random(seed)
+    counts = {"pass": 0, "fail": 0, "undecided": 0}
+    rep_rates = {"pass": [], "fail": []}
+    for _ in range(outer):
+        weights = [0] * len(pool)  # stage 1: the processes, resampled with replacement
+        for _ in pool:
+            weights[rng.randrange(len(pool))] += 1
+        while sum(w > 0 for w in weights) < p["processes"]:  # a gate needs P distinct processes
+            weights[rng.randrange(len(pool))] += 1
+        c = {"pass": 0, "fail": 0, "undecided": 0}
+        for _ in range(boot):  # stage 2: gates from request-aligned circular blocks of their pairs
+            c[_gate(pool, weights, p, shift, rng)] += 1
+        for k in counts:
+            counts[k] += c[k]
+        for k in rep_rates:
+            rep_rates[k].append(c[k] / boot)
+    n = outer * boot
+    out = {
+        **{k: v / n for k, v in counts.items()},
+        **{f"{k}_95_mc": wilson(counts[k], n) for k in ("pass", "fail")},
+        **{f"{k}_95_source": [_pct(rep_rates[k], 0.025), _pct(rep_rates[k], 0.975)] for k in ("pass", "fail")},
+    }
+    out["pass_95"] = out["pass_95_source"]
     return out
 
 
-def analyze(paths, boot: int = 400, outer: int = 200, seed: int = 0, schedule: dict | None = None) -> dict:
+def _rate(args):
+    return rate(*args)
+
+
+def rates(aa: list[dict], p: dict, boot: int, outer: int, seed, cases=CASES, where: str = "all", jobs: int = 1) -> dict:
+    """False pass / fail and power per attempt from these A/A processes by the two-stage bootstrap, for each
+    (name, log shift) of `cases`, each case from its own generator; `jobs` cases at once in worker processes."""
+    if len(aa) < p["processes"]:
+        return {}
+    pool = _pool(aa)
+    tasks = [(pool, p, boot, outer, shift, f"{seed}:{where}:{name}") for name, shift in cases]
+    if jobs > 1 and len(tasks) > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(min(jobs, len(tasks))) as ex:
+            done = list(ex.map(_rate, tasks))
+    else:
+        done = [_rate(t) for t in tasks]
+    return {"processes": len(aa), **{name: r for (name, _), r in zip(cases, done)}}
+
+
+def analyze(
+    paths, boot: int = 400, outer: int = 200, seed: int = 0, schedule: dict | None = None, jobs: int = 1
+) -> dict:
     """`schedule`: timing keys over the canonical ones (processes, resident, min_pairs, max_pairs, ...), to
     ask what another schedule would do on the same measured processes (pairs beyond those measured are
     not made up: a process's circular blocks wrap over its own pairs, so max_pairs above the measured
-    count understates the noise and is refused)."""
+    count understates the noise and is refused). Every random draw comes from a generator seeded by `seed`
+    and what it is for, so `jobs` changes the wall time only."""
     p = G.params({**canonical(), **(schedule or {})})
     procs = load(paths)
     aa = [x for x in procs if x["kind"] == "aa" and len(x["pairs"]) >= 2]
@@ -281,24 +452,13 @@ def analyze(paths, boot: int = 400, outer: int = 200, seed: int = 0, schedule: d
             f"max_pairs {p['max_pairs']} is more than the {min(len(x['pairs']) for x in aa)} pairs the shortest "
             "measured A/A process holds: the bootstrap would reuse pairs and understate the noise"
         )
-    rng = random.Random(seed)
-    out = {"schedule": p, "levels": list(G.levels(p)), "boot": boot, "outer": outer, "blocks": {}, "rates": {}}
+    out = {"schedule": p, "levels": list(G.levels(p)), "boot": boot, "outer": outer, "seed": seed, "blocks": {}}
     for b in sorted({x["block"] for x in aa}):
         here = [x for x in aa if x["block"] == b]
-        reps = (
-            [process_sd([rng.choice(here) for _ in here], p["lag1_floor"]) for _ in range(outer)]
-            if len(here) >= 2
-            else []
-        )
-        reps = [r for r in reps if r is not None]
-        out["blocks"][str(b)] = {
-            "processes": len(here),
-            "pairs": sum(len(x["pairs"]) for x in here),
-            "process_sd": process_sd(here, p["lag1_floor"]),
-            "process_sd_95": [_pct(reps, 0.025), _pct(reps, 0.975)] if reps else [None, None],
-        }
-    # the A/A pool: every process's pairs with the A/A grand mean removed (process offsets kept); the power
-    # also at the plant's measured size (pooled over the planted processes), to set beside the planted gates
+        out["blocks"][str(b)] = block_component(here, p, outer, f"{seed}:{b}") if len(here) >= 2 else {
+            "processes": len(here), "pairs": sum(len(x["pairs"]) for x in here)}  # fmt: skip
+    # the power also at the plant's measured size (pooled over the planted processes), to set beside the
+    # planted gates
     out["plants"] = plants(procs)
     measured = tuple(
         (f"{kind}_measured_{f}", sign * v["mean"])
@@ -306,10 +466,10 @@ def analyze(paths, boot: int = 400, outer: int = 200, seed: int = 0, schedule: d
         if v["n"] >= 2
         for kind, sign in (("gain", -1), ("slower", 1))
     )
-    out["rates"] = rates(aa, p, boot, outer, rng, CASES + measured)
+    out["rates"] = rates(aa, p, boot, outer, seed, CASES + measured, "all", jobs)
     out["plants"]["check"] = planted_check(out["plants"], out["rates"])
     out["rates_by_block"] = {
-        str(b): rates([x for x in aa if x["block"] == b], p, boot, outer, rng)
+        str(b): rates([x for x in aa if x["block"] == b], p, boot, outer, seed, CASES, f"block {b}", jobs)
         for b in sorted({x["block"] for x in aa})
         if sum(x["block"] == b for x in aa) >= 2 * p["processes"]
     }  # a block of fewer than 2P processes: every simulated gate would hold (nearly) the same P processes, its
@@ -337,6 +497,10 @@ def analyze(paths, boot: int = 400, outer: int = 200, seed: int = 0, schedule: d
     return out
 
 
+def _pctfmt(x) -> str:
+    return "n/a" if x is None else f"{100 * x:.3f}%"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("paths", nargs="+")
@@ -344,6 +508,7 @@ def main() -> int:
     ap.add_argument("--boot", type=int, default=400)
     ap.add_argument("--outer", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--jobs", type=int, default=1, help="cases bootstrapped at once (worker processes); same results")
     ap.add_argument(
         "--set",
         nargs="+",
@@ -358,12 +523,22 @@ def main() -> int:
         if k not in G.defaults() or not v:
             ap.error(f"--set {kv}: not KEY=VALUE of a timing key ({', '.join(sorted(G.defaults()))})")
         sched[k] = yaml.safe_load(v)
-    out = analyze(a.paths, a.boot, a.outer, a.seed, sched)
+    out = analyze(a.paths, a.boot, a.outer, a.seed, sched, a.jobs)
     text = json.dumps(out, indent=1)
     if a.out:
         Path(a.out).write_text(text)
     for b, v in out["blocks"].items():
-        print(f"block {b}: {v['processes']} A/A processes, process SD {v['process_sd']} 95% {v['process_sd_95']}")
+        if "process_sd" not in v:
+            print(f"block {b}: {v['processes']} A/A process(es): no process component")
+            continue
+        print(
+            f"block {b}: {v['processes']} A/A processes, process SD {_pctfmt(v['process_sd'])} "
+            f"95% [{_pctfmt(v['process_sd_95'][0])}, {_pctfmt(v['process_sd_95'][1])}] (r = 0; bootstrap "
+            f"[{_pctfmt(v['process_sd_95_boot'][0])}, {_pctfmt(v['process_sd_95_boot'][1])}]), "
+            f"F {v['anova'] and round(v['anova']['F'], 3)} p {v['anova'] and round(v['anova']['p'], 4)}, "
+            f"permutation p {v['process_effect_p']:.4f}, variogram lag-1 {v['lag1_variogram']}, "
+            f"SD at that lag-1 {_pctfmt(v['process_sd_at_lag1'])}, as the reports print it {_pctfmt(v['process_sd_guarded'])}"
+        )
     for where, rs in [("all blocks", out["rates"])] + [(f"block {b}", r) for b, r in out["rates_by_block"].items()]:
         for name, r in rs.items():
             if isinstance(r, dict):
