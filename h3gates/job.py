@@ -33,8 +33,12 @@ def _rung(a) -> int:
             return 0
         if ctx.device == "cuda":
             from h3gates.core.lease import acquire
+            from h3gates.core.outputs import RUNG
 
-            acquire(f"rung {a.rung} {ctx.candidate}" + ("" if a.block is None else f" block {a.block}"))
+            acquire(
+                f"rung {a.rung} {ctx.candidate}" + ("" if a.block is None else f" block {a.block}"),
+                shared=RUNG[a.rung].gpu_shared,
+            )
         ladder.run(a.rung, ctx, a.out, a.block, a.upstream)
         _sign_report(a)
         if kept is not None:
@@ -79,8 +83,14 @@ def _baseline(a) -> int:
     meta = artifact_meta(actx)  # the artifact's identity, computed here: the computing module needs no key code
     if actx.device == "cuda":
         from h3gates.core.lease import acquire
+        from h3gates.core.outputs import RUNG
 
-        acquire(f"baseline captures block {' '.join(map(str, a.blocks))}" if rung == CAPTURES else f"baseline r{rung}")
+        # the baselines of the byte-comparing rungs (and the block captures) share the device; the trajectory's
+        # (its wall time is reported) and rung 8's (Nsight Compute) have it alone, as their rungs do
+        acquire(
+            f"baseline captures block {' '.join(map(str, a.blocks))}" if rung == CAPTURES else f"baseline r{rung}",
+            shared=rung == CAPTURES or RUNG[rung].gpu_shared,
+        )
     if rung == CAPTURES:
         from h3gates.rungs.artifacts import compute_captures
 

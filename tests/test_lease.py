@@ -1,7 +1,9 @@
 """GPU leases (issue 12, item 3) on a CPU: a stand-in nvidia-smi reports two GPUs; concurrent jobs
 get distinct devices, a third waits (and says why when it gives up), a killed holder's lease is free
 again, CUDA_VISIBLE_DEVICES narrows the choice, a child of a holder runs inside its lease, and every
-lease leaves its start and end in the timeline log."""
+lease leaves its start and end in the timeline log. Shared leases (issue 31): jobs that time nothing
+share one device up to H3GATES_GPU_SHARE, never beside an exclusive one, and an exclusive job that waits
+keeps later shared ones out."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from workflow_util import ROOT
@@ -18,7 +21,7 @@ SMI = '#!/bin/sh\necho "0, GPU-aaaa"\necho "1, GPU-bbbb"\n'
 HOLD = """
 import sys, time
 from h3gates.core import lease
-got = lease.acquire(sys.argv[1], timeout=float(sys.argv[2]), poll=0.05)
+got = lease.acquire(sys.argv[1], timeout=float(sys.argv[2]), poll=0.05, shared=sys.argv[4:] == ["shared"])
 import os
 print(json.dumps({"uuid": None if got is None else got.uuid, "cvd": os.environ.get("CUDA_VISIBLE_DEVICES")}), flush=True)
 time.sleep(float(sys.argv[3]))
@@ -43,9 +46,9 @@ def env(tmp_path):
     return e
 
 
-def _start(env, job, timeout=5.0, hold=30.0, **extra):
+def _start(env, job, timeout=5.0, hold=30.0, shared=False, **extra):
     p = subprocess.Popen(
-        [sys.executable, "-c", HOLD, job, str(timeout), str(hold)],
+        [sys.executable, "-c", HOLD, job, str(timeout), str(hold), *(["shared"] if shared else [])],
         env={**env, **extra},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -131,3 +134,117 @@ def test_the_timeline_shows_which_job_ran_where_and_the_overlap(env, tmp_path):
     assert out.returncode == 0 and t["gpus"] == [0, 1] and not t["unfinished"]
     assert {j["job"] for j in t["jobs"]} == {"rung 7 modulate_fusion", "rung 7 swiglu_fusion"}
     assert t["parallelism"] > 1.2  # both held a GPU at once
+
+
+@pytest.fixture
+def one_gpu(env, tmp_path):
+    (tmp_path / "bin" / "nvidia-smi").write_text('#!/bin/sh\necho "0, GPU-aaaa"\n')
+    return {**env, "H3GATES_GPU_SHARE": "2"}
+
+
+def _stop(*procs):
+    for p in procs:
+        p.kill()
+        p.wait(10)
+
+
+def test_shared_jobs_share_a_device_up_to_the_share_and_never_beside_an_exclusive_one(one_gpu):
+    """Catches: a shared lease taken as the device alone (no sharing), more shared jobs than H3GATES_GPU_SHARE
+    on one device, or an exclusive (timing) job let in beside shared ones, or shared ones beside it."""
+    a, ga = _start(one_gpu, "rung 1 modulate_fusion", shared=True)
+    b, gb = _start(one_gpu, "rung 2 modulate_fusion", shared=True)
+    try:
+        assert ga["uuid"] == gb["uuid"] == "GPU-aaaa" and gb["cvd"] == "GPU-aaaa"
+        c, gc = _start(one_gpu, "rung 3 modulate_fusion block 0", timeout=0.5, shared=True)
+        assert gc is None and c.wait(10) != 0
+        assert "times H3GATES_GPU_SHARE (2)" in c.stderr.read()
+        x, gx = _start(one_gpu, "rung 4 modulate_fusion block 0", timeout=0.5)
+        assert gx is None and x.wait(10) != 0  # the timing job waits for the shared ones to finish
+    finally:
+        _stop(a, b)
+    x, gx = _start(one_gpu, "rung 4 modulate_fusion block 0", hold=30.0)
+    try:
+        assert gx["uuid"] == "GPU-aaaa"
+        d, gd = _start(one_gpu, "rung 5 modulate_fusion", timeout=0.5, shared=True)
+        assert gd is None and d.wait(10) != 0  # and no shared job starts beside it
+    finally:
+        _stop(x)
+
+
+def test_a_waiting_exclusive_job_keeps_later_shared_jobs_out(one_gpu):
+    """A shared job holds the device; a timing job waits for it; a shared job arriving after the timing job
+    waits too, though a slot is free, and the timing job gets the device when the first shared one ends.
+    Catches: the turnstile missing (a stream of shared jobs could keep a gate waiting for ever)."""
+    a, _ = _start(one_gpu, "rung 1 swiglu_fusion", shared=True)
+    x = subprocess.Popen(
+        [sys.executable, "-c", HOLD, "rung 4 swiglu_fusion block 0", "20", "0.5"],
+        env=one_gpu,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # the timing job has taken the turnstile (its wait began)
+            probe = subprocess.run(
+                [sys.executable, "-c", TURNSTILE, one_gpu["H3GATES_LEASE_DIR"]], env=one_gpu, capture_output=True
+            )
+            if probe.returncode == 1:
+                break
+            time.sleep(0.05)
+        b, gb = _start(one_gpu, "rung 2 swiglu_fusion", timeout=0.5, shared=True)
+        assert gb is None and b.wait(10) != 0
+        _stop(a)
+        gx = json.loads(x.stdout.readline())
+        assert gx["uuid"] == "GPU-aaaa" and x.wait(10) == 0
+        c, gc = _start(one_gpu, "rung 2 swiglu_fusion", timeout=5.0, hold=0.0, shared=True)
+        assert gc["uuid"] == "GPU-aaaa" and c.wait(10) == 0  # the turnstile is free again
+    finally:
+        _stop(a, x)
+
+
+TURNSTILE = """
+import fcntl, sys
+f = open(sys.argv[1] + "/GPU-aaaa.turnstile", "a")
+try:
+    fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+except OSError:
+    sys.exit(1)
+"""
+
+
+def test_shared_jobs_spread_over_the_gpus(env):
+    a, ga = _start(env, "rung 1 qkv_ring", shared=True)
+    b, gb = _start(env, "rung 2 qkv_ring", shared=True)
+    try:
+        assert {ga["uuid"], gb["uuid"]} == {"GPU-aaaa", "GPU-bbbb"}
+    finally:
+        _stop(a, b)
+
+
+def test_a_bad_share_is_refused_in_one_line(one_gpu):
+    c, gc = _start({**one_gpu, "H3GATES_GPU_SHARE": "0"}, "rung 1 x", shared=True)
+    assert gc is None and c.wait(10) != 0
+    assert "H3GATES_GPU_SHARE='0': a whole number of at least 1" in c.stderr.read()
+
+
+def test_the_timeline_counts_a_shared_device_once(one_gpu, tmp_path):
+    a, _ = _start(one_gpu, "rung 5 modulate_fusion", hold=2.0, shared=True)
+    b, _ = _start(one_gpu, "rung 6 modulate_fusion", hold=2.0, shared=True)
+    assert a.wait(10) == 0 and b.wait(10) == 0
+    sys.path.insert(0, str(ROOT / "studies/ladder"))
+    try:
+        import lease_timeline
+    finally:
+        sys.path.remove(str(ROOT / "studies/ladder"))
+    t = lease_timeline.timeline(tmp_path / "leases.jsonl")
+    assert all(j["shared"] for j in t["jobs"]) and t["gpus"] == [0]
+    assert t["busy_s"] < 3.0 < t["job_s"] and t["parallelism"] <= 1.0
+
+
+def test_every_job_that_measures_time_or_counters_has_the_device_alone():
+    """The rung table's modes: rung 4 (the performance gate), rung 7 (both trajectories' wall time) and rung 8
+    (Nsight Compute, peak memory) exclusive; the byte comparisons shared. Catches: a timing rung marked shared."""
+    from h3gates.core.outputs import RUNGS
+
+    assert {r.n for r in RUNGS if r.gpu_shared} == {1, 2, 3, 5, 6}

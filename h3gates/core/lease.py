@@ -1,14 +1,28 @@
 """GPU leases: one device per GPU job on a host with several, so that `snakemake --cores N
---resources gpu=2` runs two rungs (or candidates) at once without two of them sharing a GPU.
+--resources gpu=2` runs two rungs (or candidates) at once without two of them sharing a GPU; and, where
+more GPU jobs run at once than there are GPUs, jobs that time nothing sharing one device.
 
 Snakemake counts the `gpu` resource but never says which device a job gets. A GPU job (`python -m
-h3gates rung|baseline|fc2 ...`) calls `acquire()` before CUDA is initialised: it takes an exclusive
-`flock` on one lock file per visible device (keyed by the device's UUID, under H3GATES_LEASE_DIR,
-default /tmp/h3gates-gpu-leases: locks are per host) and sets CUDA_VISIBLE_DEVICES to that device
-alone. The kernel drops the lock when the process exits, also on a crash or a kill, so a lease is
-never left behind. Devices already restricted by CUDA_VISIBLE_DEVICES (a SLURM allocation) are the
-ones leased from. Each lease appends its start and end to H3GATES_LEASE_LOG (default
-logs/gpu_leases.jsonl): which job ran on which device, when. No torch import.
+h3gates rung|baseline|fc2 ...`) calls `acquire()` before CUDA is initialised and sets CUDA_VISIBLE_DEVICES
+to the device it got. A lease is a `flock` on lock files per visible device (keyed by the device's UUID,
+under H3GATES_LEASE_DIR, default /tmp/h3gates-gpu-leases: locks are per host), in one of two modes:
+
+- exclusive (rung 4's timing, the trajectories' wall time, Nsight Compute: whatever measures time or the
+  GPU's counters): the device's lock, LOCK_EX, alone on the device;
+- shared (the byte comparisons: rungs 1, 2, 3, 5, 6 and their baseline artifacts, `outputs.Rung.gpu_shared`):
+  the device's lock LOCK_SH plus one of SHARE slot locks (H3GATES_GPU_SHARE, default 3: what one H200's
+  memory holds of the canonical jobs beside each other), so up to SHARE shared jobs run on one device at once
+  and never beside an exclusive one. Bytes do not depend on what else runs on the GPU; time does, which is
+  why every job that measures time is exclusive.
+
+An exclusive job that waits holds the device's turnstile lock, which a shared job must pass, so shared jobs
+arriving after it wait behind it (no starvation of a gate by a stream of shared jobs). With `--resources
+gpu=1` (one GPU job at a time) nothing is ever shared; `--resources gpu=3` on one GPU lets up to three GPU
+jobs run at once, sharing where they may (docs/gpu-and-cluster.md). The kernel drops every lock when the
+process exits, also on a crash or a kill, so a lease is never left behind. Devices already restricted by
+CUDA_VISIBLE_DEVICES (a SLURM allocation) are the ones leased from. Each lease appends its start and end to
+H3GATES_LEASE_LOG (default logs/gpu_leases.jsonl): which job ran on which device, when, in which mode.
+No torch import.
 """
 
 from __future__ import annotations
@@ -24,7 +38,7 @@ from pathlib import Path
 from h3gates.core.errors import LeaseError
 from h3gates.core.jobs import nvidia_smi_query
 
-_HELD: list = []  # the open lock file of this process's lease (kept for the process's lifetime)
+_HELD: list = []  # the open lock files of this process's lease and the lease (kept for the process's lifetime)
 
 
 @dataclass(frozen=True)
@@ -34,6 +48,19 @@ class Lease:
     job: str
     acquired_at: float
     waited_s: float
+    shared: bool = False  # a shared lease (one of the device's SHARE slots) or the device alone
+
+
+def share() -> int:
+    """How many shared jobs one device takes at once (H3GATES_GPU_SHARE, default 3; 1: never two at once)."""
+    raw = os.environ.get("H3GATES_GPU_SHARE", "3")
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise LeaseError(f"H3GATES_GPU_SHARE={raw!r}: a whole number of at least 1 (shared jobs per GPU) expected")
+    return n
 
 
 def devices() -> list[tuple[int, str]]:
@@ -89,10 +116,80 @@ def current() -> Lease | None:
     return _HELD[0][1] if _HELD else None
 
 
-def acquire(job: str, timeout: float | None = None, poll: float = 0.5, warn: bool = True) -> Lease | None:
-    """Lease one free visible GPU for this process (None where there is no GPU); when every device is
-    leased (more GPU jobs than GPUs: `--resources gpu=N` prevents it) it waits, without limit unless
-    `timeout` seconds are given, saying so every minute."""
+def _try(path: Path, op: int):
+    """The lock file at `path` locked with `op` (non-blocking), or None where another holder prevents it."""
+    f = _open_lock(path)
+    try:
+        fcntl.flock(f, op | fcntl.LOCK_NB)
+    except OSError:
+        f.close()
+        return None
+    return f
+
+
+def _stamp(f, job: str, shared: bool) -> None:
+    f.seek(0)
+    f.truncate()
+    f.write(json.dumps({"pid": os.getpid(), "job": job, "since": time.time(), "shared": shared}))
+    f.flush()
+
+
+def _exclusive(devs, job: str, waiting: dict):
+    """One pass for an exclusive lease: a device whose lock is free (no holder, shared or exclusive). While it
+    waits it holds the turnstile of one device (`waiting`: the first it could take), so that no shared job
+    starts there meanwhile; other devices are only tried."""
+    for index, uuid in devs:
+        if not waiting:
+            ts = _try(_lock_dir() / f"{uuid}.turnstile", fcntl.LOCK_EX)
+            if ts is not None:
+                waiting[uuid] = ts
+        f = _try(_lock_dir() / f"{uuid}.lock", fcntl.LOCK_EX)
+        if f is not None:
+            _stamp(f, job, False)
+            return index, uuid, [f]
+    return None
+
+
+def _occupied(uuid: str, n: int) -> int:
+    """How many of the device's shared slots are held now (a hint for spreading shared jobs over devices)."""
+    busy = 0
+    for k in range(n):
+        f = _try(_lock_dir() / f"{uuid}.slot{k}", fcntl.LOCK_EX)
+        if f is None:
+            busy += 1
+        else:
+            f.close()
+    return busy
+
+
+def _shared(devs, job: str, n: int):
+    """One pass for a shared lease: the least occupied device with no exclusive holder or waiter and a free slot."""
+    for index, uuid in sorted(devs, key=lambda d: _occupied(d[1], n)):
+        ts = _try(_lock_dir() / f"{uuid}.turnstile", fcntl.LOCK_SH)
+        if ts is None:  # an exclusive job waits for this device
+            continue
+        try:
+            main = _try(_lock_dir() / f"{uuid}.lock", fcntl.LOCK_SH)
+            if main is None:  # an exclusive job holds it
+                continue
+            for k in range(n):
+                slot = _try(_lock_dir() / f"{uuid}.slot{k}", fcntl.LOCK_EX)
+                if slot is not None:
+                    _stamp(slot, job, True)
+                    return index, uuid, [main, slot]
+            main.close()
+        finally:
+            ts.close()
+    return None
+
+
+def acquire(
+    job: str, timeout: float | None = None, poll: float = 0.5, warn: bool = True, shared: bool = False
+) -> Lease | None:
+    """Lease a visible GPU for this process (None where there is no GPU): the device alone, or with `shared` one
+    of its SHARE slots beside other shared jobs (module docstring). Where none is free (more GPU jobs than the
+    GPUs take: `--resources gpu=N` bounds it) it waits, without limit unless `timeout` seconds are given,
+    saying so every minute."""
     if _HELD:
         return _HELD[0][1]
     held = os.environ.get("H3GATES_LEASE_HELD")
@@ -108,38 +205,38 @@ def acquire(job: str, timeout: float | None = None, poll: float = 0.5, warn: boo
                 file=sys.stderr,
             )
         return None
+    n = share() if shared else 0
     start = time.time()
-    while True:
-        for index, uuid in devs:
-            f = _open_lock(_lock_dir() / f"{uuid}.lock")
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                f.close()
-                continue
-            f.seek(0)
-            f.truncate()
-            f.write(json.dumps({"pid": os.getpid(), "job": job, "since": time.time()}))
-            f.flush()
-            lease = Lease(index, uuid, job, time.time(), time.time() - start)
-            _HELD.append((f, lease))
-            os.environ["CUDA_VISIBLE_DEVICES"] = uuid
-            os.environ["H3GATES_LEASE_HELD"] = uuid  # children run inside this lease
-            _log({"event": "start", "pid": os.getpid(), **asdict(lease)})
-            end = {"event": "end", "pid": os.getpid(), "job": job, "index": index, "uuid": uuid}
-            atexit.register(lambda end=end: _log({**end, "at": time.time()}))
-            return lease
-        waited = time.time() - start
-        if int(waited) // 60 != int(waited - poll) // 60:
-            import sys
+    waiting: dict = {}
+    try:
+        while True:
+            got = _shared(devs, job, n) if shared else _exclusive(devs, job, waiting)
+            if got is not None:
+                index, uuid, files = got
+                lease = Lease(index, uuid, job, time.time(), time.time() - start, shared)
+                _HELD.append((files, lease))
+                os.environ["CUDA_VISIBLE_DEVICES"] = uuid
+                os.environ["H3GATES_LEASE_HELD"] = uuid  # children run inside this lease
+                _log({"event": "start", "pid": os.getpid(), **asdict(lease)})
+                end = {"event": "end", "pid": os.getpid(), "job": job, "index": index, "uuid": uuid}
+                atexit.register(lambda end=end: _log({**end, "at": time.time()}))
+                return lease
+            waited = time.time() - start
+            if int(waited) // 60 != int(waited - poll) // 60:
+                import sys
 
-            print(
-                f"h3gates lease: {job} waits for a GPU ({waited:.0f} s): all of {[i for i, _ in devs]} are leased",
-                file=sys.stderr,
-            )
-        if timeout is not None and waited > timeout:
-            raise LeaseError(
-                f"no GPU free for {job} after {timeout:.0f} s: all of {[i for i, _ in devs]} are leased "
-                f"(locks in {_lock_dir()}); run with --resources gpu=N, N at most the number of GPUs"
-            )
-        time.sleep(poll)
+                print(
+                    f"h3gates lease: {job} waits for a GPU ({waited:.0f} s): all of {[i for i, _ in devs]} are "
+                    + ("leased alone or full (H3GATES_GPU_SHARE)" if shared else "leased"),
+                    file=sys.stderr,
+                )
+            if timeout is not None and waited > timeout:
+                raise LeaseError(
+                    f"no GPU free for {job} after {timeout:.0f} s: all of {[i for i, _ in devs]} are leased "
+                    f"(locks in {_lock_dir()}); run with --resources gpu=N, N at most the number of GPUs"
+                    + (f" times H3GATES_GPU_SHARE ({n})" if shared else "")
+                )
+            time.sleep(poll)
+    finally:
+        for ts in waiting.values():
+            ts.close()  # the turnstile: shared jobs may pass again

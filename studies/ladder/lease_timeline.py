@@ -1,6 +1,8 @@
 """The GPU lease timeline (logs/gpu_leases.jsonl, h3gates/core/lease.py) as a table and a JSON summary:
-which job ran on which device, when, and for how long; the overlap of jobs on distinct devices shows
-what several GPUs bought.
+which job ran on which device, when, for how long and whether it shared the device; the overlap of jobs on
+distinct devices shows what several GPUs bought, the overlap on one device what sharing it bought.
+`busy_s` is, summed over the devices, the time each had at least one lease; `job_s` the leases' own
+seconds summed (more than busy_s where shared jobs ran beside each other); `parallelism` busy_s / wall_s.
 
     python studies/ladder/lease_timeline.py [logs/gpu_leases.jsonl] [--json OUT]
 """
@@ -37,15 +39,26 @@ def timeline(path: Path) -> dict:
                 "end_s": None if end is None else round(end - t0, 1),
                 "waited_s": round(s["waited_s"], 1),
                 "duration_s": None if end is None else round(end - s["acquired_at"], 1),
+                "shared": bool(s.get("shared")),
             }
         )
     done = [j for j in jobs if j["end_s"] is not None]
     wall = max((j["end_s"] for j in done), default=0.0)
-    busy = sum(j["duration_s"] for j in done)
+    busy = 0.0
+    for gpu in {j["gpu"] for j in done}:  # the union of each device's leases
+        last = None
+        for a, b in sorted((j["start_s"], j["end_s"]) for j in done if j["gpu"] == gpu):
+            if last is None or a > last:
+                busy += b - a
+                last = b
+            elif b > last:
+                busy += b - last
+                last = b
     return {
         "jobs": jobs,
         "wall_s": wall,
         "busy_s": round(busy, 1),
+        "job_s": round(sum(j["duration_s"] for j in done), 1),
         "gpus": sorted({j["gpu"] for j in jobs}),
         "parallelism": round(busy / wall, 2) if wall else None,
         "unfinished": [j["job"] for j in jobs if j["end_s"] is None],
@@ -59,9 +72,11 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     t = timeline(Path(a.log))
     for j in t["jobs"]:
-        print(f"gpu {j['gpu']}  {j['start_s']:8.1f} -> {'' if j['end_s'] is None else j['end_s']:>8}  {j['job']}")
+        mode = "shared" if j["shared"] else "alone "
+        print(f"gpu {j['gpu']} {mode} {j['start_s']:8.1f} -> {'' if j['end_s'] is None else j['end_s']:>8}  {j['job']}")
     print(
-        f"wall {t['wall_s']} s, GPU-busy {t['busy_s']} s on {len(t.get('gpus', []))} GPU(s): parallelism {t.get('parallelism')}"
+        f"wall {t['wall_s']} s, GPU-busy {t['busy_s']} s on {len(t.get('gpus', []))} GPU(s), leases {t.get('job_s')} s: "
+        f"parallelism {t.get('parallelism')}"
     )
     if a.json:
         Path(a.json).write_text(json.dumps(t, indent=1))
