@@ -930,6 +930,32 @@ def test_the_campaign_plan_fits_its_pieces_into_device_commands():
     assert {(k, b) for k, b in kinds if k in K.CANDIDATES} == {(c, b) for c in K.CANDIDATES for b in K.BLOCKS}
 
 
+def test_the_campaign_says_what_is_left_of_it():
+    """campaign.py --remaining on the committed pieces: what they hold under the canonical schedule (a real gate
+    that decided at the early look counts, a 6 x 9 gate of 2026-12-02 does not) and the pieces still to run.
+    Catches: early-deciding real gates dropped for their one pair, another schedule's gates counted, or a
+    planted gate the target still wants left out of the list."""
+    sys.path.insert(0, str(ROOT / "studies/perfgate"))
+    try:
+        import campaign as K
+    finally:
+        sys.path.remove(str(ROOT / "studies/perfgate"))
+    ev = ROOT / "studies/perfgate/evidence"
+    folders = [ev / f"campaign_2026-12-{d}" for d in ("02", "02b", "02c", "03", "03b", "03c", "03d")]
+    have = K.done(folders)
+    assert have[0]["aa_processes"] == 48 and have[24]["aa_processes"] == 24  # 02's 6 x 9 A/A gates not counted
+    assert all(have[b]["real"].get(c) for b in K.BLOCKS for c in K.CANDIDATES[:3])
+    left = K.remaining(folders)
+    for b in K.BLOCKS:
+        want = {"gain": K.TARGET["gain"] - have[b]["gain"], "slower": K.TARGET["slower"] - have[b]["slower"]}
+        got = [g for gates in left.values() for g in gates if g.endswith(f":{b}")]
+        assert sum(g.startswith("gain:") for g in got) == want["gain"]
+        assert sum(g.startswith("slower:") for g in got) == want["slower"]
+        assert {"fc2_algo", "stream_a"} <= {g.split(":")[0] for g in got}
+    for gates in left.values():  # every piece fits a device command: at most one planted gate
+        assert sum(g.startswith(("gain:", "slower:")) for g in gates) <= 1
+
+
 def test_the_gate_simulation_runs_at_the_canonical_level(tmp_path):
     sys.path.insert(0, str(ROOT / "studies/perfgate"))
     try:

@@ -58,7 +58,8 @@ def _pairs_of_report(t: dict) -> list[tuple[float, str]]:
 
 def load(paths) -> list[dict]:
     """Every process of every gate: {kind, block, gate, pairs [(d, order)], segments (a label per kept pair,
-    new at each request and after a dropped pair: perfgate.kept), plant}."""
+    new at each request and after a dropped pair: perfgate.kept), schedule ([processes, max_pairs] of the gate's
+    timing parameters, campaign pieces only), plant}."""
     files = []
     for p in map(Path, paths):
         files += sorted({*p.glob("campaign_*.json"), *p.glob("*_run*.json")}) if p.is_dir() else [p]
@@ -82,6 +83,7 @@ def load(paths) -> list[dict]:
                             "gate": f"{f.name}:{gi}",
                             "pairs": pairs,
                             "segments": segments[0],
+                            "schedule": [(g.get("params") or {}).get(k) for k in ("processes", "max_pairs")],
                             "decision": g["decision"],
                             "ratio": g.get("ratio"),
                             "plant": plant,

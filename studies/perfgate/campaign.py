@@ -18,6 +18,7 @@ Gates:  aa            L vs L2
         <name>        L vs the candidate
 
     python studies/perfgate/campaign.py --plan                 # the pieces, each under 10 minutes of device time
+    python studies/perfgate/campaign.py --remaining studies/perfgate/evidence/campaign_*   # what is left of them
     python studies/perfgate/campaign.py --piece aa-b0 --out $OUT
     python studies/perfgate/campaign.py --gates aa:0 gain:0.003:24 --out $OUT   # any gates, kind:[g:]block
 
@@ -316,6 +317,68 @@ def plan() -> dict[str, list[str]]:
     return out
 
 
+# What the campaign is to hold per block under the canonical 12 x 4 schedule (plan()): planted gains and losses,
+# A/A processes (48 a block: a per-block bootstrap of a 16-process schedule needs 2P), a gate per shipped candidate.
+TARGET = {"gain": 3, "slower": 3, "aa_processes": 48}
+
+
+def done(paths) -> dict:
+    """What the committed pieces hold, per block, of gates under the canonical schedule (its processes and
+    pairs: 12 x 4): planted gains and losses (any sizing), A/A processes, and each candidate's gates (one that
+    decided at the early look holds 6 processes of one pair)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import analyze_campaign as A
+
+    p = A.canonical()
+    held: dict = {b: {"gain": set(), "slower": set(), "aa_processes": 0, "real": {}} for b in BLOCKS}
+    for x in A.load(paths):
+        b = held.get(x["block"])
+        if b is None or x.get("schedule") != [p["processes"], p["max_pairs"]]:
+            continue  # another block, or another schedule's gate
+        head = x["kind"].split(":")[0]
+        if head in ("gain", "slower"):
+            b[head].add(x["gate"])
+        elif head == "aa":
+            b["aa_processes"] += 1
+        else:
+            b["real"].setdefault(head, set()).add(x["gate"])
+    return {
+        blk: {
+            "gain": len(v["gain"]),
+            "slower": len(v["slower"]),
+            "aa_processes": v["aa_processes"],
+            "real": {c: len(g) for c, g in sorted(v["real"].items())},
+        }
+        for blk, v in held.items()
+    }
+
+
+def remaining(paths, processes: int = 12) -> dict[str, list[str]]:
+    """The pieces still to run for TARGET, laid out as plan()'s are: one planted gate a piece, then an A/A gate
+    while the block's A/A processes are short (--budget-s starts it only where it still fits); the A/A gates
+    left over two a piece; a block's missing real gates in a piece of their own, fc2_algo and stream_a apart
+    (they need CAMPAIGN_CONFIGS with their overlays and their packages carried)."""
+    have = done(paths)
+    out: dict[str, list[str]] = {}
+    for b in BLOCKS:
+        h = have[b]
+        aa = -(-max(0, TARGET["aa_processes"] - h["aa_processes"]) // processes)  # A/A gates short
+        for kind in ("gain", "slower"):
+            for i in range(max(0, TARGET[kind] - h[kind])):
+                gates = [f"{kind}:0.003:{b}"]
+                if aa:
+                    gates.append(f"aa:{b}")
+                    aa -= 1
+                out[f"{kind}{h[kind] + i + 1}-b{b}"] = gates
+        for k in range(0, aa, 2):
+            out[f"aa{k // 2 + 1}-b{b}"] = [f"aa:{b}"] * min(2, aa - k)
+        for name, group in (("real", CANDIDATES[:3]), ("real3", CANDIDATES[3:])):
+            missing = [f"{c}:{b}" for c in group if not h["real"].get(c)]
+            if missing:
+                out[f"{name}-b{b}"] = missing
+    return out
+
+
 def run_gate(kind: str, block: int, p: dict, seed: int) -> dict:
     from h3gates.core import perfgate as PG
     from h3gates.rungs import timing as T
@@ -367,6 +430,12 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
     ap.add_argument("--plan", action="store_true", help="print the pieces and exit")
+    ap.add_argument(
+        "--remaining",
+        nargs="+",
+        metavar="DIR",
+        help="print what the evidence folders hold per block and the pieces still to run, and exit",
+    )
     ap.add_argument("--piece", help="one piece of --plan")
     ap.add_argument("--gates", nargs="+", help="gates kind:[g:]block, instead of a piece")
     ap.add_argument("--budget-s", type=float, default=350, help="start no gate after this many seconds")
@@ -382,6 +451,12 @@ def main() -> int:
         return 0
     if a.plan:
         for name, gates in plan().items():
+            print(f"{name:16s} {' '.join(gates)}")
+        return 0
+    if a.remaining:
+        for b, h in done(a.remaining).items():
+            print(f"block {b}: {h}")
+        for name, gates in remaining(a.remaining).items():
             print(f"{name:16s} {' '.join(gates)}")
         return 0
     from h3gates.core import config as C
