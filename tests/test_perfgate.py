@@ -785,8 +785,10 @@ def test_the_campaign_process_sd_interval_covers_the_planted_sd():
     assert A.process_effect_p(_aa_block(random.Random(1), 0.003), 400, random.Random(0)) < 0.01
     assert A.process_effect_p(_aa_block(random.Random(2), 0.0), 400, random.Random(0)) > 0.05
     c = A.block_component(_aa_block(random.Random(3), 0.002), A.canonical(), 20, "t")
-    assert c["processes"] == 48 and c["process_sd"] > 0 and c["process_sd_guarded"] <= c["process_sd"]
-    assert c["anova"]["dof"] == [47, 144] and len(c["process_sd_95_boot"]) == 2
+    assert c["processes"] == 48 and c["process_sd"] > 0 and c["process_sd_guarded"] <= c["kalibera_jones"]["process_sd"]
+    assert c["anova"]["dof"] == [47, 144] and c["process_sd"] == c["anova"]["process_sd"]
+    assert c["process_sd_95"][0] <= c["process_sd"] <= c["process_sd_95"][1]
+    assert len(c["kalibera_jones"]["process_sd_95_boot"]) == 2
 
 
 def test_the_campaign_analysis_gives_the_same_rates_whatever_the_jobs(monkeypatch):

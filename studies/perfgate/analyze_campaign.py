@@ -220,12 +220,14 @@ def process_effect_p(procs: list[dict], permutations: int, rng) -> float | None:
 
 
 def block_component(here: list[dict], p: dict, outer: int, seed) -> dict:
-    """One block's process component: the estimate at r = 0 (process_component) with the exact ANOVA interval
-    (anova_interval: `process_sd_95`, its F and p) and a 95% percentile interval over `outer` resamplings of the
-    processes (`process_var_95_boot`, unfloored, and `process_sd_95_boot`, sqrt(max(0, end)): at the boundary
-    it collapses to [0, 0] and says nothing of how large the component could be, which the ANOVA interval
-    does), the same estimate at the variogram's lag-1 (where it is positive), the permutation p of no process
-    effect, and the figure the reports print (process_sd_guarded)."""
+    """One block's process component. The headline (`process_sd`, `process_sd_95`, `method`) is the one-way
+    random-effects ANOVA's (anova_interval: the pooled order effect removed, its exact interval, F and p) where
+    every process holds as many pairs, else the Kalibera-Jones figure. Beside it: `kalibera_jones`, the
+    reports' own split at r = 0 (process_component: each process's own order means removed) with a 95%
+    percentile interval over `outer` resamplings of the processes (of the unfloored variance; at the boundary
+    the SD's collapses to [0, 0] and says nothing of how large the component could be, which the ANOVA interval
+    does) and the same at the variogram's lag-1 where it is positive; the permutation p of no process effect;
+    and the figure the reports print with the gate's guarded lag-1 (`process_sd_guarded`)."""
     rng = random.Random(f"{seed}:component")
     est = process_component(here)
     reps = [process_component([rng.choice(here) for _ in here]) for _ in range(outer)]
@@ -234,20 +236,25 @@ def block_component(here: list[dict], p: dict, outer: int, seed) -> dict:
     r = variogram_lag1(here)
     at_r = process_component(here, r) if r is not None and r > 0 else None
     anova = anova_interval(here)
+    kj = est and {
+        "process_sd": est["process_sd"],
+        "process_var": est["process_var"],
+        "process_var_95_boot": [lo, hi],
+        "process_sd_95_boot": [None if v is None else math.sqrt(max(v, 0.0)) for v in (lo, hi)],
+        "process_means_sd": est["process_means_sd"],
+        "within_sd_of_mean": est["within_sd_of_mean"],
+        "pair_sd": est["pair_sd"],
+        "lag1_variogram": r,
+        "process_sd_at_lag1": at_r and at_r["process_sd"],
+    }
     return {
         "processes": len(here),
         "pairs": sum(len(x["pairs"]) for x in here),
-        "process_sd": est and est["process_sd"],
-        "process_sd_95": anova["process_sd_95"] if anova else [None, None],
+        "method": "one-way random-effects ANOVA, exact interval" if anova else "Kalibera-Jones at r = 0, bootstrap",
+        "process_sd": anova["process_sd"] if anova else kj and kj["process_sd"],
+        "process_sd_95": anova["process_sd_95"] if anova else kj and kj["process_sd_95_boot"],
         "anova": anova,
-        "process_sd_95_boot": [None if v is None else math.sqrt(max(v, 0.0)) for v in (lo, hi)],
-        "process_var": est and est["process_var"],
-        "process_var_95_boot": [lo, hi],
-        "process_means_sd": est and est["process_means_sd"],
-        "within_sd_of_mean": est and est["within_sd_of_mean"],
-        "pair_sd": est and est["pair_sd"],
-        "lag1_variogram": r,
-        "process_sd_at_lag1": at_r and at_r["process_sd"],
+        "kalibera_jones": kj,
         "process_effect_p": process_effect_p(here, 2000, random.Random(f"{seed}:permutation")),
         "process_sd_guarded": process_sd(here, p["lag1_floor"]),
     }
@@ -533,13 +540,16 @@ def main() -> int:
         if "process_sd" not in v:
             print(f"block {b}: {v['processes']} A/A process(es): no process component")
             continue
+        kj, an = v["kalibera_jones"] or {}, v["anova"] or {}
+        lag1 = kj.get("lag1_variogram")
         print(
             f"block {b}: {v['processes']} A/A processes, process SD {_pctfmt(v['process_sd'])} "
-            f"95% [{_pctfmt(v['process_sd_95'][0])}, {_pctfmt(v['process_sd_95'][1])}] (r = 0; bootstrap "
-            f"[{_pctfmt(v['process_sd_95_boot'][0])}, {_pctfmt(v['process_sd_95_boot'][1])}]), "
-            f"F {v['anova'] and round(v['anova']['F'], 3)} p {v['anova'] and round(v['anova']['p'], 4)}, "
-            f"permutation p {v['process_effect_p']:.4f}, variogram lag-1 {v['lag1_variogram']}, "
-            f"SD at that lag-1 {_pctfmt(v['process_sd_at_lag1'])}, as the reports print it {_pctfmt(v['process_sd_guarded'])}"
+            f"95% [{_pctfmt(v['process_sd_95'][0])}, {_pctfmt(v['process_sd_95'][1])}] ({v['method']}; "
+            f"F {an.get('F', float('nan')):.3f}, p {an.get('p', float('nan')):.4f}; permutation p "
+            f"{v['process_effect_p']:.4f}); Kalibera-Jones at r = 0 {_pctfmt(kj.get('process_sd'))}, bootstrap "
+            f"[{_pctfmt(kj.get('process_sd_95_boot', [None])[0])}, {_pctfmt(kj.get('process_sd_95_boot', [None, None])[1])}], "
+            f"at the variogram's lag-1 {'n/a' if lag1 is None else f'{lag1:.3f}'}: {_pctfmt(kj.get('process_sd_at_lag1'))}; "
+            f"as the reports print it {_pctfmt(v['process_sd_guarded'])}"
         )
     for where, rs in [("all blocks", out["rates"])] + [(f"block {b}", r) for b, r in out["rates_by_block"].items()]:
         for name, r in rs.items():
