@@ -10,9 +10,8 @@ under H3GATES_LEASE_DIR, default /tmp/h3gates-gpu-leases: locks are per host), i
 - exclusive (rung 4's timing, the trajectories' wall time, Nsight Compute: whatever measures time or the
   GPU's counters): the device's lock, LOCK_EX, alone on the device;
 - shared (the byte comparisons: rungs 1, 2, 3, 5, 6 and their baseline artifacts, `outputs.Rung.gpu_shared`):
-  the device's lock LOCK_SH plus one of SHARE slot locks (H3GATES_GPU_SHARE, default 3: what one H200's
-  memory holds of the canonical jobs beside each other), so up to SHARE shared jobs run on one device at once
-  and never beside an exclusive one. Bytes do not depend on what else runs on the GPU; time does, which is
+  the device's lock LOCK_SH plus one of SHARE slot locks (H3GATES_GPU_SHARE, default 3), so up to SHARE
+  shared jobs run on one device at once and never beside an exclusive one. Bytes do not depend on what else runs on the GPU; time does, which is
   why every job that measures time is exclusive.
 
 An exclusive job that waits holds the device's turnstile lock, which a shared job must pass, so shared jobs

@@ -14,7 +14,7 @@ drawn equally often: the moving-block bootstrap under-samples the ends and biase
 and the planted log ratio. --variant runs other schedules beside the canonical one (more processes, more pairs).
 
     python studies/perfgate/gate_simulation.py --out FILE [--trials 4000] [--process-sd 0 0.0005 0.001 0.0015]
-        [--source DIR_OR_FILE] [--variant processes=12,min_pairs=5,max_pairs=5 ...] [--no-ar1]
+        [--source DIR_OR_FILE...] [--block B] [--variant processes=12,min_pairs=5,max_pairs=5 ...] [--no-ar1]
 """
 
 from __future__ import annotations
@@ -44,23 +44,26 @@ def canonical() -> dict:
     return G.params(cfg["timing"])
 
 
-def measured(source: Path = RUN) -> tuple[list[list[float]], dict]:
-    """Per measured A/A process, its pairs' residuals around their order's mean, in time order (source: one
-    campaign JSON, or a folder of them: every gate of kind aa, or every gate where no kind is recorded)."""
-    files = sorted(source.glob("campaign_*.json")) if source.is_dir() else [source]
+def measured(source: Path | list[Path] = RUN, block: int | None = None) -> tuple[list[list[float]], dict]:
+    """Per measured A/A process (of at least 4 pairs: the canonical 12 x 4 schedule's and longer), its pairs'
+    residuals around their order's mean, in time order (source: campaign JSONs, or folders of them: every gate
+    of kind aa, or every gate where no kind is recorded; `block`: that block's gates only)."""
+    files = []
+    for src in [source] if isinstance(source, Path) else source:
+        files += sorted(src.glob("campaign_*.json")) if src.is_dir() else [src]
     procs: dict[tuple, list[tuple[float, str]]] = {}
     calls = set()
     for f in files:
         for gi, g in enumerate(json.loads(f.read_text())["gates"]):
-            if g.get("kind", "aa") != "aa":
+            if g.get("kind", "aa") != "aa" or (block is not None and g.get("block") != block):
                 continue
             for i, proc in enumerate(g["processes"]):
-                procs.setdefault((f.name, gi, i), [])
+                procs.setdefault((str(f), gi, i), [])
                 for p in proc["pairs"]:
-                    procs[(f.name, gi, i)].append((G.pair_stat(p["A"], p["B"]), p["order"]))
+                    procs[(str(f), gi, i)].append((G.pair_stat(p["A"], p["B"]), p["order"]))
                     calls.add(len(p["A"]))
     means = {o: statistics.fmean(x for s in procs.values() for x, oo in s if oo == o) for o in ("AB", "BA")}
-    resid = [[x - means[o] for x, o in s] for s in procs.values() if len(s) >= 5]
+    resid = [[x - means[o] for x, o in s] for s in procs.values() if len(s) >= 4]
     flat = [x for s in resid for x in s]
     info = {
         "pairs": len(flat),
@@ -143,7 +146,10 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--trials", type=int, default=4000)
     ap.add_argument("--process-sd", type=float, nargs="+", default=[0.0, 0.0005, 0.001, 0.0015])
-    ap.add_argument("--source", type=Path, default=RUN, help="a campaign JSON or a folder of them (the A/A gates)")
+    ap.add_argument(
+        "--source", type=Path, nargs="+", default=[RUN], help="campaign JSONs or folders of them (the A/A gates)"
+    )
+    ap.add_argument("--block", type=int, help="that block's A/A gates only")
     ap.add_argument(
         "--variant",
         action="append",
@@ -154,7 +160,7 @@ def main() -> int:
     a = ap.parse_args()
     t0 = time.time()
     p = canonical()
-    resid, info = measured(a.source.resolve())
+    resid, info = measured([x.resolve() for x in a.source], a.block)
     # pairs measured at another number of calls a side than the canonical pair's: the spread is scaled by
     # sqrt(measured / canonical) (per-call noise independent within a pair; conservative where the pair spread
     # is drift shared by both sides); the run-3 pairs had 8 calls, the 2026-12-02 campaign's the canonical 4
