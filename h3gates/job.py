@@ -83,13 +83,12 @@ def _baseline(a) -> int:
     meta = artifact_meta(actx)  # the artifact's identity, computed here: the computing module needs no key code
     if actx.device == "cuda":
         from h3gates.core.lease import acquire
-        from h3gates.core.outputs import RUNG
 
-        # the baselines of the byte-comparing rungs (and the block captures) share the device; the trajectory's
-        # (its wall time is reported) and rung 8's (Nsight Compute) have it alone, as their rungs do
+        # the block captures record no time and share the device; the baseline artifacts record their wall time
+        # (rungs 5-7 report it) or Nsight Compute's counters (rung 8): the device alone
         acquire(
             f"baseline captures block {' '.join(map(str, a.blocks))}" if rung == CAPTURES else f"baseline r{rung}",
-            shared=rung == CAPTURES or RUNG[rung].gpu_shared,
+            shared=rung == CAPTURES,
         )
     if rung == CAPTURES:
         from h3gates.rungs.artifacts import compute_captures

@@ -7,12 +7,14 @@ h3gates rung|baseline|fc2 ...`) calls `acquire()` before CUDA is initialised and
 to the device it got. A lease is a `flock` on lock files per visible device (keyed by the device's UUID,
 under H3GATES_LEASE_DIR, default /tmp/h3gates-gpu-leases: locks are per host), in one of two modes:
 
-- exclusive (rung 4's timing, the trajectories' wall time, Nsight Compute: whatever measures time or the
-  GPU's counters): the device's lock, LOCK_EX, alone on the device;
-- shared (the byte comparisons: rungs 1, 2, 3, 5, 6 and their baseline artifacts, `outputs.Rung.gpu_shared`):
-  the device's lock LOCK_SH plus one of SHARE slot locks (H3GATES_GPU_SHARE, default 3), so up to SHARE
-  shared jobs run on one device at once and never beside an exclusive one. Bytes do not depend on what else runs on the GPU; time does, which is
-  why every job that measures time is exclusive.
+- exclusive (every job that records a time or the GPU's counters: rung 4's gate, the wall times rungs 5-7 and
+  their baseline artifacts report, Nsight Compute's counters and the peak memory of rung 8): the device's
+  lock, LOCK_EX, alone on the device;
+- shared (rungs 1, 2 and 3, which compare bytes and record no time, and the block captures;
+  `outputs.Rung.gpu_shared`): the device's lock LOCK_SH plus one of SHARE slot locks (H3GATES_GPU_SHARE,
+  default 3), so up to SHARE shared jobs run on one device at once and never beside an exclusive one. Bytes do
+  not depend on what else runs on the GPU; time does. A device whose compute mode is not Default (one context
+  at a time) is never shared: a shared job takes it alone.
 
 An exclusive job that waits holds the device's turnstile lock, which a shared job must pass, so shared jobs
 arriving after it wait behind it (no starvation of a gate by a stream of shared jobs). With `--resources
@@ -161,6 +163,17 @@ def _occupied(uuid: str, n: int) -> int:
     return busy
 
 
+def _one_context(devs) -> bool:
+    """Whether any of these devices runs in a compute mode other than Default (Exclusive_Process: one CUDA
+    context at a time), where a second job on the device could not start."""
+    want = {u for _, u in devs}
+    for line in nvidia_smi_query("uuid,compute_mode", timeout=30) or []:
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 2 and parts[0] in want and parts[1] != "Default":
+            return True
+    return False
+
+
 def _shared(devs, job: str, n: int):
     """One pass for a shared lease: the least occupied device with no exclusive holder or waiter and a free slot."""
     for index, uuid in sorted(devs, key=lambda d: _occupied(d[1], n)):
@@ -205,6 +218,8 @@ def acquire(
             )
         return None
     n = share() if shared else 0
+    if shared and _one_context(devs):
+        shared = False  # one context at a time: the shared job takes the device alone
     start = time.time()
     waiting: dict = {}
     try:

@@ -16,17 +16,19 @@ class Rung:
     title: str  # what the HTML report and status call it
     per_block: bool = False  # one report per gated block (rungs 3 and 4)
     fresh: bool = False  # its job never forks from the warm worker (core/warm.py): rung 4 times in its own process
-    gpu_shared: bool = False  # its GPU job may share the device with others that time nothing (core/lease.py)
+    gpu_shared: bool = (
+        False  # its GPU job records no time: it may share the device with others that record none (core/lease.py)
+    )
 
 
 RUNGS = (
     Rung(1, "adversarial", "r1_adversarial", "1 adversarial", gpu_shared=True),
     Rung(2, "tiles", "r2_tiles", "2 tiles", gpu_shared=True),
     Rung(3, "projection", "r3_projection", "3 projection", per_block=True, gpu_shared=True),
-    Rung(4, "block", "r4_block", "4 block", per_block=True, fresh=True),  # times: the device alone
-    Rung(5, "step", "r5_step", "5 step", gpu_shared=True),
-    Rung(6, "two_step", "r6_two_step", "6 two-step", gpu_shared=True),
-    Rung(7, "trajectory", "r7_trajectory", "7 trajectory"),  # reports both trajectories' wall time
+    Rung(4, "block", "r4_block", "4 block", per_block=True, fresh=True),  # the gate times: the device alone
+    Rung(5, "step", "r5_step", "5 step"),  # reports its baseline artifact's wall time
+    Rung(6, "two_step", "r6_two_step", "6 two-step"),  # reports both sides' wall times
+    Rung(7, "trajectory", "r7_trajectory", "7 trajectory"),  # reports both trajectories' wall times
     Rung(8, "profile", "r8_profiler", "8 profiler"),  # Nsight Compute's counters and the peak memory
 )
 RUNG = {r.n: r for r in RUNGS}

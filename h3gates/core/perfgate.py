@@ -36,10 +36,9 @@ candidate whose true ratio is exactly 1 - min_gain is at most 1 - confidence.
 
 The serial-correlation guard (the AR(1) n_eff of the within-process lag-1 autocorrelation, floored at
 `lag1_floor`, lag-1 taken only between pairs adjacent in time within one request: never across a request
-boundary or a dropped pair) no longer enters the decision; it inflates the within-process part of the
-variance of the m_i (the pairs' spread about their own process's order means) that the process component is
-split from (Kalibera and Jones's two-level model: the estimated process SD every report records, a lower
-figure for the guard's floor), and the pooled-pairs bound reported beside the decision for comparison.
+boundary or a dropped pair) no longer enters the decision, nor the estimated process SD every report records
+(Kalibera and Jones's two-level split, process_component, at r = 0); it is the pooled-pairs bound's, reported
+beside the decision for comparison.
 """
 
 from __future__ import annotations
@@ -287,15 +286,17 @@ def summarize(
     }
 
 
-def process_component(series, orders, means: list[float | None], r: float) -> dict:
+def process_component(series, orders, means: list[float | None], r: float = 0.0, plain: bool = False) -> dict:
     """Kalibera and Jones's two-level split of the variance of the process means m_i: the process component
     sigma_b^2 = var(m_i) - mean within part, floored at 0 (`process_var` unfloored). The within part of m_i
-    is s_w^2 (1 + r) / (1 - r) (1 / n_AB + 1 / n_BA) / 4 (a process holding one order: / n), where s_w^2 is the
-    pooled variance of each pair about its own process's mean of its order: free of the process offsets b_i
-    and of the order effect (about the pooled order means, as the pooled bound's spread is taken, s_w^2 would
-    hold sigma_b^2 itself and the component would be estimated near 0 whatever it is). r is the AR(1)
-    inflation's lag-1: the gate passes its guarded one (`lag1_used`, floored at lag1_floor: the within part
-    taken large, the process SD a lower figure); the campaign's analysis also gives it at r = 0."""
+    is s_w^2 (1 + r) / (1 - r) (1 / n_AB + 1 / n_BA) / 4 (a process holding one order, or `plain` means: / n),
+    where s_w^2 is the pooled variance of each pair about its own process's mean of its order: free of the
+    process offsets b_i and of the order effect (about the pooled order means, as the pooled bound's spread is
+    taken, s_w^2 would hold sigma_b^2 itself and the component would be estimated near 0 whatever it is). r is
+    an AR(1) lag-1 for the within part. The gate reports the component at r = 0 (the one-way random-effects
+    ANOVA estimator; a positive serial correlation of the pairs then shows as process variance, so the figure
+    warns rather than hides): its guarded lag-1 is taken about the pooled order means, so it grows with the
+    very offsets this estimates, and with it the component was 0 in nearly every gate whatever it was."""
     ok = [(s, o) for s, o, m in zip(series, orders, means) if m is not None]
     empty = {
         "process_sd": None,
@@ -315,7 +316,7 @@ def process_component(series, orders, means: list[float | None], r: float) -> di
             mu = statistics.fmean(g)
             ss += sum((x - mu) ** 2 for x in g)
             dof += len(g) - 1
-        parts.append(sum(1 / len(g) for g in groups) / len(groups) ** 2)
+        parts.append(1 / len(s_) if plain else sum(1 / len(g) for g in groups) / len(groups) ** 2)
     sd_m = statistics.stdev([m for m in means if m is not None])
     if not dof:  # one pair per order per process (the early look): no within-process spread to split off
         return {**empty, "process_means_sd": sd_m}
@@ -365,7 +366,7 @@ def decide(
         means = [statistics.fmean(s) for s in series]
         balance = "across processes"
     used = [m for m in means if m is not None]
-    comp = process_component(series, orders, means, pooled["lag1_used"])
+    comp = process_component(series, orders, means, plain=balance == "across processes")
     c = 1 - p["min_gain"]
     P = len(used)
     base = {

@@ -45,9 +45,9 @@ def timeline(path: Path) -> dict:
     done = [j for j in jobs if j["end_s"] is not None]
     wall = max((j["end_s"] for j in done), default=0.0)
     busy = 0.0
-    for gpu in {j["gpu"] for j in done}:  # the union of each device's leases
+    for uuid in {j["uuid"] for j in done}:  # the union of each device's leases (by UUID: nodes share indices)
         last = None
-        for a, b in sorted((j["start_s"], j["end_s"]) for j in done if j["gpu"] == gpu):
+        for a, b in sorted((j["start_s"], j["end_s"]) for j in done if j["uuid"] == uuid):
             if last is None or a > last:
                 busy += b - a
                 last = b

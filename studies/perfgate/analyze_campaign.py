@@ -80,7 +80,7 @@ def load(paths) -> list[dict]:
                         {
                             "kind": g["kind"],
                             "block": g["block"],
-                            "gate": f"{f.name}:{gi}",
+                            "gate": f"{f.parent.name}/{f.name}:{gi}",
                             "pairs": pairs,
                             "segments": segments[0],
                             "schedule": [(g.get("params") or {}).get(k) for k in ("processes", "max_pairs")],
@@ -94,27 +94,13 @@ def load(paths) -> list[dict]:
                 {
                     "kind": "aa",
                     "block": d["block"],
-                    "gate": f.name,
+                    "gate": f"{f.parent.name}/{f.name}",
                     "pairs": _pairs_of_report(d["timing"]),
                     "decision": d["timing"].get("decision"),
                     "plant": None,
                 }
             )
     return out
-
-
-def process_sd(procs: list[dict], lag1_floor: float) -> float | None:
-    """The process SD as every rung-4 report prints it (perfgate.process_component with the gate's guarded
-    lag-1: the within part AR(1)-inflated at a lag-1 floored at lag1_floor and corrected up for its
-    small-sample bias), a lower figure; `process_component` at r = 0 is the campaign's estimate."""
-    series = [[x for x, _ in p["pairs"]] for p in procs]
-    orders = [[o for _, o in p["pairs"]] for p in procs]
-    means = [G.process_mean(s, o) for s, o in zip(series, orders)]
-    if sum(m is not None for m in means) < 2:
-        return None
-    return G.process_component(series, orders, means, G.summarize(series, lag1_floor, orders)["lag1_used"])[
-        "process_sd"
-    ]
 
 
 def process_component(procs: list[dict], r: float = 0.0) -> dict | None:
@@ -136,11 +122,12 @@ def process_component(procs: list[dict], r: float = 0.0) -> dict | None:
 def anova_interval(procs: list[dict], conf: float = 0.95) -> dict | None:
     """The one-way random-effects ANOVA of the A/A pairs at one block (the pooled order means removed, each
     process a group of n pairs; the canonical layout is balanced, 2 AB and 2 BA): F = MS_between / MS_within
-    on (P - 1, P (n - 1)) degrees of freedom, its p of no process effect, and the exact interval of
-    sigma_b^2 / sigma_w^2 under normal independent pairs, [(F / F_hi - 1) / n, (F / F_lo - 1) / n] (Searle,
-    Casella and McCulloch, Variance Components, 3.5), floored at 0 and turned into the process SD by the
-    pooled pair SD. Unlike a percentile bootstrap of the processes it gives an upper end where the estimate
-    sits at the boundary (F < 1). None unless every process holds the same number of pairs."""
+    on (P - 1, P (n - 1) - 1) degrees of freedom (the order effect spends one), its p of no process effect, and
+    the interval of sigma_b^2 / sigma_w^2 that is exact under normal independent pairs, [(F / F_hi - 1) / n,
+    (F / F_lo - 1) / n] (Searle, Casella and McCulloch, Variance Components, 3.5), floored at 0 and turned into
+    the process SD by the pooled pair SD (a plug-in: the SD's interval is not exact; simulated coverage 96-98%).
+    Unlike a percentile bootstrap of the processes it gives an upper end where the estimate sits at the
+    boundary (F < 1). None unless every process holds the same number of pairs."""
     from scipy import stats
 
     rows = [[x for x, _ in p["pairs"]] for p in procs]
@@ -151,9 +138,9 @@ def anova_interval(procs: list[dict], conf: float = 0.95) -> dict | None:
     om = {k: statistics.fmean([x for x, o in flat if o == k] or [0.0]) for k in ("AB", "BA")}
     adj = [[x - om[o] for x, o in p["pairs"]] for p in procs]
     P, grand = len(adj), statistics.fmean(x for r in adj for x in r)
-    msb = n * sum((statistics.fmean(r) - grand) ** 2 for r in adj) / (P - 1)
-    msw = sum((x - statistics.fmean(r)) ** 2 for r in adj for x in r) / (P * (n - 1))
-    d1, d2 = P - 1, P * (n - 1)
+    d1, d2 = P - 1, P * (n - 1) - 1  # the pooled order effect, removed, spent one within degree of freedom
+    msb = n * sum((statistics.fmean(r) - grand) ** 2 for r in adj) / d1
+    msw = sum((x - statistics.fmean(r)) ** 2 for r in adj for x in r) / d2
     F = msb / msw
     lo_q, hi_q = stats.f.ppf([(1 - conf) / 2, (1 + conf) / 2], d1, d2)
     ratio = [max(0.0, (F / hi_q - 1) / n), max(0.0, (F / lo_q - 1) / n)]
@@ -170,21 +157,19 @@ def anova_interval(procs: list[dict], conf: float = 0.95) -> dict | None:
 def variogram_lag1(procs: list[dict]) -> float | None:
     """The pairs' lag-1 autocorrelation, free of the process offsets: with the pooled order means removed,
     gamma(h) = half the mean squared difference of two pairs h apart in one request of one process (the
-    offset b_i cancels in every difference), and r = 1 - gamma(1) / gamma(h >= 2), the far lags standing for
-    the within-process variance (AR(1) with small r: rho(2) = r^2). None where a block has no lag >= 2."""
+    offset b_i cancels in every difference). For an AR(1), gamma(h) = sigma^2 (1 - rho^h), so
+    gamma(2) / gamma(1) = 1 + rho and r = gamma(2) / gamma(1) - 1. None where a block has no lag 2."""
     flat = [(x, o) for p in procs for x, o in p["pairs"]]
     om = {k: statistics.fmean([x for x, o in flat if o == k] or [0.0]) for k in ("AB", "BA")}
-    near, far = [], []
+    gam: dict[int, list[float]] = {1: [], 2: []}
     for p in procs:
         adj = [x - om[o] for x, o in p["pairs"]]
         seg = p.get("segments") or [0] * len(adj)
-        for i in range(len(adj)):
-            for j in range(i + 1, len(adj)):
-                if seg[i] == seg[j]:
-                    (near if j - i == 1 else far).append((adj[i] - adj[j]) ** 2 / 2)
-    if not near or not far:
+        for h in (1, 2):
+            gam[h] += [(adj[i] - adj[i + h]) ** 2 / 2 for i in range(len(adj) - h) if seg[i] == seg[i + h]]
+    if not gam[1] or not gam[2] or not statistics.fmean(gam[1]):
         return None
-    return 1 - statistics.fmean(near) / statistics.fmean(far)
+    return statistics.fmean(gam[2]) / statistics.fmean(gam[1]) - 1
 
 
 def process_effect_p(procs: list[dict], permutations: int, rng) -> float | None:
@@ -226,8 +211,8 @@ def block_component(here: list[dict], p: dict, outer: int, seed) -> dict:
     reports' own split at r = 0 (process_component: each process's own order means removed) with a 95%
     percentile interval over `outer` resamplings of the processes (of the unfloored variance; at the boundary
     the SD's collapses to [0, 0] and says nothing of how large the component could be, which the ANOVA interval
-    does) and the same at the variogram's lag-1 where it is positive; the permutation p of no process effect;
-    and the figure the reports print with the gate's guarded lag-1 (`process_sd_guarded`)."""
+    does) and the same at the variogram's lag-1 where it is positive; and the permutation p of no process
+    effect. Kalibera-Jones at r = 0 is the figure every rung-4 report records (perfgate.decide)."""
     rng = random.Random(f"{seed}:component")
     est = process_component(here)
     reps = [process_component([rng.choice(here) for _ in here]) for _ in range(outer)]
@@ -250,13 +235,12 @@ def block_component(here: list[dict], p: dict, outer: int, seed) -> dict:
     return {
         "processes": len(here),
         "pairs": sum(len(x["pairs"]) for x in here),
-        "method": "one-way random-effects ANOVA, exact interval" if anova else "Kalibera-Jones at r = 0, bootstrap",
+        "method": "one-way random-effects ANOVA, F interval" if anova else "Kalibera-Jones at r = 0, bootstrap",
         "process_sd": anova["process_sd"] if anova else kj and kj["process_sd"],
         "process_sd_95": anova["process_sd_95"] if anova else kj and kj["process_sd_95_boot"],
         "anova": anova,
         "kalibera_jones": kj,
         "process_effect_p": process_effect_p(here, 2000, random.Random(f"{seed}:permutation")),
-        "process_sd_guarded": process_sd(here, p["lag1_floor"]),
     }
 
 
@@ -462,6 +446,9 @@ def analyze(
             "measured A/A process holds: the bootstrap would reuse pairs and understate the noise"
         )
     out = {"schedule": p, "levels": list(G.levels(p)), "boot": boot, "outer": outer, "seed": seed, "blocks": {}}
+    schedules = sorted({tuple(x["schedule"]) for x in aa if x.get("schedule")})
+    if len(schedules) > 1:  # e.g. the 6 x 9 gates of 2026-12-02 among the 12 x 4 ones: another protocol
+        out["warning"] = f"A/A processes measured under several schedules (processes, max_pairs): {schedules}"
     for b in sorted({x["block"] for x in aa}):
         here = [x for x in aa if x["block"] == b]
         out["blocks"][str(b)] = block_component(here, p, outer, f"{seed}:{b}") if len(here) >= 2 else {
@@ -533,6 +520,8 @@ def main() -> int:
             ap.error(f"--set {kv}: not KEY=VALUE of a timing key ({', '.join(sorted(G.defaults()))})")
         sched[k] = yaml.safe_load(v)
     out = analyze(a.paths, a.boot, a.outer, a.seed, sched, a.jobs)
+    if out.get("warning"):
+        print(f"warning: {out['warning']}", file=sys.stderr)
     text = json.dumps(out, indent=1)
     if a.out:
         Path(a.out).write_text(text)
@@ -546,10 +535,9 @@ def main() -> int:
             f"block {b}: {v['processes']} A/A processes, process SD {_pctfmt(v['process_sd'])} "
             f"95% [{_pctfmt(v['process_sd_95'][0])}, {_pctfmt(v['process_sd_95'][1])}] ({v['method']}; "
             f"F {an.get('F', float('nan')):.3f}, p {an.get('p', float('nan')):.4f}; permutation p "
-            f"{v['process_effect_p']:.4f}); Kalibera-Jones at r = 0 {_pctfmt(kj.get('process_sd'))}, bootstrap "
+            f"{v['process_effect_p']:.4f}); Kalibera-Jones at r = 0 (the reports' figure) {_pctfmt(kj.get('process_sd'))}, bootstrap "
             f"[{_pctfmt(kj.get('process_sd_95_boot', [None])[0])}, {_pctfmt(kj.get('process_sd_95_boot', [None, None])[1])}], "
-            f"at the variogram's lag-1 {'n/a' if lag1 is None else f'{lag1:.3f}'}: {_pctfmt(kj.get('process_sd_at_lag1'))}; "
-            f"as the reports print it {_pctfmt(v['process_sd_guarded'])}"
+            f"at the variogram's lag-1 {'n/a' if lag1 is None else f'{lag1:.3f}'}: {_pctfmt(kj.get('process_sd_at_lag1'))}"
         )
     for where, rs in [("all blocks", out["rates"])] + [(f"block {b}", r) for b, r in out["rates_by_block"].items()]:
         for name, r in rs.items():

@@ -339,7 +339,7 @@ def done(paths) -> dict:
         if head in ("gain", "slower"):
             b[head].add(x["gate"])
         elif head == "aa":
-            b["aa_processes"] += 1
+            b["aa_processes"] += len(x["pairs"]) == p["max_pairs"]  # (a gate that decided early: not a full one)
         else:
             b["real"].setdefault(head, set()).add(x["gate"])
     return {
@@ -374,8 +374,8 @@ def remaining(paths, processes: int = 12) -> dict[str, list[str]]:
             out[f"aa{k // 2 + 1}-b{b}"] = [f"aa:{b}"] * min(2, aa - k)
         for name, group in (("real", CANDIDATES[:3]), ("real3", CANDIDATES[3:])):
             missing = [f"{c}:{b}" for c in group if not h["real"].get(c)]
-            if missing:
-                out[f"{name}-b{b}"] = missing
+            for k in range(0, len(missing), 2):  # two a piece: a third would start after --budget-s
+                out[f"{name}-b{b}" + (f"-{k // 2 + 1}" if len(missing) > 2 else "")] = missing[k : k + 2]
     return out
 
 
@@ -438,6 +438,7 @@ def main() -> int:
     )
     ap.add_argument("--piece", help="one piece of --plan")
     ap.add_argument("--gates", nargs="+", help="gates kind:[g:]block, instead of a piece")
+    ap.add_argument("--name", help="the piece's name: OUT/campaign_<name>.json (default: --piece, else 'gates')")
     ap.add_argument("--budget-s", type=float, default=350, help="start no gate after this many seconds")
     ap.add_argument("--worker", action="store_true")
     ap.add_argument("--block", type=int)
@@ -457,7 +458,7 @@ def main() -> int:
         for b, h in done(a.remaining).items():
             print(f"block {b}: {h}")
         for name, gates in remaining(a.remaining).items():
-            print(f"{name:16s} {' '.join(gates)}")
+            print(f"python3 studies/perfgate/campaign.py --gates {' '.join(gates)} --name {name} --out $OUT")
         return 0
     from h3gates.core import config as C
     from h3gates.core import perfgate as PG
@@ -466,7 +467,7 @@ def main() -> int:
     cfg = C.load_config([ROOT / c for c in CONFIGS])
     p = PG.params(cfg["timing"])
     gates = [parse_gate(s) for s in (a.gates or plan()[a.piece])]
-    name = a.piece or "gates"
+    name = a.name or a.piece or "gates"
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     commit = (
