@@ -293,3 +293,38 @@ def test_every_job_that_measures_time_or_counters_has_the_device_alone():
     from h3gates.core.outputs import RUNGS
 
     assert {r.n for r in RUNGS if r.gpu_shared} == {1, 2, 3}
+
+
+@pytest.mark.parametrize("rung", [0, 5, 6, 7, 8])
+def test_a_baseline_job_shares_the_device_only_for_the_captures(rung, monkeypatch, tmp_path):
+    """The `baseline` job's lease (h3gates.job._baseline), run as the workflow runs it with a CUDA context:
+    the block captures (rung 0) record no time and share; the baseline artifacts of rungs 5-7 record their wall
+    time and rung 8's its Nsight counters, so they hold the device alone. Catches: a baseline that records a
+    time taking a shared lease."""
+    from h3gates import job
+    from h3gates.core import config as C
+    from h3gates.core import context as X
+    from h3gates.core import lease
+
+    cfg = C.validate_config(
+        C.merge(C.load_config([ROOT / "config/config.yaml"]), {"device": "cuda", "baseline": {"accepted": []}})
+    )
+    shared = X.SharedContext.of(cfg)
+    actx = X.capture_context(shared) if rung == 0 else X.baseline_context(cfg, rung)
+    asked = []
+
+    class Leased(Exception):
+        pass
+
+    def acquire(job_name, *args, shared=False, **kw):
+        asked.append((job_name, shared))
+        raise Leased  # stop before any GPU work
+
+    monkeypatch.setattr(lease, "acquire", acquire)
+    outs = [str(tmp_path / "b0.pt"), str(tmp_path / "b24.pt")] if rung == 0 else [str(tmp_path / "a.pt")]
+    a = job.parser().parse_args(
+        ["baseline", "--context", actx.to_json(), "--out", *outs, *(["--blocks", "0", "24"] if rung == 0 else [])]
+    )
+    with pytest.raises(Leased):
+        a.run(a)
+    assert asked == [(asked[0][0], rung == 0)] and not any(os.path.exists(o) for o in outs)

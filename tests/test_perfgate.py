@@ -9,6 +9,8 @@ import json
 import math
 import random
 import re
+import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -243,6 +245,32 @@ def test_the_process_component_is_estimated_where_it_is():
     # spread gives 6.8e-6 at 0.3%
     assert mean_var(0.003) == pytest.approx(0.003**2, abs=1e-6)
     assert abs(mean_var(0.0)) < 4e-7
+
+
+def test_the_process_component_of_plain_means_divides_the_within_part_by_the_pairs():
+    """A look at an odd number of pairs (a process holding AB, BA, AB) takes plain means when the processes
+    balance the orders between them (decide's "across processes"): the within part of a plain mean is
+    s_w^2 / n, not the crossover mean's (1 / n_AB + 1 / n_BA) / 4. Catches: `plain` dropped (the within part
+    then 0.375 s_w^2 where it is s_w^2 / 3, and the component understated by the difference)."""
+    rng = random.Random(17)
+    s, o = [], []
+    for i in range(12):
+        oo = G.orders(3, 0, i, 1)
+        s.append([rng.gauss(0, 0.0045) for _ in oo])
+        o.append(oo)
+    means = [statistics.fmean(x) for x in s]
+    plain, crossed = (G.process_component(s, o, means, 0.0, plain=q) for q in (True, False))
+    sw2 = plain["pair_sd"] ** 2
+    assert plain["within_sd_of_mean"] ** 2 == pytest.approx(sw2 / 3, rel=1e-12)
+    assert crossed["within_sd_of_mean"] ** 2 == pytest.approx(sw2 * 0.375, rel=1e-12)
+    assert plain["process_var"] - crossed["process_var"] == pytest.approx(sw2 * (0.375 - 1 / 3), rel=1e-9)
+    # decide takes plain means where a process holds one order only and the orders balance across processes
+    o = [["AB"] if i % 2 == 0 else ["BA", "AB", "BA"] for i in range(12)]
+    s = [[rng.gauss(0, 0.0045) for _ in oo] for oo in o]
+    seen = G.decide(s, o, G.params({}), 0)
+    want = G.process_component(s, o, [statistics.fmean(x) for x in s], 0.0, plain=True)
+    assert seen["order_balance"] == "across processes"
+    assert seen["within_sd_of_mean"] == pytest.approx(want["within_sd_of_mean"], rel=1e-12)
 
 
 def test_the_reports_process_sd_sees_a_process_effect():
@@ -818,6 +846,71 @@ def test_the_campaign_process_sd_interval_covers_the_planted_sd():
     assert len(c["kalibera_jones"]["process_sd_95_boot"]) == 2
 
 
+def test_the_campaign_variogram_lag1_is_free_of_the_process_offsets_and_stops_at_requests():
+    """variogram_lag1 on AR(1) pairs (rho 0.4) under process offsets of 0.6% (larger than the pair SD): it
+    finds rho, where the lag-1 about the pooled order means grows with the offsets; a jump between two
+    requests of one process (a new segment) is not differenced. Catches: the offsets left in (the estimate
+    near 0.9), gamma(1) / gamma(2) inverted, or differences taken across a request boundary."""
+    A = _analysis()
+    rng = random.Random(8)
+    procs = []
+    for i in range(400):
+        b, e, pairs = rng.gauss(0, 0.006), rng.gauss(0, 0.0045), []
+        for q in G.orders(8, 0, i, 1):
+            pairs.append((b + (0.003 if q == "AB" else -0.003) + e, q))
+            e = 0.4 * e + rng.gauss(0, 0.0045 * math.sqrt(1 - 0.16))
+        procs.append({"pairs": pairs, "segments": [0] * 8})
+    r = A.variogram_lag1(procs)
+    assert 0.3 < r < 0.5, r  # 400 x 8 pairs: SE about 0.03
+    pooled = G.summarize([[x for x, _ in p["pairs"]] for p in procs], 0.0, [[o for _, o in p["pairs"]] for p in procs])
+    assert pooled["lag1"] > r + 0.2  # about the pooled order means the offsets read as serial correlation
+    jump = [{"pairs": [(0.0, "AB"), (0.0, "BA"), (1.0, "AB"), (1.0, "BA")], "segments": [0, 0, 1, 1]}]
+    assert A.variogram_lag1(jump) is None  # no difference within a segment is non-zero, and no lag 2 in one
+    assert A.variogram_lag1([{"pairs": [(0.0, "AB"), (0.001, "BA")], "segments": [0, 0]}]) is None  # no lag 2
+
+
+def test_the_campaign_analysis_warns_where_the_schedules_mix(monkeypatch):
+    """A/A processes measured under another schedule (the 6 x 9 gates of 2026-12-02 beside the 12 x 4 ones)
+    give the analysis a warning; one schedule, or processes whose report recorded none (older reports), do
+    not. Catches: the warning dropped, or an older report's missing schedule taken for a schedule."""
+    A = _analysis()
+    procs = _aa_block(random.Random(6), 0.0, processes=24)
+    for i, x in enumerate(procs):
+        x["schedule"] = [12, 4] if i % 3 else None
+    monkeypatch.setattr(A, "load", lambda paths: procs)
+    assert "warning" not in A.analyze([], boot=2, outer=1, seed=0)
+    procs[1]["schedule"] = [6, 9]
+    w = A.analyze([], boot=2, outer=1, seed=0)["warning"]
+    assert "several schedules" in w and "(6, 9)" in w and "(12, 4)" in w
+
+
+def test_the_campaign_analysis_leaves_out_a_process_short_of_its_pairs_and_says_so(monkeypatch, tmp_path):
+    """An A/A process that lost a pair to throttling (3 of 4 kept) is left out of the rates and the process
+    component, and the analysis says which gate; campaign.done does not count it either. Catches: the whole
+    analysis refused for one dropped pair (it raised on the shortest process), or the short process drawn from
+    (its pairs reused)."""
+    A = _analysis()
+    procs = _aa_block(random.Random(6), 0.0, processes=25)
+    procs[-1]["pairs"] = procs[-1]["pairs"][:3]
+    procs[-1]["gate"] = "f/campaign_x.json:0"
+    monkeypatch.setattr(A, "load", lambda paths: procs)
+    out = A.analyze([], boot=2, outer=1, seed=0)
+    assert out["left_out"]["processes"] == 1 and out["left_out"]["gates"] == ["f/campaign_x.json:0"]
+    assert out["blocks"]["0"]["processes"] == 24 and out["rates"]["processes"] == 24
+    assert out["blocks"]["0"]["anova"] is not None  # the rest balanced: the ANOVA headline stands
+    with pytest.raises(SystemExit, match="max_pairs 5 is more than the 4 pairs the longest"):
+        A.analyze([], boot=1, outer=1, schedule={"max_pairs": 5})
+    sys.path.insert(0, str(ROOT / "studies/perfgate"))
+    try:
+        import campaign as K
+    finally:
+        sys.path.remove(str(ROOT / "studies/perfgate"))
+    for x in procs:
+        x["schedule"] = [12, 4]
+    monkeypatch.setattr(A, "load", lambda paths: procs)
+    assert K.done([tmp_path])[0]["aa_processes"] == 24
+
+
 def test_the_campaign_analysis_gives_the_same_rates_whatever_the_jobs(monkeypatch):
     """Each case is bootstrapped from its own generator (seeded by the seed and the case's name): the rates do
     not depend on --jobs, on which other cases ran, or on their order. Catches: one generator shared by the
@@ -983,6 +1076,14 @@ def test_the_campaign_says_what_is_left_of_it():
         assert {"fc2_algo", "stream_a"} <= {g.split(":")[0] for g in got}
     for gates in left.values():  # every piece fits a device command: at most one planted gate
         assert sum(g.startswith(("gain:", "slower:")) for g in gates) <= 1
+    lines = subprocess.run(
+        [sys.executable, "studies/perfgate/campaign.py", "--remaining", *map(str, folders)],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    ).stdout.splitlines()  # fmt: skip
+    runs = [x for x in lines if "--gates" in x]
+    assert len(runs) == len(left)
+    for x in runs:  # fc2_algo and stream_a run under their overlays
+        assert ("CAMPAIGN_CONFIGS=" in x) == ("fc2_algo:" in x or "stream_a:" in x), x
 
 
 def test_two_pieces_of_one_name_in_two_folders_are_two_gates(tmp_path):

@@ -440,12 +440,22 @@ def analyze(
     p = G.params({**canonical(), **(schedule or {})})
     procs = load(paths)
     aa = [x for x in procs if x["kind"] == "aa" and len(x["pairs"]) >= 2]
-    if aa and p["max_pairs"] > min(len(x["pairs"]) for x in aa):
+    if aa and p["max_pairs"] > max(len(x["pairs"]) for x in aa):
         raise SystemExit(
-            f"max_pairs {p['max_pairs']} is more than the {min(len(x['pairs']) for x in aa)} pairs the shortest "
+            f"max_pairs {p['max_pairs']} is more than the {max(len(x['pairs']) for x in aa)} pairs the longest "
             "measured A/A process holds: the bootstrap would reuse pairs and understate the noise"
         )
+    # a process short of the schedule's pairs (a pair dropped for throttling) is left out, and said: drawn
+    # from, it would reuse pairs (campaign.done counts the same processes)
+    short = [x for x in aa if len(x["pairs"]) < p["max_pairs"]]
+    aa = [x for x in aa if len(x["pairs"]) >= p["max_pairs"]]
     out = {"schedule": p, "levels": list(G.levels(p)), "boot": boot, "outer": outer, "seed": seed, "blocks": {}}
+    if short:
+        out["left_out"] = {
+            "processes": len(short),
+            "why": f"A/A processes holding fewer than max_pairs {p['max_pairs']} pairs (pairs dropped)",
+            "gates": sorted({x["gate"] for x in short}),
+        }
     schedules = sorted({tuple(x["schedule"]) for x in aa if x.get("schedule")})
     if len(schedules) > 1:  # e.g. the 6 x 9 gates of 2026-12-02 among the 12 x 4 ones: another protocol
         out["warning"] = f"A/A processes measured under several schedules (processes, max_pairs): {schedules}"
@@ -522,6 +532,9 @@ def main() -> int:
     out = analyze(a.paths, a.boot, a.outer, a.seed, sched, a.jobs)
     if out.get("warning"):
         print(f"warning: {out['warning']}", file=sys.stderr)
+    if out.get("left_out"):
+        lo = out["left_out"]
+        print(f"left out: {lo['processes']} {lo['why']}, in {', '.join(lo['gates'])}", file=sys.stderr)
     text = json.dumps(out, indent=1)
     if a.out:
         Path(a.out).write_text(text)

@@ -43,6 +43,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 CONFIGS = os.environ.get("CAMPAIGN_CONFIGS", "config/config.yaml config/canonical.yaml").split()
+# fc2_algo and stream_a run under their overlays (stream_a with the CuTe DSL carried: studies/perfgate/README.md)
+REAL3_CONFIGS = ("config/config.yaml", "config/canonical.yaml", "config/fc2_algo.yaml", "config/stream_a.yaml")
 BLOCKS = (0, 24, 49)
 CANDIDATES = ("modulate_fusion", "swiglu_fusion", "qkv_ring", "fc2_algo", "stream_a")
 
@@ -458,7 +460,10 @@ def main() -> int:
         for b, h in done(a.remaining).items():
             print(f"block {b}: {h}")
         for name, gates in remaining(a.remaining).items():
-            print(f"python3 studies/perfgate/campaign.py --gates {' '.join(gates)} --name {name} --out $OUT")
+            env = ""
+            if any(g.split(":")[0] in CANDIDATES[3:] for g in gates):  # their overlays (and packages: README)
+                env = f"CAMPAIGN_CONFIGS={shlex.quote(' '.join(REAL3_CONFIGS))} "
+            print(f"{env}python3 studies/perfgate/campaign.py --gates {' '.join(gates)} --name {name} --out $OUT")
         return 0
     from h3gates.core import config as C
     from h3gates.core import perfgate as PG
