@@ -711,6 +711,33 @@ def test_workers_import_at_once_and_prepare_in_turns(tmp_path):
     assert not launcher.launched and all(w.p.wait(timeout=10) == 0 for w in ahead)
 
 
+def test_a_workers_ready_line_splits_its_gpu_part(tmp_path):
+    """The ready line's account of the GPU part (issue 31: rung 4's preparation): the worker's own clock at the
+    go (await_go) and as it answers (serve's t_ready) split the parent's gpu_s into the go's way there, the
+    worker's steps and the line's way back; the worker here (timing's own await_go, prepare and serve, as
+    r4_block.worker uses them) spends 0.3 s between them. Catches: await_go not returning the worker's clock,
+    or the ready line's stamps dropped (the 6 s of gpu_s the phases do not hold would stay unsplit)."""
+    from h3gates.rungs import timing as T
+
+    script = tmp_path / "w.py"
+    script.write_text(
+        "import sys, time\nsys.path.insert(0, %r)\nfrom h3gates.rungs import timing as T\n"
+        "t_go = T.await_go()\ntime.sleep(0.3)\n"
+        "sides = T.prepare(lambda: __import__('torch').zeros(4), lambda: __import__('torch').zeros(4), 'cpu', 'eager', 1, 'baseline')\n"
+        "T.serve(sides, 'cpu', {'worker': {'t_go': t_go, 'init_s': T.init_device('cpu')}})\n" % str(ROOT)
+    )
+    argv = lambda i, first: [sys.executable, str(script)]  # noqa: E731
+    (w,) = T.start_processes(2, argv, at_once=1, indices=[1])
+    T.close_all([w])
+    prep, steps = w.ready["prep"], w.ready["worker"]
+    assert steps["init_s"] == 0.0 and isinstance(w.ready["t_ready"], float)
+    assert 0 <= prep["to_worker_s"] < prep["gpu_s"] and 0 <= prep["from_worker_s"] < prep["gpu_s"], prep
+    assert w.ready["t_ready"] - steps["t_go"] >= 0.3  # the worker's part, on its own clock
+    assert prep["to_worker_s"] + (w.ready["t_ready"] - steps["t_go"]) + prep["from_worker_s"] == pytest.approx(
+        prep["gpu_s"], abs=0.002
+    )
+
+
 def test_the_gate_launches_a_later_cohort_ahead_only_once_the_early_look_is_undecided():
     """Catches: the second cohort's workers launched before the early look has decided (wasted when it
     decides), not launched ahead of the first cohort's main look (their imports no longer overlap its

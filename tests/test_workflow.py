@@ -471,6 +471,10 @@ ModulateFusedProducer.produce = _slow
     prep = rep["timing"]["process_prep"]
     assert len(prep) == len(rep["timing"]["processes"]) and all(set(p["phases"]) == {"A", "B"} for p in prep), prep
     assert all(p["build_s"] > 0 and p["prep"]["gpu_s"] >= p["build_s"] for p in prep[1:]), prep
+    # and each worker's own account of its GPU part: its context (none on a CPU), the build, the preparation,
+    # and the go's and the ready line's way between the processes
+    assert all(p["worker"]["init_s"] == 0 and p["worker"]["prepare_s"] > 0 for p in prep[1:]), prep
+    assert all(p["prep"]["to_worker_s"] >= 0 and p["prep"]["from_worker_s"] >= 0 for p in prep[1:]), prep
     assert all(v["eager_s"] > 0 for p in prep for v in p["phases"].values()), prep
     # each process's preparation group (timing.Launcher): process 0 alone, the CPU workers all at once (on a GPU
     # the groups are sized from the free memory: tests/test_perfgate.py)

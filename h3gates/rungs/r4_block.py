@@ -230,18 +230,25 @@ def process_prep(ready: list) -> list:
     """Where each timing process's preparation went (issue 31: rung 4's overhead): the parent's clock from
     launch to imports done, waiting for its turn and on the GPU (T.Worker), and inside that the build of the
     block's two sides (build_s; process 0's were built before the gate), each side's eager run, capture and
-    warm-up (T.Side.phases), and its peak GPU memory."""
-    keys = ("prep", "build_s", "phases", "memory_gb")
+    warm-up (T.Side.phases), and its peak GPU memory; `worker`, the worker's own account of its GPU part (its
+    CUDA context, the build, T.prepare whole) and prep's to_worker_s / from_worker_s, the go's and the ready
+    line's way between the processes: what of gpu_s none of these holds is the worker's answer itself."""
+    keys = ("prep", "build_s", "worker", "phases", "memory_gb")
     return [None if r is None else {k: r[k] for k in keys if k in r} for r in ready]
 
 
 def worker(ctx, block: int, first: str, mode: str) -> None:
     """`python -m h3gates perf-worker`: this block's two sides in a process of their own, built and
     captured in the order `first`, serving pairs to the rung's process."""
-    T.await_go()  # imported: the GPU work waits for the parent's turn (T.PREPARE_AT_ONCE at a time)
+    t_go = T.await_go()  # imported: the GPU work waits for the parent's turn (T.PREPARE_AT_ONCE at a time)
+    init_s = T.init_device(ctx.device)  # its CUDA context, apart from the build
     t = time.perf_counter()
     gate = Gate(ctx, 4, block)
     base, cand = sides_of(gate, block)
     build_s = round(time.perf_counter() - t, 3)
     q = PG.params({k: v for k, v in ctx.rung_params.items() if k != "enforce"})
-    T.serve(T.prepare(base, cand, gate.device, mode, q["warmup"], first), gate.device, {"build_s": build_s})
+    t = time.perf_counter()
+    sides = T.prepare(base, cand, gate.device, mode, q["warmup"], first)
+    prepare_s = round(time.perf_counter() - t, 3)  # both sides' phases, the pool and the cache's release
+    steps = {"t_go": t_go, "init_s": init_s, "build_s": build_s, "prepare_s": prepare_s}
+    T.serve(sides, gate.device, {"build_s": build_s, "worker": steps})

@@ -445,14 +445,18 @@ class Worker:
     def _set_ready(self, line: dict) -> None:
         self.t = t = {**self.t, "ready": time.time()}
         go = t.get("go", t["loaded"])
-        self.ready = {
-            **line,
-            "prep": {
-                "load_s": round(t["loaded"] - t["launched"], 3),
-                "queued_s": round(go - t["loaded"], 3),
-                "gpu_s": round(t["ready"] - go, 3),
-            },
+        prep = {
+            "load_s": round(t["loaded"] - t["launched"], 3),
+            "queued_s": round(go - t["loaded"], 3),
+            "gpu_s": round(t["ready"] - go, 3),
         }
+        # inside gpu_s, on the worker's own clock (one host: the same wall clock): the go's way to the worker and
+        # the ready line's way back; `worker` (its steps) comes with the line
+        if (line.get("worker") or {}).get("t_go") is not None:
+            prep["to_worker_s"] = round(line["worker"]["t_go"] - go, 3)
+        if line.get("t_ready") is not None:
+            prep["from_worker_s"] = round(t["ready"] - line["t_ready"], 3)
+        self.ready = {**line, "prep": prep}
 
     def _read(self) -> dict:
         line = self.p.stdout.readline()
@@ -484,16 +488,28 @@ class Worker:
                 self.p.kill()
 
 
-def await_go() -> None:
+def await_go() -> float:
     """In a worker, once its imports are done and before it touches the GPU: say `loaded` and wait for the
     parent's go (Worker.go), so that every worker of a cohort imports at once while only PREPARE_AT_ONCE of
-    them build and capture on the GPU at a time. A quit (or a closed channel) instead ends the process: a
-    cohort launched ahead whose gate decided before it was needed."""
+    them build and capture on the GPU at a time; returns the worker's clock when the go came. A quit (or a
+    closed channel) instead ends the process: a cohort launched ahead whose gate decided before it was needed."""
     sys.stdout.write(json.dumps({"loaded": True, "t": time.time()}) + "\n")
     sys.stdout.flush()
     line = sys.stdin.readline()
     if not line or not json.loads(line).get("go"):
         raise SystemExit(0)
+    return time.time()
+
+
+def init_device(device: str) -> float:
+    """Make this process's CUDA context now (a one-element allocation, synchronized), and return the seconds it
+    took: a worker's preparation account keeps it apart from the build (0.0 on a CPU)."""
+    if device != "cuda":
+        return 0.0
+    t = time.perf_counter()
+    torch.zeros(1, device="cuda")
+    torch.cuda.synchronize()
+    return round(time.perf_counter() - t, 3)
 
 
 def first_of(i: int) -> str:
@@ -648,7 +664,8 @@ def serve(sides: dict, device: str, extra: dict | None = None) -> None:
     monitor = Monitor(device)
     out = sys.stdout
     sys.stdout = sys.stderr  # nothing else may write the protocol channel
-    out.write(json.dumps({**(extra or {}), **ready_of(sides, device)}) + "\n")
+    # t_ready: the worker's clock as it answers (Worker._set_ready: how long the line took to reach the parent)
+    out.write(json.dumps({**(extra or {}), **ready_of(sides, device), "t_ready": time.time()}) + "\n")
     out.flush()
     gc.collect()
     for line in sys.stdin:

@@ -233,7 +233,8 @@ def worker(block: int, first: str, a: str, b: str, mode: str, warmup: int) -> No
     import h3gates.rungs.artifacts  # noqa: F401
     from h3gates.rungs import timing as T
 
-    T.await_go()  # the GPU work waits for the parent's turn (timing.PREPARE_AT_ONCE at a time)
+    t_go = T.await_go()  # the GPU work waits for the parent's turn (timing.PREPARE_AT_ONCE at a time)
+    init_s = T.init_device("cuda" if torch.cuda.is_available() else "cpu")  # the CUDA context, apart from the build
     t_build = time.perf_counter()
     cfg, sides, x = _setup(block)
     build_s = round(time.perf_counter() - t_build, 3)
@@ -262,11 +263,21 @@ def worker(block: int, first: str, a: str, b: str, mode: str, warmup: int) -> No
         )
     fa = (lambda r: lambda: sides.model.block_forward(block, x, 0, r))(_roles(a, sides, cfg, plant))
     fb = (lambda r: lambda: sides.model.block_forward(block, x, 0, r))(_roles(b, sides, cfg, plant))
+    t_prep = time.perf_counter()
     prepared = T.prepare(fa, fb, dev, mode, warmup, first)
+    prepare_s = round(time.perf_counter() - t_prep, 3)
     if g is not None:  # the planted ratio the whole block shows, measured apart from the gate (below)
         plant["block_ratio"] = _block_ratio(prepared, dev)
     equal = torch.equal(prepared["A"].eager_out.view(torch.uint8), prepared["B"].eager_out.view(torch.uint8))
-    extra = {"block_ms": block_ms, "plant": plant, "equal": equal, "build_s": build_s, "warm_s": warm_s}
+    steps = {"t_go": t_go, "init_s": init_s, "build_s": build_s, "warm_s": warm_s, "prepare_s": prepare_s}
+    extra = {
+        "block_ms": block_ms,
+        "plant": plant,
+        "equal": equal,
+        "build_s": build_s,
+        "warm_s": warm_s,
+        "worker": steps,
+    }
     T.serve(prepared, dev, extra)
 
 
