@@ -714,28 +714,33 @@ def test_workers_import_at_once_and_prepare_in_turns(tmp_path):
 def test_a_workers_ready_line_splits_its_gpu_part(tmp_path):
     """The ready line's account of the GPU part (issue 31: rung 4's preparation): the worker's own clock at the
     go (await_go) and as it answers (serve's t_ready) split the parent's gpu_s into the go's way there, the
-    worker's steps and the line's way back; the worker here (timing's own await_go, prepare and serve, as
-    r4_block.worker uses them) spends 0.3 s between them. Catches: await_go not returning the worker's clock,
-    or the ready line's stamps dropped (the 6 s of gpu_s the phases do not hold would stay unsplit)."""
+    worker's steps and the line's way back; the workers here (timing's own await_go, prepare and serve, as
+    r4_block.worker uses them) spend 0.9 s and 0.1 s in one group, the slow one first. Catches: await_go not
+    returning the worker's clock, the ready line's stamps dropped (the 6 s of gpu_s the phases do not hold would
+    stay unsplit), or the group's ready lines read in its order (the fast worker's line, waiting behind the
+    slow one's, would count 0.8 s of that wait as its way back)."""
     from h3gates.rungs import timing as T
 
     script = tmp_path / "w.py"
     script.write_text(
         "import sys, time\nsys.path.insert(0, %r)\nfrom h3gates.rungs import timing as T\n"
-        "t_go = T.await_go()\ntime.sleep(0.3)\n"
+        "t_go = T.await_go()\ntime.sleep(float(sys.argv[1]))\n"
         "sides = T.prepare(lambda: __import__('torch').zeros(4), lambda: __import__('torch').zeros(4), 'cpu', 'eager', 1, 'baseline')\n"
         "T.serve(sides, 'cpu', {'worker': {'t_go': t_go, 'init_s': T.init_device('cpu')}})\n" % str(ROOT)
     )
-    argv = lambda i, first: [sys.executable, str(script)]  # noqa: E731
-    (w,) = T.start_processes(2, argv, at_once=1, indices=[1])
-    T.close_all([w])
-    prep, steps = w.ready["prep"], w.ready["worker"]
-    assert steps["init_s"] == 0.0 and isinstance(w.ready["t_ready"], float)
-    assert 0 <= prep["to_worker_s"] < prep["gpu_s"] and 0 <= prep["from_worker_s"] < prep["gpu_s"], prep
-    assert w.ready["t_ready"] - steps["t_go"] >= 0.3  # the worker's part, on its own clock
-    assert prep["to_worker_s"] + (w.ready["t_ready"] - steps["t_go"]) + prep["from_worker_s"] == pytest.approx(
-        prep["gpu_s"], abs=0.002
-    )
+    argv = lambda i, first: [sys.executable, str(script), "0.9" if i == 1 else "0.1"]  # noqa: E731
+    slow, fast = T.start_processes(3, argv, at_once=None, indices=[1, 2])
+    T.close_all([slow, fast])
+    for w, least in ((slow, 0.9), (fast, 0.1)):
+        prep, steps = w.ready["prep"], w.ready["worker"]
+        assert steps["init_s"] == 0.0 and isinstance(w.ready["t_ready"], float) and prep["at_once"] == 2
+        assert w.ready["monitor_s"] >= 0
+        assert 0 <= prep["to_worker_s"] < prep["gpu_s"] and 0 <= prep["from_worker_s"] < prep["gpu_s"], prep
+        assert w.ready["t_ready"] - steps["t_go"] >= least  # the worker's part, on its own clock
+        assert prep["to_worker_s"] + (w.ready["t_ready"] - steps["t_go"]) + prep["from_worker_s"] == pytest.approx(
+            prep["gpu_s"], abs=0.002
+        )
+    assert fast.t["ready"] < slow.t["ready"] and fast.ready["prep"]["from_worker_s"] < 0.4, (fast.ready, slow.ready)
 
 
 def test_the_gate_launches_a_later_cohort_ahead_only_once_the_early_look_is_undecided():
@@ -912,12 +917,14 @@ def test_the_campaign_analysis_warns_where_the_schedules_mix(monkeypatch):
 
 
 def test_the_campaign_analysis_leaves_out_a_process_short_of_its_pairs_and_says_so(monkeypatch, tmp_path):
-    """An A/A process that lost a pair to throttling (3 of 4 kept) is left out of the rates and the process
-    component, and the analysis says which gate; campaign.done does not count it either. Catches: the whole
-    analysis refused for one dropped pair (it raised on the shortest process), or the short process drawn from
-    (its pairs reused)."""
+    """An A/A process that lost a pair to throttling (3 of 4 kept, its gate's schedule 12 x 4) is left out of
+    the rates and the process component, and the analysis says which gate; campaign.done does not count it
+    either. Catches: the whole analysis refused for one dropped pair (it raised on the shortest process), the
+    short process drawn from (its pairs reused), or another schedule's processes left out in silence."""
     A = _analysis()
     procs = _aa_block(random.Random(6), 0.0, processes=25)
+    for x in procs:
+        x["schedule"] = [12, 4]
     procs[-1]["pairs"] = procs[-1]["pairs"][:3]
     procs[-1]["gate"] = "f/campaign_x.json:0"
     monkeypatch.setattr(A, "load", lambda paths: procs)
@@ -927,14 +934,18 @@ def test_the_campaign_analysis_leaves_out_a_process_short_of_its_pairs_and_says_
     assert out["blocks"]["0"]["anova"] is not None  # the rest balanced: the ANOVA headline stands
     with pytest.raises(SystemExit, match="max_pairs 5 is more than the 4 pairs the longest"):
         A.analyze([], boot=1, outer=1, schedule={"max_pairs": 5})
+    # a process of another schedule's fewer pairs (or of an older report, with none) is another protocol: the
+    # analysis refuses rather than leave it out in silence
+    for sched in ([12, 3], None):
+        procs[-1]["schedule"] = sched
+        with pytest.raises(SystemExit, match="measured under another schedule"):
+            A.analyze([], boot=1, outer=1)
+    procs[-1]["schedule"] = [12, 4]
     sys.path.insert(0, str(ROOT / "studies/perfgate"))
     try:
         import campaign as K
     finally:
         sys.path.remove(str(ROOT / "studies/perfgate"))
-    for x in procs:
-        x["schedule"] = [12, 4]
-    monkeypatch.setattr(A, "load", lambda paths: procs)
     assert K.done([tmp_path])[0]["aa_processes"] == 24
 
 

@@ -231,9 +231,10 @@ def process_prep(ready: list) -> list:
     launch to imports done, waiting for its turn and on the GPU (T.Worker), and inside that the build of the
     block's two sides (build_s; process 0's were built before the gate), each side's eager run, capture and
     warm-up (T.Side.phases), and its peak GPU memory; `worker`, the worker's own account of its GPU part (its
-    CUDA context, the build, T.prepare whole) and prep's to_worker_s / from_worker_s, the go's and the ready
-    line's way between the processes: what of gpu_s none of these holds is the worker's answer itself."""
-    keys = ("prep", "build_s", "worker", "phases", "memory_gb")
+    CUDA context, the build, T.prepare whole), monitor_s (NVML's start) and prep's to_worker_s /
+    from_worker_s, the go's and the ready line's way between the processes: what of gpu_s none of these holds
+    is the ready record's own making (its memory figures, the JSON)."""
+    keys = ("prep", "build_s", "worker", "monitor_s", "phases", "memory_gb")
     return [None if r is None else {k: r[k] for k in keys if k in r} for r in ready]
 
 

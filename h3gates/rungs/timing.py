@@ -611,8 +611,8 @@ class Launcher:
                 group = workers[k : k + step]
                 for w in group:
                     w.go()
+                wait_all_ready(group)
                 for w in group:
-                    w.wait_ready()
                     w.ready["prep"]["at_once"] = len(group)
                     self._peak(w.ready)
                 k += step
@@ -627,6 +627,24 @@ class Launcher:
             self.discard()
             raise
         return procs
+
+
+def wait_all_ready(workers: list) -> None:
+    """Each worker's ready line read as it comes, whatever the group's order: its arrival is stamped then
+    (Worker._set_ready), so a worker's gpu_s and from_worker_s hold no wait for another of its group. (A
+    worker's next line after its go is its ready line, and nothing follows it before a request: no line sits
+    in a pipe's buffer unseen by the selector.)"""
+    import selectors
+
+    left = [w for w in workers if w.ready is None]
+    with selectors.DefaultSelector() as sel:
+        for w in left:
+            sel.register(w.p.stdout, selectors.EVENT_READ, w)
+        while left:
+            for key, _ in sel.select():
+                key.data.wait_ready()  # a worker that exited: its error, as from wait_ready
+                sel.unregister(key.fileobj)
+                left.remove(key.data)
 
 
 def start_processes(
@@ -661,11 +679,14 @@ def prepare(base, cand, device: str, mode: str, warmup: int, first: str) -> dict
 def serve(sides: dict, device: str, extra: dict | None = None) -> None:
     """The worker's loop: its ready line (with `extra`, a study's own measurements), then requests on
     stdin, answers on stdout (progress stays on stderr)."""
+    t = time.perf_counter()
     monitor = Monitor(device)
+    monitor_s = round(time.perf_counter() - t, 3)  # NVML's start, in the worker's account of its preparation
     out = sys.stdout
     sys.stdout = sys.stderr  # nothing else may write the protocol channel
     # t_ready: the worker's clock as it answers (Worker._set_ready: how long the line took to reach the parent)
-    out.write(json.dumps({**(extra or {}), **ready_of(sides, device), "t_ready": time.time()}) + "\n")
+    line = {**(extra or {}), **ready_of(sides, device), "monitor_s": monitor_s, "t_ready": time.time()}
+    out.write(json.dumps(line) + "\n")
     out.flush()
     gc.collect()
     for line in sys.stdin:

@@ -445,9 +445,17 @@ def analyze(
             f"max_pairs {p['max_pairs']} is more than the {max(len(x['pairs']) for x in aa)} pairs the longest "
             "measured A/A process holds: the bootstrap would reuse pairs and understate the noise"
         )
-    # a process short of the schedule's pairs (a pair dropped for throttling) is left out, and said: drawn
-    # from, it would reuse pairs (campaign.done counts the same processes)
+    # a process short of the schedule's pairs because one was dropped (throttling: its gate asked for at least
+    # as many) is left out, and said: drawn from, it would reuse pairs (campaign.done counts the same
+    # processes); one measured under a schedule of fewer pairs is another protocol, and refused as before
     short = [x for x in aa if len(x["pairs"]) < p["max_pairs"]]
+    other = [x for x in short if not (x.get("schedule") and (x["schedule"][1] or 0) >= p["max_pairs"])]
+    if other:
+        raise SystemExit(
+            f"max_pairs {p['max_pairs']} is more than the {min(len(x['pairs']) for x in other)} pairs of "
+            f"{len(other)} A/A process(es) measured under another schedule (e.g. {other[0]['gate']}): the "
+            "bootstrap would reuse pairs and understate the noise; leave their folders out"
+        )
     aa = [x for x in aa if len(x["pairs"]) >= p["max_pairs"]]
     out = {"schedule": p, "levels": list(G.levels(p)), "boot": boot, "outer": outer, "seed": seed, "blocks": {}}
     if short:

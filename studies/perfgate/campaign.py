@@ -231,10 +231,13 @@ def worker(block: int, first: str, a: str, b: str, mode: str, warmup: int) -> No
 
     import h3gates.model.setup  # noqa: F401 (imported before the go: what _setup needs)
     import h3gates.rungs.artifacts  # noqa: F401
+    from h3gates.core import config as C
+    from h3gates.core import context as X
     from h3gates.rungs import timing as T
 
+    device = X.SharedContext.of(C.load_config([ROOT / c for c in CONFIGS])).device  # the configured one
     t_go = T.await_go()  # the GPU work waits for the parent's turn (timing.PREPARE_AT_ONCE at a time)
-    init_s = T.init_device("cuda" if torch.cuda.is_available() else "cpu")  # the CUDA context, apart from the build
+    init_s = T.init_device(device)  # the CUDA context, apart from the build
     t_build = time.perf_counter()
     cfg, sides, x = _setup(block)
     build_s = round(time.perf_counter() - t_build, 3)
@@ -247,6 +250,7 @@ def worker(block: int, first: str, a: str, b: str, mode: str, warmup: int) -> No
     warm_s = round(time.perf_counter() - t_warm, 3)  # the library path's first calls (module loads) and its median
     plant = {"bytes": 0}
     g = next((float(s[1:]) for s in (a, b) if s.startswith("D")), None)
+    t_plant = time.perf_counter()
     if g is not None:  # calibrate: bytes for g/(1-g) of the block, then measure what they cost
         probe = 1 << 28
         per_byte = _copy_ms(probe, lib, dev) / probe if dev == "cuda" else 0.0
@@ -261,15 +265,25 @@ def worker(block: int, first: str, a: str, b: str, mode: str, warmup: int) -> No
             block_ms=block_ms,
             planted_ratio=block_ms / (block_ms + got),
         )
+    plant_s = round(time.perf_counter() - t_plant, 3)  # the plant's calibration (0 where none is planted)
     fa = (lambda r: lambda: sides.model.block_forward(block, x, 0, r))(_roles(a, sides, cfg, plant))
     fb = (lambda r: lambda: sides.model.block_forward(block, x, 0, r))(_roles(b, sides, cfg, plant))
     t_prep = time.perf_counter()
     prepared = T.prepare(fa, fb, dev, mode, warmup, first)
     prepare_s = round(time.perf_counter() - t_prep, 3)
+    t_ratio = time.perf_counter()
     if g is not None:  # the planted ratio the whole block shows, measured apart from the gate (below)
         plant["block_ratio"] = _block_ratio(prepared, dev)
+    plant_s = round(plant_s + time.perf_counter() - t_ratio, 3)
     equal = torch.equal(prepared["A"].eager_out.view(torch.uint8), prepared["B"].eager_out.view(torch.uint8))
-    steps = {"t_go": t_go, "init_s": init_s, "build_s": build_s, "warm_s": warm_s, "prepare_s": prepare_s}
+    steps = {
+        "t_go": t_go,
+        "init_s": init_s,
+        "build_s": build_s,
+        "warm_s": warm_s,
+        "plant_s": plant_s,
+        "prepare_s": prepare_s,
+    }
     extra = {
         "block_ms": block_ms,
         "plant": plant,
