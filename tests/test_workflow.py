@@ -770,7 +770,10 @@ def test_overlay_promotion_is_verified_by_plain_verify(ws):
         a["decision"] == "pass" for a in rec["performance_gate"]["attempts"].values()
     )
     r4 = json.loads(next((ws / RES / "library_path/r4_block").glob("block*.json")).read_text())["timing"]
-    assert r4["cohorts"] == [[0, 1], [2, 3]] and "cohorts of 2" in r4["method"]  # the early look: 1 df, no decision
+    # the early look is on the first cohort alone (1 df: it rarely decides, but can where the two process means
+    # agree closely, as a loaded CI machine once made them); the last look runs the second cohort too
+    early = r4["look"] == 0
+    assert r4["cohorts"] == ([[0, 1]] if early else [[0, 1], [2, 3]]) and "cohorts of 2" in r4["method"], r4["cohorts"]
     assert (ws / RES / "promotion/library_path.env").read_text().strip().endswith("H3_NVFP4_LIBRARY_PATH=1")
     v = h3gates(ws, "verify", f"{RES}/promotion/library_path.json")
     assert v.returncode == 0 and "H3_NVFP4_LIBRARY_PATH=1 verified" in v.stdout, v.stderr
