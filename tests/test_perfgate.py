@@ -714,8 +714,8 @@ def test_workers_import_at_once_and_prepare_in_turns(tmp_path):
 def test_a_workers_ready_line_splits_its_gpu_part(tmp_path):
     """The ready line's account of the GPU part (issue 31: rung 4's preparation): the worker's own clock at the
     go (await_go) and as it answers (serve's t_ready) split the parent's gpu_s into the go's way there, the
-    worker's steps and the line's way back; the workers here (timing's own await_go, prepare and serve, as
-    r4_block.worker uses them) spend 0.9 s and 0.1 s in one group, the slow one first. Catches: await_go not
+    worker's steps (timing.Account's laps) and the line's way back; the workers here (timing's own Account,
+    prepare and serve, as r4_block.worker uses them) spend 0.9 s and 0.1 s in one group, the slow one first. Catches: await_go not
     returning the worker's clock, the ready line's stamps dropped (the 6 s of gpu_s the phases do not hold would
     stay unsplit), or the group's ready lines read in its order (the fast worker's line, waiting behind the
     slow one's, would count 0.8 s of that wait as its way back)."""
@@ -724,9 +724,9 @@ def test_a_workers_ready_line_splits_its_gpu_part(tmp_path):
     script = tmp_path / "w.py"
     script.write_text(
         "import sys, time\nsys.path.insert(0, %r)\nfrom h3gates.rungs import timing as T\n"
-        "t_go = T.await_go()\ntime.sleep(float(sys.argv[1]))\n"
+        "account = T.Account('cpu')\ntime.sleep(float(sys.argv[1]))\naccount.lap('build_s')\n"
         "sides = T.prepare(lambda: __import__('torch').zeros(4), lambda: __import__('torch').zeros(4), 'cpu', 'eager', 1, 'baseline')\n"
-        "T.serve(sides, 'cpu', {'worker': {'t_go': t_go, 'init_s': T.init_device('cpu')}})\n" % str(ROOT)
+        "account.lap('prepare_s')\nT.serve(sides, 'cpu', {'worker': account.steps})\n" % str(ROOT)
     )
     argv = lambda i, first: [sys.executable, str(script), "0.9" if i == 1 else "0.1"]  # noqa: E731
     slow, fast = T.start_processes(3, argv, at_once=None, indices=[1, 2])
@@ -737,6 +737,9 @@ def test_a_workers_ready_line_splits_its_gpu_part(tmp_path):
         assert w.ready["monitor_s"] >= 0
         assert 0 <= prep["to_worker_s"] < prep["gpu_s"] and 0 <= prep["from_worker_s"] < prep["gpu_s"], prep
         assert w.ready["t_ready"] - steps["t_go"] >= least  # the worker's part, on its own clock
+        assert steps["build_s"] >= least and steps["prepare_s"] >= 0  # each lap holds its own step
+        unaccounted = w.ready["t_ready"] - steps["t_go"] - steps["build_s"] - steps["prepare_s"] - w.ready["monitor_s"]
+        assert -0.005 < unaccounted < 0.5, unaccounted  # the ready record's making only (a lost lap: 0.9 s)
         assert prep["to_worker_s"] + (w.ready["t_ready"] - steps["t_go"]) + prep["from_worker_s"] == pytest.approx(
             prep["gpu_s"], abs=0.002
         )

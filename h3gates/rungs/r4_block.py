@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 from h3gates.core import perfgate as PG
@@ -241,15 +240,12 @@ def process_prep(ready: list) -> list:
 def worker(ctx, block: int, first: str, mode: str) -> None:
     """`python -m h3gates perf-worker`: this block's two sides in a process of their own, built and
     captured in the order `first`, serving pairs to the rung's process."""
-    t_go = T.await_go()  # imported: the GPU work waits for the parent's turn (T.PREPARE_AT_ONCE at a time)
-    init_s = T.init_device(ctx.device)  # its CUDA context, apart from the build
-    t = time.perf_counter()
+    # imported: the GPU work waits for the parent's turn (T.PREPARE_AT_ONCE at a time), then its CUDA context
+    account = T.Account(ctx.device)
     gate = Gate(ctx, 4, block)
     base, cand = sides_of(gate, block)
-    build_s = round(time.perf_counter() - t, 3)
+    build_s = account.lap("build_s")
     q = PG.params({k: v for k, v in ctx.rung_params.items() if k != "enforce"})
-    t = time.perf_counter()
     sides = T.prepare(base, cand, gate.device, mode, q["warmup"], first)
-    prepare_s = round(time.perf_counter() - t, 3)  # both sides' phases, the pool and the cache's release
-    steps = {"t_go": t_go, "init_s": init_s, "build_s": build_s, "prepare_s": prepare_s}
-    T.serve(sides, gate.device, {"build_s": build_s, "worker": steps})
+    account.lap("prepare_s")  # both sides' phases, the pool and the cache's release
+    T.serve(sides, gate.device, {"build_s": build_s, "worker": account.steps})

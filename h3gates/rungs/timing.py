@@ -504,12 +504,32 @@ def await_go() -> float:
 def init_device(device: str) -> float:
     """Make this process's CUDA context now (a one-element allocation, synchronized), and return the seconds it
     took: a worker's preparation account keeps it apart from the build (0.0 on a CPU)."""
-    if device != "cuda":
+    if torch.device(device).type != "cuda":
         return 0.0
     t = time.perf_counter()
-    torch.zeros(1, device="cuda")
-    torch.cuda.synchronize()
+    torch.zeros(1, device=device)
+    sync(device)
     return round(time.perf_counter() - t, 3)
+
+
+class Account:
+    """A timing worker's own account of its GPU part, on its own clock (issue 31: rung 4's preparation). Made
+    once its imports are done: it waits for the parent's go (await_go: `t_go`), makes the CUDA context
+    (init_device: `init_s`), and then each `lap(name)` adds the seconds since the lap before to that step, so
+    that every moment from the go to the ready line is in one step or another but serve's own (NVML's start,
+    `monitor_s`, and the ready record). `steps` goes in the ready line as `worker` (r4_block.worker, the
+    campaign's worker)."""
+
+    def __init__(self, device: str):
+        self.steps: dict = {"t_go": await_go()}
+        self.steps["init_s"] = init_device(device)
+        self._t = time.perf_counter()
+
+    def lap(self, name: str) -> float:
+        now = time.perf_counter()
+        self.steps[name] = round(self.steps.get(name, 0.0) + now - self._t, 3)
+        self._t = now
+        return self.steps[name]
 
 
 def first_of(i: int) -> str:

@@ -236,21 +236,18 @@ def worker(block: int, first: str, a: str, b: str, mode: str, warmup: int) -> No
     from h3gates.rungs import timing as T
 
     device = X.SharedContext.of(C.load_config([ROOT / c for c in CONFIGS])).device  # the configured one
-    t_go = T.await_go()  # the GPU work waits for the parent's turn (timing.PREPARE_AT_ONCE at a time)
-    init_s = T.init_device(device)  # the CUDA context, apart from the build
-    t_build = time.perf_counter()
+    # the GPU work waits for the parent's turn (timing.PREPARE_AT_ONCE at a time), then the CUDA context
+    account = T.Account(device)
     cfg, sides, x = _setup(block)
-    build_s = round(time.perf_counter() - t_build, 3)
+    build_s = account.lap("build_s")
     dev = sides.device
     lib = lambda: sides.model.block_forward(block, x, 0, sides.reference)  # noqa: E731
-    t_warm = time.perf_counter()
     for _ in range(3):
         lib()
     block_ms = _median_ms(lib, 7, dev)
-    warm_s = round(time.perf_counter() - t_warm, 3)  # the library path's first calls (module loads) and its median
+    warm_s = account.lap("warm_s")  # the library path's first calls (module loads) and its median
     plant = {"bytes": 0}
     g = next((float(s[1:]) for s in (a, b) if s.startswith("D")), None)
-    t_plant = time.perf_counter()
     if g is not None:  # calibrate: bytes for g/(1-g) of the block, then measure what they cost
         probe = 1 << 28
         per_byte = _copy_ms(probe, lib, dev) / probe if dev == "cuda" else 0.0
@@ -265,32 +262,22 @@ def worker(block: int, first: str, a: str, b: str, mode: str, warmup: int) -> No
             block_ms=block_ms,
             planted_ratio=block_ms / (block_ms + got),
         )
-    plant_s = round(time.perf_counter() - t_plant, 3)  # the plant's calibration (0 where none is planted)
+    account.lap("plant_s")  # the plant's calibration (about 0 where none is planted)
     fa = (lambda r: lambda: sides.model.block_forward(block, x, 0, r))(_roles(a, sides, cfg, plant))
     fb = (lambda r: lambda: sides.model.block_forward(block, x, 0, r))(_roles(b, sides, cfg, plant))
-    t_prep = time.perf_counter()
     prepared = T.prepare(fa, fb, dev, mode, warmup, first)
-    prepare_s = round(time.perf_counter() - t_prep, 3)
-    t_ratio = time.perf_counter()
+    account.lap("prepare_s")
     if g is not None:  # the planted ratio the whole block shows, measured apart from the gate (below)
         plant["block_ratio"] = _block_ratio(prepared, dev)
-    plant_s = round(plant_s + time.perf_counter() - t_ratio, 3)
+    account.lap("plant_s")
     equal = torch.equal(prepared["A"].eager_out.view(torch.uint8), prepared["B"].eager_out.view(torch.uint8))
-    steps = {
-        "t_go": t_go,
-        "init_s": init_s,
-        "build_s": build_s,
-        "warm_s": warm_s,
-        "plant_s": plant_s,
-        "prepare_s": prepare_s,
-    }
     extra = {
         "block_ms": block_ms,
         "plant": plant,
         "equal": equal,
         "build_s": build_s,
         "warm_s": warm_s,
-        "worker": steps,
+        "worker": account.steps,
     }
     T.serve(prepared, dev, extra)
 
