@@ -132,7 +132,7 @@ PY
       python3 -m snakemake --unlock --configfile config/canonical.yaml > /dev/null 2>&1
       [ "${ONEGPU_CLEAN:-0}" = 1 ] && rm -rf results logs .snakemake
       tag=$(date +%H%M%S); t0=$(date +%s.%N)
-      timeout "${ONEGPU_TIMEOUT:-560}" python3 -m snakemake --cores 4 --resources gpu=${ONEGPU_JOBS:-1} --keep-going ${ONEGPU_TARGETS:-all} --configfile config/canonical.yaml > "$OUT/onegpu_$tag.log" 2>&1
+      timeout "${ONEGPU_TIMEOUT:-560}" python3 -m snakemake --cores 4 --resources gpu=${ONEGPU_JOBS:-1} --keep-going --rerun-incomplete ${ONEGPU_TARGETS:-all} --configfile config/canonical.yaml > "$OUT/onegpu_$tag.log" 2>&1
       echo "snakemake ${ONEGPU_TARGETS:-all} rc=$? wall $(python3 -c "import time; print(round(time.time() - $t0, 1))") s"; grep -E "REFUSED|FAILED|Error|steps|promoted" "$OUT/onegpu_$tag.log" | tail -8
       python3 studies/ladder/lease_timeline.py logs/gpu_leases.jsonl --json "$OUT/lease_timeline_onegpu.json" | tail -${ONEGPU_TAIL:-6}
       mkdir -p /tmp/og && rm -rf /tmp/og/* && cp -r results/canonical logs /tmp/og/ 2>/dev/null; find /tmp/og \( -name "*.pt" -size +4M -o -name "*.ncu-rep" \) -delete
