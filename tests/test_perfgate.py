@@ -1067,6 +1067,64 @@ def test_the_campaign_analysis_pools_each_plant_sizing_and_sets_the_gates_beside
     json.dumps(out)
 
 
+def test_a_planted_gate_of_no_one_size_is_left_out_of_the_campaign_and_named(monkeypatch):
+    """The gain3-b0 piece of 2026-12-04 (evidence/campaign_2026-12-04): 5 of its 12 processes calibrated the
+    copy while others prepared on the GPU, and their copies cost 1.3-1.8% against 0.23%. The analysis leaves
+    such a gate out of the plants and the gates' decisions, names it, and campaign.done does not count it; no
+    gate of the earlier pieces is flagged. Catches: a gate of mixed plant sizes counted as a 0.3% plant (its
+    pass would inflate the planted gates' record), or a guard so tight that a sound gate is dropped."""
+    A = _analysis()
+    ev = ROOT / "studies/perfgate/evidence"
+    bad = A.mis_sized(A.load([ev / "campaign_2026-12-04"]))
+    assert list(bad) == ["campaign_2026-12-04/campaign_gain3-b0.json:0"]
+    assert bad["campaign_2026-12-04/campaign_gain3-b0.json:0"]["processes_off"] == [2, 3, 6, 7, 8]
+    earlier = [ev / f"campaign_2026-12-{d}" for d in ("02", "02b", "02c", "03", "03b", "03c", "03d")]
+    assert A.mis_sized(A.load(earlier)) == {}
+    sys.path.insert(0, str(ROOT / "studies/perfgate"))
+    try:
+        import campaign as K
+    finally:
+        sys.path.remove(str(ROOT / "studies/perfgate"))
+    assert K.done(earlier + [ev / "campaign_2026-12-04"]) == K.done(earlier)
+    rng = random.Random(3)
+
+    def proc(gate, planted):
+        pairs = [(rng.gauss(-0.003, 0.004), o) for o in G.orders(4, 0, 0, 1)]
+        plant = {"in_block_factor": 1.32, "planted_ratio": planted, "block_ratio": 0.997}
+        return {"kind": "gain:0.003", "block": 24, "gate": gate, "pairs": pairs, "decision": "pass",
+                "ratio": 0.997, "plant": plant}  # fmt: skip
+
+    procs = [{**x, "block": 24} for x in _aa_block(rng, 0.0, processes=24)]
+    procs += [proc("good", 0.9977 - 0.0001 * (i % 3)) for i in range(12)]
+    procs += [proc("mixed", 0.987 if i in (2, 3) else 0.9977) for i in range(12)]
+    monkeypatch.setattr(A, "load", lambda paths: procs)
+    out = A.analyze([], boot=2, outer=1, seed=0)
+    assert list(out["left_out_plants"]["gates"]) == ["mixed"]
+    assert out["left_out_plants"]["gates"]["mixed"]["processes_off"] == [2, 3]
+    assert out["gates"]["gain:0.003 block 24"]["n"] == 1  # the good gate alone
+    assert list(out["plants"]["gain:0.003 in_block 1.32"]["by_gate"]) == ["good"]
+
+
+def test_a_planted_campaign_gate_prepares_its_processes_one_at_a_time():
+    """Each planted process times the block to size its copy: it must have the GPU to itself. A/A and real
+    gates prepare as rung 4 does (groups sized by the free memory). Catches: the free-memory groups (which sized
+    the 2026-12-04 plants 6-8x too large) for a planted gate, or the groups dropped for every gate."""
+    sys.path.insert(0, str(ROOT / "studies/perfgate"))
+    try:
+        import campaign as K
+    finally:
+        sys.path.remove(str(ROOT / "studies/perfgate"))
+    from h3gates.rungs import timing as T
+
+    argv = lambda i, first: ["true"]  # noqa: E731
+    for kind in ("gain:0.003", "slower:0.003"):
+        start = K.launcher(kind, 12, argv)
+        assert start.at_once == 1 and start.free_gb_of is None
+    for kind in ("aa", "modulate_fusion"):
+        start = K.launcher(kind, 12, argv)
+        assert start.at_once == T.PREPARE_AT_ONCE and start.free_gb_of is T.gpu_free_gb
+
+
 def test_the_campaign_plan_fits_its_pieces_into_device_commands():
     """Each piece of studies/perfgate/campaign.py --plan holds one planted gate (315-327 s on the H200): first,
     before one A/A gate (about 210 s, which --budget-s 350 starts only while the piece still ends within its

@@ -284,6 +284,35 @@ def _gate(pool, weights, p, shift, rng) -> str:
     return "undecided"
 
 
+# The planted copy is one size in every process of a gate (campaign.worker calibrates it alone on the GPU):
+# its cost alone, 1 - planted_ratio, spread 1.05x between a gate's processes in every piece before 2026-12-04.
+# A gate whose processes' copies differ by more than PLANT_SPREAD planted no one size (the gain3-b0 piece of
+# 2026-12-04: copies calibrated while other processes prepared on the GPU cost 1.3-1.8% against 0.23%) and is
+# left out of the plants, the gates' decisions and campaign.done, and named under left_out_plants.
+PLANT_SPREAD = 1.5
+
+
+def mis_sized(procs: list[dict]) -> dict[str, dict]:
+    """The planted gates whose copies are not one size: gate -> the copy's cost alone (1 - planted_ratio)
+    in its processes, least and most, and the processes outside PLANT_SPREAD of the gate's median."""
+    costs: dict[str, list[float]] = {}
+    for x in procs:
+        ratio = (x.get("plant") or {}).get("planted_ratio")
+        if _sign(x["kind"]) is not None and ratio:
+            costs.setdefault(x["gate"], []).append(1 - ratio)
+    out = {}
+    for gate, c in costs.items():
+        if min(c) <= 0 or max(c) / min(c) > PLANT_SPREAD:
+            med = statistics.median(c)
+            out[gate] = {
+                "copy_cost": [min(c), max(c)],
+                "processes_off": [
+                    i for i, v in enumerate(c) if v <= 0 or not 1 / PLANT_SPREAD <= v / med <= PLANT_SPREAD
+                ],
+            }
+    return out
+
+
 def _sign(kind: str) -> int | None:
     """+1 where the planted side is the candidate (slower:g), -1 where it is the baseline (gain:g)."""
     return {"gain": -1, "slower": 1}.get(kind.split(":")[0])
@@ -473,6 +502,13 @@ def analyze(
             "processes": len(here), "pairs": sum(len(x["pairs"]) for x in here)}  # fmt: skip
     # the power also at the plant's measured size (pooled over the planted processes), to set beside the
     # planted gates
+    bad = mis_sized(procs)
+    if bad:  # a planted gate of no one size: neither its decision nor its plant says what a 0.3% plant does
+        out["left_out_plants"] = {
+            "why": f"planted gates whose copies' costs differ by more than {PLANT_SPREAD}x between processes",
+            "gates": bad,
+        }
+        procs = [x for x in procs if x["gate"] not in bad]
     out["plants"] = plants(procs)
     measured = tuple(
         (f"{kind}_measured_{f}", sign * v["mean"])
@@ -543,6 +579,12 @@ def main() -> int:
     if out.get("left_out"):
         lo = out["left_out"]
         print(f"left out: {lo['processes']} {lo['why']}, in {', '.join(lo['gates'])}", file=sys.stderr)
+    for gate, v in (out.get("left_out_plants") or {}).get("gates", {}).items():
+        print(
+            f"left out: planted gate {gate}: its copies cost {v['copy_cost'][0]:.2%} to {v['copy_cost'][1]:.2%} alone "
+            f"(processes {v['processes_off']} off the gate's median): no one size",
+            file=sys.stderr,
+        )
     text = json.dumps(out, indent=1)
     if a.out:
         Path(a.out).write_text(text)

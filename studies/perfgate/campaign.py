@@ -345,8 +345,12 @@ def done(paths) -> dict:
 
     p = A.canonical()
     held: dict = {b: {"gain": set(), "slower": set(), "aa_processes": 0, "real": {}} for b in BLOCKS}
-    for x in A.load(paths):
+    procs = A.load(paths)
+    bad = A.mis_sized(procs)  # a planted gate of no one size counts for nothing
+    for x in procs:
         b = held.get(x["block"])
+        if x["gate"] in bad:
+            continue
         if b is None or x.get("schedule") != [p["processes"], p["max_pairs"]]:
             continue  # another block, or another schedule's gate
         head = x["kind"].split(":")[0]
@@ -393,6 +397,22 @@ def remaining(paths, processes: int = 12) -> dict[str, list[str]]:
     return out
 
 
+def launcher(kind: str, n: int, argv):
+    """Rung 4's own cohorts and preparation groups (timing.Launcher, groups sized by the GPU's free memory),
+    except for a planted gate: its processes prepare one at a time, since each calibrates its copy by timing the
+    block (worker), and a calibration timed beside another process's build and capture sized the copy 6-8x too
+    large (evidence/campaign_2026-12-04)."""
+    from h3gates.rungs import timing as T
+
+    if is_planted(kind):
+        return T.Launcher(n, argv, at_once=1, free_gb_of=None)
+    return T.Launcher(n, argv, free_gb_of=T.gpu_free_gb)
+
+
+def is_planted(kind: str) -> bool:
+    return kind.split(":")[0] in ("gain", "slower")
+
+
 def run_gate(kind: str, block: int, p: dict, seed: int) -> dict:
     from h3gates.core import perfgate as PG
     from h3gates.rungs import timing as T
@@ -419,7 +439,7 @@ def run_gate(kind: str, block: int, p: dict, seed: int) -> dict:
         ]
 
     t0 = time.time()
-    start = T.Launcher(n, argv, free_gb_of=T.gpu_free_gb)  # rung 4's own cohorts and preparation groups
+    start = launcher(kind, n, argv)
 
     g = T.gate_cohorts(
         n, PG.resident_for(p, "cuda"), start, {**p, "seed": seed}, attempt=1, say=lambda m: print(m, flush=True)
