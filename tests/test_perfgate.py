@@ -711,6 +711,35 @@ def test_workers_import_at_once_and_prepare_in_turns(tmp_path):
     assert not launcher.launched and all(w.p.wait(timeout=10) == 0 for w in ahead)
 
 
+def test_a_cohorts_processes_end_side_by_side_and_the_gate_says_how_long(tmp_path):
+    """After a decision the cohort's processes are asked for their info and told to end all at once, then
+    awaited (on the H200 an early-decided rung-4 job spent 7.4 s from its decision to its report, with six
+    processes giving back their CUDA contexts); the gate records that time per cohort (cohort_end_s). The
+    workers here take 0.6 s to exit. Catches: each worker awaited before the next is told (4 x 0.6 s), or the
+    record of the end's time dropped."""
+    from h3gates.rungs import timing as T
+
+    script = tmp_path / "w.py"
+    script.write_text(
+        "import atexit, sys, time\nsys.path.insert(0, %r)\nfrom h3gates.rungs import timing as T\n"
+        "atexit.register(time.sleep, 0.6)\n"
+        "sides = T.prepare(lambda: __import__('torch').zeros(4), lambda: __import__('torch').zeros(4), 'cpu', 'eager', 1, 'baseline')\n"
+        "T.serve(sides, 'cpu')\n" % str(ROOT)
+    )
+    argv = lambda i, first: [sys.executable, str(script)]  # noqa: E731
+    procs = T.start_processes(5, argv, at_once=None, indices=[1, 2, 3, 4])
+    for w in procs:
+        w.ask_info()
+    infos = [w.info() for w in procs]
+    assert all(i["checked"] for i in infos) and [i["first"] for i in infos] == [T.first_of(i) for i in range(1, 5)]
+    t0 = time.perf_counter()
+    T.close_all(procs)
+    took = time.perf_counter() - t0
+    assert all(w.p.returncode == 0 for w in procs) and 0.6 <= took < 1.8, took
+    T_, t, _ = _cohort_gate(0.0, {"early_pairs": 1, "min_pairs": 4, "max_pairs": 4})
+    assert len(t["cohort_end_s"]) == len(t["cohorts"]) == 2 and all(x >= 0 for x in t["cohort_end_s"])
+
+
 def test_a_workers_ready_line_splits_its_gpu_part(tmp_path):
     """The ready line's account of the GPU part (issue 31: rung 4's preparation): the worker's own clock at the
     go (await_go) and as it answers (serve's t_ready) split the parent's gpu_s into the go's way there, the

@@ -466,25 +466,44 @@ class Worker:
             )
         return json.loads(line)
 
-    def _ask(self, req: dict) -> dict:
+    def _send(self, req: dict) -> None:
         self.p.stdin.write(json.dumps(req) + "\n")
         self.p.stdin.flush()
+
+    def _ask(self, req: dict) -> dict:
+        self._send(req)
         return self._read()
 
     def run(self, orders: list[str], calls: int, lead: int = LEAD, trail: int = TRAIL) -> tuple[list[dict], dict]:
         r = self._ask({"orders": orders, "calls": calls, "lead": lead, "trail": trail})
         return r["pairs"], r["host"]
 
+    def ask_info(self) -> None:
+        """Ask for info() without waiting for it, so that a cohort's processes check their graphs side by side."""
+        if not getattr(self, "_info_asked", False):
+            self._send({"info": True})
+            self._info_asked = True
+
     def info(self) -> dict:
-        return {"first": self.first, **self._ask({"info": True})}
+        self.ask_info()
+        self._info_asked = False
+        return {"first": self.first, **self._read()}
+
+    def ask_quit(self) -> None:
+        """Tell it to end without waiting for it (close_all: a cohort's processes end side by side)."""
+        if self.p.poll() is None and not self.p.stdin.closed:
+            try:
+                self._send({"quit": True})
+                self.p.stdin.close()
+            except OSError:
+                pass
 
     def close(self) -> None:
         if self.p.poll() is None:
             try:
-                self.p.stdin.write(json.dumps({"quit": True}) + "\n")
-                self.p.stdin.close()
+                self.ask_quit()
                 self.p.wait(timeout=60)
-            except (OSError, subprocess.TimeoutExpired):
+            except subprocess.TimeoutExpired:
                 self.p.kill()
 
 
@@ -676,6 +695,11 @@ def start_processes(
 
 
 def close_all(procs) -> None:
+    """Every process told to end first, then each awaited: their CUDA contexts and memory go back side by side."""
+    for p in procs:
+        ask = getattr(p, "ask_quit", None)
+        if ask is not None:
+            ask()
     for p in procs:
         p.close()
 
@@ -756,13 +780,13 @@ def gate_cohorts(n: int, resident: int, start, p: dict, attempt: int, say=progre
     hosts: list[list[dict]] = [[] for _ in range(n)]
     firsts, infos, ready = [None] * n, [None] * n, [None] * n
     t0 = time.perf_counter()
-    d, history, done, prep_s = None, [], False, []
+    d, history, done, prep_s, end_s = None, [], False, [], []
     ahead, discard = getattr(start, "launch", None), getattr(start, "discard", None)
     try:
         for c, idx in enumerate(groups):
             if c:
                 say(f"perf gate: cohort {c + 1}/{len(groups)} (processes {idx[0]}-{idx[-1]}) preparing")
-            t_prep = time.perf_counter()
+            t_prep, t_end = time.perf_counter(), None
             procs = start(idx)
             prep_s.append(round(time.perf_counter() - t_prep, 3))
             try:
@@ -812,12 +836,19 @@ def gate_cohorts(n: int, resident: int, start, p: dict, attempt: int, say=progre
                     if d["decision"] != "continue":
                         done = True
                         break
+                t_end = time.perf_counter()
                 if close is not None:  # a cohort this gate started and closes: its processes' info before they go
+                    for proc in procs:  # every worker asked at once: their graph checks run side by side
+                        ask = getattr(proc, "ask_info", None)
+                        if ask is not None:
+                            ask()
                     for i, proc in zip(idx, procs):
                         infos[i] = proc.info()
             finally:
                 if close is not None:
                     close(procs)
+                    if t_end is not None:  # the cohort's info and its processes' end (issue 31: after the decision)
+                        end_s.append(round(time.perf_counter() - t_end, 3))
             if done:
                 break
     finally:
@@ -883,6 +914,7 @@ def gate_cohorts(n: int, resident: int, start, p: dict, attempt: int, say=progre
         "ready": [ready[i] for i in timed],
         "protocol": {"lead": LEAD, "first_lead": FIRST_LEAD, "trail": TRAIL, "handover_gaps_s": _gaps(hosts)},
         "cohort_prepare_s": prep_s,
+        "cohort_end_s": end_s,
         "timed_s": _timed_s(every),
         "wall_s": time.perf_counter() - t0,
     }
