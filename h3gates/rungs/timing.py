@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -206,6 +207,24 @@ def merge_throttle(counts: list[dict | None]) -> dict:
 
 
 # ---------------------------------------------------------------------- one side
+# A side's capture runs the block three times before the graph: eagerly, on the default stream (the alpha tape's
+# recording), and on a side stream (torch's warm-up rule), then in the graph's private pool. The caching allocator
+# keeps each stream's freed blocks for that stream, so a canonical process held about three blocks' activations at
+# once while it prepared: 36 GB reserved at its peak against 12 GB allocated (every ready line's memory_gb in
+# studies/ladder/evidence/canonical_onegpu_shared_2026-12-04/), and its cohort prepared in groups of one or two
+# (group_size). Each run's cached blocks now go back before the next run allocates its own: the bytes and the
+# prepared state a process times in (its graphs' pool, then emptied caches, as before) are the same.
+# H3GATES_PREP_RELEASE=off keeps the old order, for a side-by-side study (studies/device/device_run.sh prepstudy).
+def releasing() -> bool:
+    return os.environ.get("H3GATES_PREP_RELEASE", "on").lower() not in ("off", "0", "no", "false")
+
+
+def release(device: str) -> None:
+    """Give the caching allocator's unused blocks back to the driver between a side's preparation runs."""
+    if device == "cuda" and releasing():
+        torch.cuda.empty_cache()
+
+
 class Side:
     """One side's block as a timed call."""
 
@@ -241,12 +260,14 @@ class Side:
         try:
             with tape.recording():
                 self.fn()
+            release(self.device)  # the default stream's cached blocks go back before the side stream's run
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side), tape.replaying():  # torch's rule: warm up on a side stream before capture
                 self.fn()
             torch.cuda.current_stream().wait_stream(side)
             torch.cuda.synchronize()
+            release(self.device)  # and the side stream's before the graph's pool
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g, pool=pool), tape.replaying():
                 static = self.fn()
@@ -388,6 +409,7 @@ def ready_of(sides: dict, device: str) -> dict:
         "phases": {k: s.phases for k, s in sides.items()},
     }
     if device == "cuda":
+        out["released"] = releasing()  # the preparation's runs gave their cached blocks back in turn (release)
         out["memory_gb"] = {
             "peak_reserved": round(torch.cuda.max_memory_reserved() / 1e9, 2),
             "peak_allocated": round(torch.cuda.max_memory_allocated() / 1e9, 2),

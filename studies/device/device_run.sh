@@ -16,13 +16,15 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 for step in "$@"; do
   case "$step" in
     prepstudy)  # issue 31, rung 4's preparation (25 s of an early-decided gate's 56 s, its processes in groups of 1-2 for their
-                # 36 GB reserved peaks against 12 GB allocated): an A/A gate at block 24 with the default allocator and one with
-                # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (prep per cohort, the groups, each process's peaks, and the
-                # A/A timing under each: whether the allocator moves the block's time), alternating which goes first (PREP_FIRST)
-      for m in $([ "${PREP_FIRST:-default}" = default ] && echo "default expandable" || echo "expandable default"); do
-        if [ "$m" = expandable ]; then export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; else unset PYTORCH_CUDA_ALLOC_CONF; fi
+                # 36 GB reserved peaks against 12 GB allocated): an A/A campaign gate at block PREP_BLOCK (24) per mode in PREP_MODES:
+                # on (each preparation run's cached blocks given back in turn: timing.release, the default), off
+                # (H3GATES_PREP_RELEASE=off, the order before), expandable (on, with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True);
+                # prep per cohort, the groups, each process's peaks, and the A/A ratio under each (run twice, the order swapped)
+      for m in ${PREP_MODES:-on off}; do
+        if [ "$m" = expandable ]; then export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True H3GATES_PREP_RELEASE=on
+        else unset PYTORCH_CUDA_ALLOC_CONF; export H3GATES_PREP_RELEASE=$m; fi
         timeout "${PREP_TIMEOUT:-280}" python3 studies/perfgate/campaign.py --gates aa:${PREP_BLOCK:-24} --name "prep-$m" --out "$OUT" > "$OUT/prep_$m.log" 2>&1
-        echo "prep $m rc=$?"; tail -3 "$OUT/prep_$m.log"; done; unset PYTORCH_CUDA_ALLOC_CONF
+        echo "prep $m rc=$?"; tail -3 "$OUT/prep_$m.log"; done; unset PYTORCH_CUDA_ALLOC_CONF H3GATES_PREP_RELEASE
       python3 - "$OUT" <<'PY'
 import json, sys, pathlib
 for f in sorted(pathlib.Path(sys.argv[1]).glob("campaign_prep-*.json")):
