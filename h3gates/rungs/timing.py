@@ -219,10 +219,13 @@ def releasing() -> bool:
     return os.environ.get("H3GATES_PREP_RELEASE", "on").lower() not in ("off", "0", "no", "false")
 
 
-def release(device: str) -> None:
-    """Give the caching allocator's unused blocks back to the driver between a side's preparation runs."""
+def release(device: str) -> bool:
+    """Give the caching allocator's unused blocks back to the driver between a side's preparation runs; whether
+    it did."""
     if device == "cuda" and releasing():
         torch.cuda.empty_cache()
+        return True
+    return False
 
 
 class Side:
@@ -235,6 +238,7 @@ class Side:
         self.mode, self.reason = "eager", None
         self.eager_out = None
         self.phases: dict = {}
+        self.released = False  # its preparation's runs gave their cached blocks back in turn (release)
 
     def prepare(self, mode: str, warmup: int, pool=None) -> None:
         """Run eagerly (the output every later call must reproduce), capture where asked and possible (into
@@ -260,14 +264,15 @@ class Side:
         try:
             with tape.recording():
                 self.fn()
-            release(self.device)  # the default stream's cached blocks go back before the side stream's run
+            # the default stream's cached blocks go back before the side stream's run
+            self.released = release(self.device)
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side), tape.replaying():  # torch's rule: warm up on a side stream before capture
                 self.fn()
             torch.cuda.current_stream().wait_stream(side)
             torch.cuda.synchronize()
-            release(self.device)  # and the side stream's before the graph's pool
+            self.released &= release(self.device)  # and the side stream's before the graph's pool
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g, pool=pool), tape.replaying():
                 static = self.fn()
@@ -409,7 +414,7 @@ def ready_of(sides: dict, device: str) -> dict:
         "phases": {k: s.phases for k, s in sides.items()},
     }
     if device == "cuda":
-        out["released"] = releasing()  # the preparation's runs gave their cached blocks back in turn (release)
+        out["released"] = all(s.released for s in sides.values())  # both sides' runs gave their blocks back in turn
         out["memory_gb"] = {
             "peak_reserved": round(torch.cuda.max_memory_reserved() / 1e9, 2),
             "peak_allocated": round(torch.cuda.max_memory_allocated() / 1e9, 2),
@@ -437,6 +442,7 @@ class Worker:
 
     def __init__(self, argv: list[str], first: str):
         self.first, self.ready, self.loaded = first, None, None
+        self._info_asked = False  # an info request sent whose answer is not read yet (ask_info)
         self.t = {"launched": time.time()}
         self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # stderr: the log
 
@@ -493,6 +499,8 @@ class Worker:
         self.p.stdin.flush()
 
     def _ask(self, req: dict) -> dict:
+        if self._info_asked:  # the next line on the channel is that answer: another request would read it
+            raise RuntimeError("a timing worker was asked for its info, and a request came before the answer was read")
         self._send(req)
         return self._read()
 
@@ -502,7 +510,7 @@ class Worker:
 
     def ask_info(self) -> None:
         """Ask for info() without waiting for it, so that a cohort's processes check their graphs side by side."""
-        if not getattr(self, "_info_asked", False):
+        if not self._info_asked:
             self._send({"info": True})
             self._info_asked = True
 
@@ -512,21 +520,24 @@ class Worker:
         return {"first": self.first, **self._read()}
 
     def ask_quit(self) -> None:
-        """Tell it to end without waiting for it (close_all: a cohort's processes end side by side)."""
+        """Tell it to end without waiting for it (close_all: a cohort's processes end side by side). Its output
+        is closed too: a worker still writing an answer nobody reads gets a broken pipe and ends."""
         if self.p.poll() is None and not self.p.stdin.closed:
             try:
                 self._send({"quit": True})
                 self.p.stdin.close()
             except OSError:
                 pass
+        if not self.p.stdout.closed:
+            self.p.stdout.close()
 
     def close(self) -> None:
-        if self.p.poll() is None:
-            try:
-                self.ask_quit()
-                self.p.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
+        try:
+            self.ask_quit()  # (its pipes closed also where it has ended already)
+            self.p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
 
 
 def await_go() -> float:

@@ -19,11 +19,11 @@ for step in "$@"; do
                 # 36 GB reserved peaks against 12 GB allocated): an A/A campaign gate at block PREP_BLOCK (24) per mode in PREP_MODES:
                 # on (each preparation run's cached blocks given back in turn: timing.release, the default), off
                 # (H3GATES_PREP_RELEASE=off, the order before), expandable (on, with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True);
-                # prep per cohort, the groups, each process's peaks, and the A/A ratio under each (run twice, the order swapped)
+                # prep per cohort, the groups, each process's peaks, and the A/A ratio under each (PREP_MODES="off on" swaps the order)
       for m in ${PREP_MODES:-on off}; do
         if [ "$m" = expandable ]; then export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True H3GATES_PREP_RELEASE=on
         else unset PYTORCH_CUDA_ALLOC_CONF; export H3GATES_PREP_RELEASE=$m; fi
-        timeout "${PREP_TIMEOUT:-280}" python3 studies/perfgate/campaign.py --gates aa:${PREP_BLOCK:-24} --name "prep-$m" --out "$OUT" > "$OUT/prep_$m.log" 2>&1
+        timeout "${PREP_TIMEOUT:-260}" python3 studies/perfgate/campaign.py --gates aa:${PREP_BLOCK:-24} --name "prep-$m" --out "$OUT" > "$OUT/prep_$m.log" 2>&1
         echo "prep $m rc=$?"; tail -3 "$OUT/prep_$m.log"; done; unset PYTORCH_CUDA_ALLOC_CONF H3GATES_PREP_RELEASE
       python3 - "$OUT" <<'PY'
 import json, sys, pathlib

@@ -81,6 +81,7 @@ def load(paths) -> list[dict]:
                             "kind": g["kind"],
                             "block": g["block"],
                             "gate": f"{f.parent.name}/{f.name}:{gi}",
+                            "process": i,
                             "pairs": pairs,
                             "segments": segments[0],
                             "schedule": [(g.get("params") or {}).get(k) for k in ("processes", "max_pairs")],
@@ -284,32 +285,32 @@ def _gate(pool, weights, p, shift, rng) -> str:
     return "undecided"
 
 
-# The planted copy is one size in every process of a gate (campaign.worker calibrates it alone on the GPU):
-# its cost alone, 1 - planted_ratio, spread 1.05x between a gate's processes in every piece before 2026-12-04.
-# A gate whose processes' copies differ by more than PLANT_SPREAD planted no one size (the gain3-b0 piece of
-# 2026-12-04: copies calibrated while other processes prepared on the GPU cost 1.3-1.8% against 0.23%) and is
-# left out of the plants, the gates' decisions and campaign.done, and named under left_out_plants.
-PLANT_SPREAD = 1.5
+# Each planted process sizes its copy to cost g / in_block_factor of the block alone (campaign.worker: g with no
+# factor before 2026-12-03) and measures what it costs (1 - planted_ratio): within 2% of that target in every
+# process of every piece before 2026-12-04. A gate with a process whose copy is off its target by more than
+# PLANT_TOLERANCE either way planted no 0.3% (the gain3-b0 piece of 2026-12-04: copies calibrated while other
+# processes prepared on the GPU cost 5.7-7.8 times their target). It is left out of the plants, the gates'
+# decisions and campaign.done, and named under left_out_plants. A process that measured no cost (a CPU: its
+# copy costs nothing it can time, planted_ratio 1) is not judged.
+PLANT_TOLERANCE = 1.25
 
 
 def mis_sized(procs: list[dict]) -> dict[str, dict]:
-    """The planted gates whose copies are not one size: gate -> the copy's cost alone (1 - planted_ratio)
-    in its processes, least and most, and the processes outside PLANT_SPREAD of the gate's median."""
-    costs: dict[str, list[float]] = {}
+    """The planted gates with a copy off its target: gate -> the measured copies' costs alone (least, most), the
+    target, and the processes (their numbers in the gate) off it."""
+    rows: dict[str, list] = {}
     for x in procs:
-        ratio = (x.get("plant") or {}).get("planted_ratio")
-        if _sign(x["kind"]) is not None and ratio:
-            costs.setdefault(x["gate"], []).append(1 - ratio)
+        plant = x.get("plant") or {}
+        ratio, g = plant.get("planted_ratio"), plant.get("g")
+        if _sign(x["kind"]) is None or not ratio or not g or ratio >= 1:
+            continue
+        rows.setdefault(x["gate"], []).append((x.get("process"), 1 - ratio, g / (plant.get("in_block_factor") or 1)))
     out = {}
-    for gate, c in costs.items():
-        if min(c) <= 0 or max(c) / min(c) > PLANT_SPREAD:
-            med = statistics.median(c)
-            out[gate] = {
-                "copy_cost": [min(c), max(c)],
-                "processes_off": [
-                    i for i, v in enumerate(c) if v <= 0 or not 1 / PLANT_SPREAD <= v / med <= PLANT_SPREAD
-                ],
-            }
+    for gate, r in rows.items():
+        off = [i for i, cost, target in r if not 1 / PLANT_TOLERANCE <= cost / target <= PLANT_TOLERANCE]
+        if off:
+            costs = [cost for _, cost, _ in r]
+            out[gate] = {"copy_cost": [min(costs), max(costs)], "target": r[0][2], "processes_off": off}
     return out
 
 
@@ -503,9 +504,9 @@ def analyze(
     # the power also at the plant's measured size (pooled over the planted processes), to set beside the
     # planted gates
     bad = mis_sized(procs)
-    if bad:  # a planted gate of no one size: neither its decision nor its plant says what a 0.3% plant does
+    if bad:  # a planted gate with a copy off its target: neither its decision nor its plant says what 0.3% does
         out["left_out_plants"] = {
-            "why": f"planted gates whose copies' costs differ by more than {PLANT_SPREAD}x between processes",
+            "why": f"planted gates with a copy whose cost alone is off its target by more than {PLANT_TOLERANCE}x",
             "gates": bad,
         }
         procs = [x for x in procs if x["gate"] not in bad]
@@ -582,7 +583,7 @@ def main() -> int:
     for gate, v in (out.get("left_out_plants") or {}).get("gates", {}).items():
         print(
             f"left out: planted gate {gate}: its copies cost {v['copy_cost'][0]:.2%} to {v['copy_cost'][1]:.2%} alone "
-            f"(processes {v['processes_off']} off the gate's median): no one size",
+            f"against {v['target']:.3%} (processes {v['processes_off']} off it)",
             file=sys.stderr,
         )
     text = json.dumps(out, indent=1)

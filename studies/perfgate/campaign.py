@@ -346,7 +346,7 @@ def done(paths) -> dict:
     p = A.canonical()
     held: dict = {b: {"gain": set(), "slower": set(), "aa_processes": 0, "real": {}} for b in BLOCKS}
     procs = A.load(paths)
-    bad = A.mis_sized(procs)  # a planted gate of no one size counts for nothing
+    bad = A.mis_sized(procs)  # a planted gate with a copy off its target counts for nothing
     for x in procs:
         b = held.get(x["block"])
         if x["gate"] in bad:
@@ -400,8 +400,8 @@ def remaining(paths, processes: int = 12) -> dict[str, list[str]]:
 def launcher(kind: str, n: int, argv):
     """Rung 4's own cohorts and preparation groups (timing.Launcher, groups sized by the GPU's free memory),
     except for a planted gate: its processes prepare one at a time, since each calibrates its copy by timing the
-    block (worker), and a calibration timed beside another process's build and capture sized the copy 6-8x too
-    large (evidence/campaign_2026-12-04)."""
+    block (worker), and a calibration timed beside another process's build and capture sized the copy too
+    large (5.7-7.8 times its target: evidence/campaign_2026-12-04)."""
     from h3gates.rungs import timing as T
 
     if is_planted(kind):
