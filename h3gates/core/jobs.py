@@ -11,10 +11,22 @@ Two resolutions of `device: auto`, at two times:
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 import subprocess
 import sys
 import time
+
+OFF = ("off", "0", "no", "false")  # what turns an H3GATES_* switch off (H3GATES_RUN_CACHE, H3GATES_PREP_RELEASE, ...)
+
+
+def is_off(value: str | None) -> bool:
+    return bool(value) and value.strip().lower() in OFF
+
+
+def switched_on(name: str) -> bool:
+    """An environment switch that is on unless set to one of OFF."""
+    return not is_off(os.environ.get(name))
 
 
 def progress(msg: str) -> None:

@@ -37,7 +37,7 @@ from pathlib import Path
 from h3gates.core import report
 from h3gates.core.errors import ReportError
 from h3gates.core.fingerprints import digest, file_sha256, provenance
-from h3gates.core.jobs import nvidia_smi_query, progress
+from h3gates.core.jobs import nvidia_smi_query, progress, switched_on
 from h3gates.core.outputs import RESULTS
 
 KEY_VERSION = 1
@@ -47,7 +47,7 @@ DECIDED = ("pass", "fail", "not timed")  # rung-4 decisions a rerun at the same 
 
 
 def enabled() -> bool:
-    return os.environ.get(ENV, "on").strip().lower() not in ("off", "0", "no", "false")
+    return switched_on(ENV)
 
 
 def store_dir(profile: str) -> Path:

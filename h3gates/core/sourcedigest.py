@@ -22,6 +22,8 @@ import hashlib
 import re
 from pathlib import Path
 
+from h3gates.core.jobs import is_off
+
 VERSION = "h3src1"  # bump when a normalization changes: every fingerprint changes once
 C_SUFFIXES = (".cu", ".cuh", ".c", ".cc", ".cpp", ".cxx", ".h", ".hh", ".hpp")
 
@@ -52,7 +54,7 @@ def _memo_dir() -> Path | None:
     import os
 
     where = os.environ.get("H3GATES_SOURCE_CACHE")
-    if where and where.lower() in ("off", "0", "no", "false"):
+    if is_off(where):
         return None
     if where:
         return Path(where)

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import gc
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -45,7 +44,7 @@ import time
 import torch
 
 from h3gates.core import perfgate as PG
-from h3gates.core.jobs import progress
+from h3gates.core.jobs import progress, switched_on
 from h3gates.nvfp4.cuda.sync import sync
 from h3gates.nvfp4.gemm import AlphaTape
 
@@ -216,7 +215,7 @@ def merge_throttle(counts: list[dict | None]) -> dict:
 # prepared state a process times in (its graphs' pool, then emptied caches, as before) are the same.
 # H3GATES_PREP_RELEASE=off keeps the old order, for a side-by-side study (studies/device/device_run.sh prepstudy).
 def releasing() -> bool:
-    return os.environ.get("H3GATES_PREP_RELEASE", "on").lower() not in ("off", "0", "no", "false")
+    return switched_on("H3GATES_PREP_RELEASE")
 
 
 def release(device: str) -> bool:

@@ -247,7 +247,7 @@ def worker(block: int, first: str, a: str, b: str, mode: str, warmup: int) -> No
     block_ms = _median_ms(lib, 7, dev)
     warm_s = account.lap("warm_s")  # the library path's first calls (module loads) and its median
     plant = {"bytes": 0}
-    g = next((float(s[1:]) for s in (a, b) if s.startswith("D")), None)
+    g = plant_of(a, b)
     if g is not None:  # calibrate: bytes for g/(1-g) of the block, then measure what they cost
         probe = 1 << 28
         per_byte = _copy_ms(probe, lib, dev) / probe if dev == "cuda" else 0.0
@@ -404,13 +404,14 @@ def launcher(kind: str, n: int, argv):
     large (5.7-7.8 times its target: evidence/campaign_2026-12-04)."""
     from h3gates.rungs import timing as T
 
-    if is_planted(kind):
+    if plant_of(*gate_sides(kind)) is not None:
         return T.Launcher(n, argv, at_once=1, free_gb_of=None)
     return T.Launcher(n, argv, free_gb_of=T.gpu_free_gb)
 
 
-def is_planted(kind: str) -> bool:
-    return kind.split(":")[0] in ("gain", "slower")
+def plant_of(a: str, b: str) -> float | None:
+    """The planted share g of a gate's sides (gate_sides: the planted one is `D<g>`), None where none is planted."""
+    return next((float(s[1:]) for s in (a, b) if s.startswith("D")), None)
 
 
 def run_gate(kind: str, block: int, p: dict, seed: int) -> dict:
