@@ -479,6 +479,9 @@ ModulateFusedProducer.produce = _slow
     # each process's preparation group (timing.Launcher): process 0 alone, the CPU workers all at once (on a GPU
     # the groups are sized from the free memory: tests/test_perfgate.py)
     assert prep[0]["prep"]["at_once"] == 1 and all(p["prep"]["at_once"] == len(prep) - 1 for p in prep[1:]), prep
+    # and how long each cohort took from its last look to its processes' end (timing.close_all: side by side)
+    ends = rep["timing"]["cohort_end_s"]
+    assert len(ends) == len(rep["timing"]["cohorts"]) and all(0 <= e < 30 for e in ends), ends
     # the block after the first is compared byte for byte but not timed: the first gated block failed (issue 31)
     later = json.loads((ws / RES / _name(ws, "modulate_fusion") / "r4_block/block3.json").read_text())
     t = later["timing"]

@@ -84,7 +84,7 @@ PY
         t0=$(date +%s.%N); timeout "${GT_TIMEOUT:-200}" python3 -m pytest -q -p no:cacheprovider -o faulthandler_timeout=100 "${w[@]}" \
           tests/test_gpu.py tests/test_kernels_compile.py tests/test_fc2.py tests/test_fc2_algo.py tests/test_cubin_cache.py \
           tests/test_gpu_digest.py tests/test_standin_cuda.py tests/test_nvfp4_cuda_model.py > "$OUT/gpu_tests_$n.log" 2>&1
-        echo "gpu tests ($n workers): rc=$? wall $(python3 -c "import time; print(round(time.time() - $t0, 1))") s"; tail -2 "$OUT/gpu_tests_$n.log"; done ;;
+        echo "gpu tests ($n workers): rc=$? wall $(python3 -c "import time; print(round(time.time() - $t0, 1))") s" | tee -a "$OUT/gpu_tests_walls.txt"; tail -2 "$OUT/gpu_tests_$n.log"; done ;;
     digests)  # the canonical 12-step baseline digests through the workflow's rung-7 baseline artifact job
       python3 studies/ladder/canonical_digests.py --out "$OUT/canonical_digests.json" ;;
     tests) python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/test_gpu.py tests/test_kernels_compile.py tests/test_fc2.py tests/test_fc2_algo.py 2>&1 | tee "$OUT/gpu_tests.log" | tail -15 ;;
@@ -153,7 +153,7 @@ PY
       [ "${ONEGPU_CLEAN:-0}" = 1 ] && rm -rf results logs .snakemake
       tag=$(date +%H%M%S); t0=$(date +%s.%N)
       timeout "${ONEGPU_TIMEOUT:-560}" python3 -m snakemake --cores 4 --resources gpu=${ONEGPU_JOBS:-1} --keep-going --rerun-incomplete ${ONEGPU_TARGETS:-all} --configfile config/canonical.yaml > "$OUT/onegpu_$tag.log" 2>&1
-      echo "snakemake ${ONEGPU_TARGETS:-all} rc=$? wall $(python3 -c "import time; print(round(time.time() - $t0, 1))") s"; grep -E "REFUSED|FAILED|Error|steps|promoted" "$OUT/onegpu_$tag.log" | tail -8
+      echo "snakemake ${ONEGPU_TARGETS:-all} rc=$? wall $(python3 -c "import time; print(round(time.time() - $t0, 1))") s" | tee -a "$OUT/onegpu_$tag.log"; grep -E "REFUSED|FAILED|Error|steps|promoted" "$OUT/onegpu_$tag.log" | tail -8
       python3 studies/ladder/lease_timeline.py logs/gpu_leases.jsonl --json "$OUT/lease_timeline_onegpu.json" | tail -${ONEGPU_TAIL:-6}
       mkdir -p /tmp/og && rm -rf /tmp/og/* && cp -r results/canonical logs /tmp/og/ 2>/dev/null; find /tmp/og \( -name "*.pt" -size +4M -o -name "*.ncu-rep" \) -delete
       (cd /tmp && tar czf "$OUT/onegpu_$tag.tgz" og) ;;
