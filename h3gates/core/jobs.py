@@ -24,9 +24,10 @@ def is_off(value: str | None) -> bool:
     return bool(value) and value.strip().lower() in OFF
 
 
-def switched_on(name: str) -> bool:
-    """An environment switch that is on unless set to one of OFF."""
-    return not is_off(os.environ.get(name))
+def switched_on(name: str, default: bool = True) -> bool:
+    """An environment switch: on unless set to one of OFF (where `default`), or off unless set to something else."""
+    value = os.environ.get(name)
+    return default if not value else not is_off(value)
 
 
 def progress(msg: str) -> None:

@@ -211,11 +211,13 @@ def merge_throttle(counts: list[dict | None]) -> dict:
 # keeps each stream's freed blocks for that stream, so a canonical process held about three blocks' activations at
 # once while it prepared: 36 GB reserved at its peak against 12 GB allocated (every ready line's memory_gb in
 # studies/ladder/evidence/canonical_onegpu_shared_2026-12-04/), and its cohort prepared in groups of one or two
-# (group_size). Each run's cached blocks now go back before the next run allocates its own: the bytes and the
-# prepared state a process times in (its graphs' pool, then emptied caches, as before) are the same.
-# H3GATES_PREP_RELEASE=off keeps the old order, for a side-by-side study (studies/device/device_run.sh prepstudy).
+# (group_size). With H3GATES_PREP_RELEASE=on each run's cached blocks go back before the next run allocates its
+# own: the bytes are the same, and so is the kind of state a process times in (its graphs' pool, then emptied
+# caches), but not the allocation history that places the pool, which is where a process's own effect on its
+# timing may come from. The gate's error rates were measured without it (issue 30), so it stays off by default
+# until studies/device/device_run.sh prepstudy has shown on the H200 what it does to the A/A gate beside it.
 def releasing() -> bool:
-    return switched_on("H3GATES_PREP_RELEASE")
+    return switched_on("H3GATES_PREP_RELEASE", default=False)
 
 
 def release(device: str) -> bool:

@@ -17,8 +17,8 @@ for step in "$@"; do
   case "$step" in
     prepstudy)  # issue 31, rung 4's preparation (25 s of an early-decided gate's 56 s, its processes in groups of 1-2 for their
                 # 36 GB reserved peaks against 12 GB allocated): an A/A campaign gate at block PREP_BLOCK (24) per mode in PREP_MODES:
-                # on (each preparation run's cached blocks given back in turn: timing.release, the default), off
-                # (H3GATES_PREP_RELEASE=off, the order before), expandable (on, with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True);
+                # on (each preparation run's cached blocks given back in turn: timing.release), off
+                # (H3GATES_PREP_RELEASE=off, the default), expandable (on, with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True);
                 # prep per cohort, the groups, each process's peaks, and the A/A ratio under each (PREP_MODES="off on" swaps the order)
       for m in ${PREP_MODES:-on off}; do
         if [ "$m" = expandable ]; then export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True H3GATES_PREP_RELEASE=on
