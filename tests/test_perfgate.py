@@ -1163,6 +1163,9 @@ def test_a_planted_gate_with_a_copy_off_its_target_is_left_out_of_the_campaign_a
     assert bad["campaign_2026-12-04/campaign_gain3-b0.json:0"]["processes_off"] == [2, 3, 6, 7, 8]
     earlier = [ev / f"campaign_2026-12-{d}" for d in ("02", "02b", "02c", "03", "03b", "03c", "03d")]
     assert A.mis_sized(A.load(earlier)) == {}
+    # and the four planted gates of 2026-12-04b, each prepared one process at a time (campaign.launcher), pass it
+    later = A.load([ev / "campaign_2026-12-04b"])
+    assert sum(bool((x.get("plant") or {}).get("planted_ratio")) for x in later) == 48 and A.mis_sized(later) == {}
     sys.path.insert(0, str(ROOT / "studies/perfgate"))
     try:
         import campaign as K

@@ -214,8 +214,9 @@ def merge_throttle(counts: list[dict | None]) -> dict:
 # (group_size). With H3GATES_PREP_RELEASE=on each run's cached blocks go back before the next run allocates its
 # own: the bytes are the same, and so is the kind of state a process times in (its graphs' pool, then emptied
 # caches), but not the allocation history that places the pool, which is where a process's own effect on its
-# timing may come from. The gate's error rates were measured without it (issue 30), so it stays off by default
-# until studies/device/device_run.sh prepstudy has shown on the H200 what it does to the A/A gate beside it.
+# timing may come from. The gate's error rates were measured without it (issue 30), so it is off by default; on
+# the H200 it lowered the peak to 26.6 GB and let four prepare at once, but the cohort's preparation took as long
+# (about 4 s of GPU a process, however many at once: studies/ladder/evidence/prepstudy_2026-12-04/), so it stays off.
 def releasing() -> bool:
     return switched_on("H3GATES_PREP_RELEASE", default=False)
 
