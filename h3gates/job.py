@@ -32,10 +32,9 @@ def _rung(a) -> int:
             _sign_report(a)
             return 0
         if ctx.device == "cuda":
-            from h3gates.core.lease import acquire
             from h3gates.core.outputs import RUNG
 
-            acquire(
+            _lease(
                 f"rung {a.rung} {ctx.candidate}" + ("" if a.block is None else f" block {a.block}"),
                 shared=RUNG[a.rung].gpu_shared,
             )
@@ -46,6 +45,19 @@ def _rung(a) -> int:
     finally:
         _flag_basis(a.out)
     return 0
+
+
+def _lease(job: str, shared: bool) -> None:
+    """Lease the GPU for this job (h3gates.core.lease) once its libraries are imported (preload: torch and Comfy
+    Kitchen, no GPU touched, so CUDA_VISIBLE_DEVICES still takes effect at the lease). A job in a fresh process
+    (rung 4 and its timing process 0, every job with H3GATES_WARM=off) imported them inside its lease before:
+    about 3 s of an exclusive lease on the H200 before the job's first line
+    (studies/ladder/evidence/canonical_onegpu_shared_2026-12-04/), and a job that waits for the GPU now imports
+    while it waits. A job forked from the warm worker has them already."""
+    preload()
+    from h3gates.core.lease import acquire
+
+    acquire(job, shared=shared)
 
 
 def _sign_report(a) -> None:
@@ -82,11 +94,9 @@ def _baseline(a) -> int:
         parser().error(f"baseline r{rung}: one --out expected, got {len(a.out)}")
     meta = artifact_meta(actx)  # the artifact's identity, computed here: the computing module needs no key code
     if actx.device == "cuda":
-        from h3gates.core.lease import acquire
-
         # the block captures record no time and share the device; the baseline artifacts record their wall time
         # (rungs 5-7 report it) or Nsight Compute's counters (rung 8): the device alone
-        acquire(
+        _lease(
             f"baseline captures block {' '.join(map(str, a.blocks))}" if rung == CAPTURES else f"baseline r{rung}",
             shared=rung == CAPTURES,
         )

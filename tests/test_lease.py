@@ -328,3 +328,53 @@ def test_a_baseline_job_shares_the_device_only_for_the_captures(rung, monkeypatc
     with pytest.raises(Leased):
         a.run(a)
     assert asked == [(asked[0][0], rung == 0)] and not any(os.path.exists(o) for o in outs)
+
+
+LEASED = """
+import json, sys
+from h3gates import job
+from h3gates.core import lease
+
+assert "torch" not in sys.modules, "torch imported before the job ran"
+seen = []
+
+def acquire(name, *args, shared=False, **kw):
+    seen.append({"job": name, "shared": shared, "imported": sorted(m for m in ("torch", "comfy_kitchen") if m in sys.modules)})
+    raise SystemExit(3)  # stop before any GPU work
+
+lease.acquire = acquire
+a = job.parser().parse_args(json.loads(sys.argv[1]))
+try:
+    a.run(a)
+finally:
+    print(json.dumps(seen), flush=True)
+"""
+
+
+@pytest.mark.parametrize("kind", ["rung 4", "baseline r7"])
+def test_a_gpu_job_imports_its_libraries_before_it_takes_the_lease(kind, tmp_path):
+    """A GPU job in a fresh process (rung 4 always: its process times; every job with H3GATES_WARM=off) imports
+    torch and Comfy Kitchen before the lease (h3gates.job._lease), so the lease holds no import time (about 3 s
+    of each exclusive lease on the H200) and a job that waits for the GPU imports while it waits. Run as the
+    workflow runs the job, in a fresh interpreter, with a CUDA context. Catches: the imports moved back inside
+    the lease, or a GPU job that takes the lease another way."""
+    from h3gates.core import config as C
+    from h3gates.core import context as X
+
+    cfg = C.validate_config(
+        C.merge(C.load_config([ROOT / "config/config.yaml"]), {"device": "cuda", "baseline": {"accepted": []}})
+    )
+    out = str(tmp_path / "out.json")
+    if kind == "rung 4":
+        argv = ["rung", "4", "--context", X.RungContext.from_config(cfg, "modulate_fusion", 4).to_json()]
+        argv += ["--out", out, "--block", "0"]
+    else:
+        argv = ["baseline", "--context", X.baseline_context(cfg, 7).to_json(), "--out", out]
+    env = {**os.environ, "H3GATES_RUN_CACHE": "off", "PYTHONPATH": str(ROOT)}
+    p = subprocess.run(
+        [sys.executable, "-c", LEASED, json.dumps(argv)], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert p.returncode == 3, p.stderr
+    seen = json.loads(p.stdout.splitlines()[-1])
+    assert [s["imported"] for s in seen] == [["comfy_kitchen", "torch"]], seen
+    assert seen[0]["job"].startswith(kind) and seen[0]["shared"] is False

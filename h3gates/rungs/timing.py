@@ -216,7 +216,8 @@ def merge_throttle(counts: list[dict | None]) -> dict:
 # caches), but not the allocation history that places the pool, which is where a process's own effect on its
 # timing may come from. The gate's error rates were measured without it (issue 30), so it is off by default; on
 # the H200 it lowered the peak to 26.6 GB and let four prepare at once, but the cohort's preparation took as long
-# (about 4 s of GPU a process, however many at once: studies/ladder/evidence/prepstudy_2026-12-04/), so it stays off.
+# (about 2 s plus 3.5 s of GPU a process, however many at once: studies/ladder/evidence/prepstudy_2026-12-04/), so
+# it stays off.
 def releasing() -> bool:
     return switched_on("H3GATES_PREP_RELEASE", default=False)
 

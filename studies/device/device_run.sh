@@ -139,9 +139,10 @@ PY
       mkdir -p /tmp/canon && rm -rf /tmp/canon/* && cp -r results/canonical logs/canonical /tmp/canon/ 2>/dev/null; find /tmp/canon \( -name "*.pt" -size +4M -o -name "*.ncu-rep" \) -delete
       (cd /tmp && tar czf "$OUT/canon2.tgz" canon) ;;
     canonx2)  # every enabled candidate's canonical ladder on all GPUs of the host (one lease per job), with the lease timeline
+              # (CANONX2_JOBS: GPU jobs at once, default one a GPU; 3 a GPU lets the untimed jobs share: docs/gpu-and-cluster.md)
       n=$(nvidia-smi -L | wc -l); python3 -m snakemake --unlock --configfile config/canonical.yaml > /dev/null 2>&1
       left=$(( ${CALL_BUDGET:-585} - SECONDS ))
-      timeout "$left" python3 -m snakemake --cores $((4 * n)) --resources gpu=$n --keep-going --rerun-incomplete all \
+      timeout "$left" python3 -m snakemake --cores $((4 * n)) --resources gpu=${CANONX2_JOBS:-$n} --keep-going --rerun-incomplete all \
         --configfile config/canonical.yaml > "$OUT/canonx2_$(date +%H%M%S).log" 2>&1; echo "snakemake rc=$?"
       python3 studies/ladder/lease_timeline.py logs/gpu_leases.jsonl --json "$OUT/lease_timeline.json" | tail -30
       mkdir -p /tmp/canon && rm -rf /tmp/canon/* && cp -r results/canonical logs /tmp/canon/ 2>/dev/null; find /tmp/canon -name "*.pt" -size +4M -delete
