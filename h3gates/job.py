@@ -47,9 +47,12 @@ def _rung(a) -> int:
     return 0
 
 
+NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"  # torch.cuda.is_available() through NVML, not the CUDA driver
+
+
 def _lease(job: str, shared: bool) -> None:
     """Lease the GPU for this job (h3gates.core.lease) once its libraries are imported (preload: torch and Comfy
-    Kitchen, no GPU touched, so CUDA_VISIBLE_DEVICES still takes effect at the lease). A job in a fresh process
+    Kitchen, the CUDA driver not started, so the lease's CUDA_VISIBLE_DEVICES still takes effect). A job in a fresh process
     (rung 4 and its timing process 0, every job with H3GATES_WARM=off) imported them inside its lease before:
     about 3 s of an exclusive lease on the H200 before the job's first line
     (studies/ladder/evidence/canonical_onegpu_shared_2026-12-04/), and a job that waits for the GPU now imports
@@ -260,11 +263,17 @@ JOBS = ("rung", "baseline", "token", "promote", "plot", "perf-worker", "profile-
 
 
 def preload() -> list[str]:
-    """What a run's warm worker (h3gates.core.warm) imports before it forks a child per job: the third-party
-    libraries a rung or baseline job imports, the slow part of its start (torch and Comfy Kitchen: 5-10 s on a
-    CPU here). Never an h3gates module beyond this entry, never a candidate's kernels; nothing here touches a
-    GPU. The names of those it imported (all are the project's dependencies; it stops at one missing)."""
+    """What a run's warm worker (h3gates.core.warm) imports before it forks a child per job, and what a GPU job
+    imports before its lease (_lease): the third-party libraries a rung or baseline job imports, the slow part of
+    its start (torch and Comfy Kitchen: 5-10 s on a CPU here). Never an h3gates module beyond this entry, never a
+    candidate's kernels. Nothing here starts the CUDA driver: Comfy Kitchen's import asks torch.cuda.is_available(),
+    which would (cudaGetDeviceCount, then cuInit, which reads CUDA_VISIBLE_DEVICES once: a lease set after it would
+    not take, and a forked child could not use the driver), so it is asked through NVML here
+    (PYTORCH_NVML_BASED_CUDA_CHECK=1 for the imports, as it was before them afterwards). The names of those it
+    imported (all are the project's dependencies; it stops at one missing)."""
     loaded = []
+    before = os.environ.get(NVML_CHECK)
+    os.environ[NVML_CHECK] = "1"
     try:
         import torch  # noqa: F401
 
@@ -283,6 +292,11 @@ def preload() -> list[str]:
         loaded += ["cryptography", "securesystemslib"]
     except ImportError:
         pass
+    finally:
+        if before is None:
+            del os.environ[NVML_CHECK]
+        else:
+            os.environ[NVML_CHECK] = before
     return loaded
 
 

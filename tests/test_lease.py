@@ -356,7 +356,7 @@ def test_a_gpu_job_imports_its_libraries_before_it_takes_the_lease(kind, tmp_pat
     """A GPU job in a fresh process (rung 4 always: its process times; every job with H3GATES_WARM=off) imports
     torch and Comfy Kitchen before the lease (h3gates.job._lease), so the lease holds no import time (about 3 s
     of each exclusive lease on the H200) and a job that waits for the GPU imports while it waits. Run as the
-    workflow runs the job, in a fresh interpreter, with a CUDA context. Catches: the imports moved back inside
+    workflow runs the job, in a fresh interpreter, its context on device cuda. Catches: the imports moved back inside
     the lease, or a GPU job that takes the lease another way."""
     from h3gates.core import config as C
     from h3gates.core import context as X
@@ -372,9 +372,53 @@ def test_a_gpu_job_imports_its_libraries_before_it_takes_the_lease(kind, tmp_pat
         argv = ["baseline", "--context", X.baseline_context(cfg, 7).to_json(), "--out", out]
     env = {**os.environ, "H3GATES_RUN_CACHE": "off", "PYTHONPATH": str(ROOT)}
     p = subprocess.run(
-        [sys.executable, "-c", LEASED, json.dumps(argv)], cwd=tmp_path, env=env, capture_output=True, text=True
-    )
+        [sys.executable, "-c", LEASED, json.dumps(argv)], cwd=tmp_path, env=env, capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
     assert p.returncode == 3, p.stderr
     seen = json.loads(p.stdout.splitlines()[-1])
     assert [s["imported"] for s in seen] == [["comfy_kitchen", "torch"]], seen
     assert seen[0]["job"].startswith(kind) and seen[0]["shared"] is False
+
+
+NVML = """
+import json, os, sys
+import torch
+
+asked = []
+real = torch.cuda.is_available
+
+def is_available():
+    asked.append(os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK"))
+    return real()
+
+torch.cuda.is_available = is_available
+from h3gates import job
+from h3gates.core import lease
+
+at_lease = []
+lease.acquire = lambda name, *a, shared=False, **k: at_lease.append(os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK"))
+job._lease("rung 4 modulate_fusion block 0", shared=False)
+print(json.dumps({"asked": asked, "at_lease": at_lease}), flush=True)
+"""
+
+
+@pytest.mark.parametrize("before", [None, "0"])
+def test_the_imports_before_the_lease_leave_the_cuda_driver_alone(before, tmp_path):
+    """Comfy Kitchen's import asks torch.cuda.is_available(), which on a CUDA build starts the driver (cuInit) unless
+    torch asks NVML instead: a driver started before the lease reads CUDA_VISIBLE_DEVICES before the lease sets it,
+    so on a host of several GPUs the job would run on the first, whatever its lease. job.preload asks through NVML
+    (PYTORCH_NVML_BASED_CUDA_CHECK=1) and puts the variable back as it was before the lease. Catches: the imports
+    before the lease without the NVML check (the review of 2026-12-04 found _lease so), or the variable left
+    set for the job."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTORCH_NVML_BASED_CUDA_CHECK"}
+    if before is not None:
+        env["PYTORCH_NVML_BASED_CUDA_CHECK"] = before
+    p = subprocess.run(
+        [sys.executable, "-c", NVML], cwd=tmp_path, env={**env, "PYTHONPATH": str(ROOT)},
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout.splitlines()[-1])
+    assert got["asked"] and set(got["asked"]) == {"1"}, got
+    assert got["at_lease"] == [before]

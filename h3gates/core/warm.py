@@ -277,16 +277,9 @@ def serve(path: str, parent: int, run, preload) -> None:
     os.rename(path + ".new", path)  # the path exists once it listens: a job that comes early waits
     _BEFORE = dict(os.environ)
     t0 = time.monotonic()
-    # torch.cuda.is_available() (Comfy Kitchen's import calls it) through NVML, which leaves the CUDA driver
-    # alone: a child could not use a driver its parent started
-    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
-    try:
-        loaded = preload()
-    finally:
-        if "PYTORCH_NVML_BASED_CUDA_CHECK" in _BEFORE:
-            os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = _BEFORE["PYTORCH_NVML_BASED_CUDA_CHECK"]
-        else:
-            del os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"]
+    # preload asks torch.cuda.is_available() (Comfy Kitchen's import calls it) through NVML, which leaves the CUDA
+    # driver alone: a child could not use a driver its parent started
+    loaded = preload()
     # what the imports set in the environment (torch: TORCHINDUCTOR_CACHE_DIR): a fresh job's imports set it too
     _ADDED = {k: v for k, v in os.environ.items() if _BEFORE.get(k) != v}
     print(f"warm worker {os.getpid()}: imported {' '.join(loaded)} in {time.monotonic() - t0:.1f} s", flush=True)
