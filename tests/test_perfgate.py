@@ -758,40 +758,6 @@ def test_a_cohorts_processes_end_side_by_side_and_the_gate_says_how_long(tmp_pat
         assert [k for k, _ in log] == ["ask"] * 6 + ["read"] * 6, log
 
 
-def test_a_sides_preparation_gives_each_runs_cached_blocks_back_when_told_to(monkeypatch):
-    """With H3GATES_PREP_RELEASE=on, on a GPU, each of a side's preparation runs (the recording, the side stream's
-    warm-up) gives the caching allocator's blocks back before the next allocates its own (a canonical process
-    peaked at 36 GB reserved, three runs' activations, against 12 GB allocated, so its cohort prepared one or two
-    at a time). Off by default: the gate's error rates were measured without it, and the prepstudy device step
-    is to show what it does to an A/A gate first. Catches: the release dropped, run on a CPU (no CUDA there),
-    on by default before it is measured, or the switch not read."""
-    from h3gates.rungs import timing as T
-
-    calls = []
-    monkeypatch.setattr(T.torch.cuda, "empty_cache", lambda: calls.append(1))
-    monkeypatch.delenv("H3GATES_PREP_RELEASE", raising=False)
-    assert not T.releasing() and T.release("cuda") is False and calls == []
-    monkeypatch.setenv("H3GATES_PREP_RELEASE", "on")
-    T.release("cuda")
-    T.release("cpu")
-    assert calls == [1] and T.releasing()
-    for off in ("off", "0", "no", "False", ""):
-        monkeypatch.setenv("H3GATES_PREP_RELEASE", off)
-        T.release("cuda")
-        assert calls == [1] and not T.releasing()
-    monkeypatch.setenv("H3GATES_PREP_RELEASE", "on")
-    T.release("cuda")
-    assert calls == [1, 1]
-    assert T.release("cuda") is True and T.release("cpu") is False
-    src = Path(T.__file__).read_text()
-    capture = src[src.index("    def _capture(") : src.index("    def check(")]
-    # in the capture, twice: after the recording run, and after the side stream's run, before the graph's pool
-    assert capture.count("release(self.device)") == 2
-    first, second = capture.index("release(self.device)"), capture.rindex("release(self.device)")
-    assert capture.index("tape.recording()") < first < capture.index("torch.cuda.Stream()")
-    assert capture.index("torch.cuda.stream(side)") < second < capture.index("torch.cuda.CUDAGraph()")
-
-
 def test_a_workers_ready_line_splits_its_gpu_part(tmp_path):
     """The ready line's account of the GPU part (issue 31: rung 4's preparation): the worker's own clock at the
     go (await_go) and as it answers (serve's t_ready) split the parent's gpu_s into the go's way there, the

@@ -229,12 +229,11 @@ def process_prep(ready: list) -> list:
     """Where each timing process's preparation went (issue 31: rung 4's overhead): the parent's clock from
     launch to imports done, waiting for its turn and on the GPU (T.Worker), and inside that the build of the
     block's two sides (build_s; process 0's were built before the gate), each side's eager run, capture and
-    warm-up (T.Side.phases), and its peak GPU memory (with `released`: whether its runs gave their cached
-    blocks back in turn, T.release); `worker`, the worker's own account of its GPU part (its
+    warm-up (T.Side.phases), and its peak GPU memory; `worker`, the worker's own account of its GPU part (its
     CUDA context, the build, T.prepare whole), monitor_s (NVML's start) and prep's to_worker_s /
     from_worker_s, the go's and the ready line's way between the processes: what of gpu_s none of these holds
     is the ready record's own making (its memory figures, the JSON)."""
-    keys = ("prep", "build_s", "worker", "monitor_s", "phases", "memory_gb", "released")
+    keys = ("prep", "build_s", "worker", "monitor_s", "phases", "memory_gb")
     return [None if r is None else {k: r[k] for k in keys if k in r} for r in ready]
 
 

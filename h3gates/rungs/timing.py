@@ -44,7 +44,7 @@ import time
 import torch
 
 from h3gates.core import perfgate as PG
-from h3gates.core.jobs import progress, switched_on
+from h3gates.core.jobs import progress
 from h3gates.nvfp4.cuda.sync import sync
 from h3gates.nvfp4.gemm import AlphaTape
 
@@ -207,30 +207,12 @@ def merge_throttle(counts: list[dict | None]) -> dict:
 
 # ---------------------------------------------------------------------- one side
 # A side's capture runs the block three times before the graph: eagerly, on the default stream (the alpha tape's
-# recording), and on a side stream (torch's warm-up rule), then in the graph's private pool. The caching allocator
-# keeps each stream's freed blocks for that stream, so a canonical process held about three blocks' activations at
-# once while it prepared: 36 GB reserved at its peak against 12 GB allocated (every ready line's memory_gb in
-# studies/ladder/evidence/canonical_onegpu_shared_2026-12-04/), and its cohort prepared in groups of one or two
-# (group_size). With H3GATES_PREP_RELEASE=on each run's cached blocks go back before the next run allocates its
-# own: the bytes are the same, and so is the kind of state a process times in (its graphs' pool, then emptied
-# caches), but not the allocation history that places the pool, which is where a process's own effect on its
-# timing may come from. The gate's error rates were measured without it (issue 30), so it is off by default; on
-# the H200 it lowered the peak to 26.6 GB and let four prepare at once, but the cohort's preparation took as long
-# (about 2 s plus 3.5 s of GPU a process, however many at once: studies/ladder/evidence/prepstudy_2026-12-04/), so
-# it stays off.
-def releasing() -> bool:
-    return switched_on("H3GATES_PREP_RELEASE", default=False)
-
-
-def release(device: str) -> bool:
-    """Give the caching allocator's unused blocks back to the driver between a side's preparation runs; whether
-    it did."""
-    if device == "cuda" and releasing():
-        torch.cuda.empty_cache()
-        return True
-    return False
-
-
+# recording), and on a side stream (torch's warm-up rule), then in the graph's private pool, so a canonical process
+# peaks at about 37 GB reserved against 12 GB allocated (the caching allocator keeps each stream's freed blocks for
+# that stream). Giving each run's blocks back before the next (empty_cache) lowered the peak to 26.6 GB on the H200
+# but not the cohort's preparation, which is bound by the GPU's throughput (studies/ladder/evidence/
+# prepstudy_2026-12-04/, measured at 7861115 with H3GATES_PREP_RELEASE); it changed the allocation history the
+# gate's error rates were measured under, so it was removed.
 class Side:
     """One side's block as a timed call."""
 
@@ -241,7 +223,6 @@ class Side:
         self.mode, self.reason = "eager", None
         self.eager_out = None
         self.phases: dict = {}
-        self.released = False  # its preparation's runs gave their cached blocks back in turn (release)
 
     def prepare(self, mode: str, warmup: int, pool=None) -> None:
         """Run eagerly (the output every later call must reproduce), capture where asked and possible (into
@@ -267,15 +248,12 @@ class Side:
         try:
             with tape.recording():
                 self.fn()
-            # the default stream's cached blocks go back before the side stream's run
-            self.released = release(self.device)
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side), tape.replaying():  # torch's rule: warm up on a side stream before capture
                 self.fn()
             torch.cuda.current_stream().wait_stream(side)
             torch.cuda.synchronize()
-            self.released &= release(self.device)  # and the side stream's before the graph's pool
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g, pool=pool), tape.replaying():
                 static = self.fn()
@@ -417,7 +395,6 @@ def ready_of(sides: dict, device: str) -> dict:
         "phases": {k: s.phases for k, s in sides.items()},
     }
     if device == "cuda":
-        out["released"] = all(s.released for s in sides.values())  # both sides' runs gave their blocks back in turn
         out["memory_gb"] = {
             "peak_reserved": round(torch.cuda.max_memory_reserved() / 1e9, 2),
             "peak_allocated": round(torch.cuda.max_memory_allocated() / 1e9, 2),

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run on the H200 device machine from the repository root, with .devsite/ (pack-site core) carried.
 # Usage: bash studies/device/device_run.sh STEP...   (studies/device/README.md says what each step runs)
-# Steps: prepstudy warmgpu gputests digests tests cachetests qkvstudy gemmparts onegpu onemore gpucheck ci4cuda r1cuda canon2 canonx2 canon r8swiglu perfgate
+# Steps: warmgpu gputests digests tests cachetests qkvstudy gemmparts onegpu onemore gpucheck ci4cuda r1cuda canon2 canonx2 canon r8swiglu perfgate
 #        blocktime jobprofile warmimports evidence ncu profile canonical4 tune model ladder ncuquery ladderci fc2;
 #        with BUNDLE=name the outputs also come back as one $OUT/name.tgz
 set -uo pipefail
@@ -15,26 +15,6 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 for step in "$@"; do
   case "$step" in
-    prepstudy)  # issue 31, rung 4's preparation (25 s of an early-decided gate's 56 s, its processes in groups of 1-2 for their
-                # 36 GB reserved peaks against 12 GB allocated): an A/A campaign gate at block PREP_BLOCK (24) per mode in PREP_MODES:
-                # on (each preparation run's cached blocks given back in turn: timing.release), off
-                # (H3GATES_PREP_RELEASE=off, the default), expandable (on, with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True);
-                # prep per cohort, the groups, each process's peaks, and the A/A ratio under each (PREP_MODES="off on" swaps the order)
-      for m in ${PREP_MODES:-on off}; do
-        if [ "$m" = expandable ]; then export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True H3GATES_PREP_RELEASE=on
-        else unset PYTORCH_CUDA_ALLOC_CONF; export H3GATES_PREP_RELEASE=$m; fi
-        timeout "${PREP_TIMEOUT:-260}" python3 studies/perfgate/campaign.py --gates aa:${PREP_BLOCK:-24} --name "prep-$m" --out "$OUT" > "$OUT/prep_$m.log" 2>&1
-        echo "prep $m rc=$?"; tail -3 "$OUT/prep_$m.log"; done; unset PYTORCH_CUDA_ALLOC_CONF H3GATES_PREP_RELEASE
-      python3 - "$OUT" <<'PY'
-import json, sys, pathlib
-for f in sorted(pathlib.Path(sys.argv[1]).glob("campaign_prep-*.json")):
-    g = json.loads(f.read_text())["gates"][0]
-    r = [x for x in g["ready"] if x]
-    print(f.name, "cohort prep", g["cohort_prepare_s"], "end", g.get("cohort_end_s"), "groups", [x["prep"].get("at_once") for x in r],
-          "peak reserved", max(x["memory_gb"]["peak_reserved"] for x in r), "allocated", max(x["memory_gb"]["peak_allocated"] for x in r),
-          "ratio", round(g["ratio"], 5) if g.get("ratio") else None, g["decision"])
-PY
-      ;;
     cachetests) python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/test_cubin_cache.py tests/test_gpu_digest.py tests/test_standin_cuda.py 2>&1 | tee "$OUT/cache_tests.log" | tail -4 ;;
     onemore)  # ONEMORE's canonical ladder (promote target) on ONEMORE_GPUS GPUs, timed (ONEMORE_CLEAN=1: its reports removed first;
               # the baseline artifacts are made when missing or stale); then no-op dry runs and the lease timeline

@@ -39,7 +39,6 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
-    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
     t = time.time()
     from h3gates import job
 
@@ -54,7 +53,6 @@ def main() -> int:
         "versions": {"torch": torch.__version__, "python": platform.python_version()},
         "children": [],
     }
-    del os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"]
     for k in range(2):
         r, w = os.pipe()
         pid = os.fork()
