@@ -12,7 +12,6 @@ from h3gates.core import config as H3config
 from h3gates.core import context as H3context
 from h3gates.core import fingerprints as H3fp
 from h3gates.core import outputs as H3out
-from h3gates.core import model_profiles as H3profiles
 from h3gates.core import report_labels as H3wf
 from h3gates.core.jobs import configured_device
 
@@ -213,14 +212,10 @@ def artifact_inputs(actx):
 
 # ---- the FC2 sweep (rules/studies.smk)
 def fc2_study(wildcards):
-    """The sweep's shape (the profile's FC2: tokens x d_ff -> d_model) and options (fc2_algo's params)."""
-    prof = H3profiles.load_profile(PROFILE, config["profiles"])
-    n, k = prof.gemm_shapes()["fc2"]
-    p = H3config.cand_config(config, "fc2_algo")["params"]
-    return (
-        f"--rows {prof.rows} --n {n} --k {k} --seed {config['seed']} --max-candidates {p['sweep_candidates']} "
-        f"--max-explicit {p['sweep_explicit']} --rounds {p['sweep_rounds']}"
-    )
+    """The sweep's shape and options (h3gates.fc2.commands.study_args: the profile's FC2, fc2_algo's params)."""
+    from h3gates.fc2.commands import study_args
+
+    return study_args(config)
 
 
 # ---- the HTML report's labels (read from the JSON when the report is built; h3gates/core/report_labels.py)

@@ -1316,3 +1316,34 @@ def test_rung8_sets_the_measured_gain_beside_the_kernel_time(tmp_path):
     assert "note" not in explain_gain(gate, 3, ns)
     assert explain_gain(gate, 3, None)["kernel_gain_ms"] is None  # a CPU: no capture to split it
     assert explain_gain(SimpleNamespace(upstream={}), 3, ns)["available"] is False
+
+
+def test_the_campaign_builds_fc2_algo_on_its_sweep_and_makes_the_sweep_as_the_workflow_does(monkeypatch, tmp_path):
+    """fc2_algo's `auto` reads the workflow's sweep (rule fc2_sweep): a campaign gate of fc2_algo passes the
+    candidate its artifacts, and the campaign runs `h3gates fc2 sweep` with the rule's own arguments
+    (h3gates.fc2.commands.study_args) where the sweep is missing, and nothing where it exists."""
+    from h3gates.core import config as C
+    from h3gates.fc2.commands import study_args
+
+    sys.path.insert(0, str(ROOT / "studies/perfgate"))
+    try:
+        import campaign as K
+    finally:
+        sys.path.remove(str(ROOT / "studies/perfgate"))
+    cfg = C.load_config([ROOT / c for c in K.REAL3_CONFIGS])
+    monkeypatch.setattr(K, "ROOT", tmp_path)
+    arts = K._artifacts(cfg, "fc2_algo")
+    assert arts == {"sweep": str(tmp_path / "results/canonical/fc2_algo/study/fc2_sweep.json")}
+    assert K._artifacts(cfg, "stream_a") == {} and K._artifacts(cfg, "modulate_fusion") == {}
+    assert study_args(cfg).startswith("--rows 37810 --n 5376 --k 14336 --seed 0 --max-candidates 8")
+    ran = []
+    monkeypatch.setattr(K.subprocess, "run", lambda cmd, **kw: ran.append(cmd))
+    K._workflow_artifacts(cfg, ["aa", "gain", "stream_a", "modulate_fusion"])
+    assert ran == []  # no candidate here reads an artifact
+    K._workflow_artifacts(cfg, ["fc2_algo", "stream_a"])
+    assert ran and ran[0][1:5] == ["-m", "h3gates", "fc2", "sweep"] and ran[0][-2:] == ["--out", arts["sweep"]]
+    assert " ".join(ran[0][5:-2]) == study_args(cfg)
+    Path(arts["sweep"]).write_text("{}")
+    ran.clear()
+    K._workflow_artifacts(cfg, ["fc2_algo"])
+    assert ran == []  # present: kept as it is

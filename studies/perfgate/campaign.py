@@ -219,9 +219,43 @@ def _roles(name: str, sides, cfg, plant: dict):
     return {
         **lib,
         **candidates.build_one(
-            name, cand_config(cfg, name), sides.device, sides.reference_q, lib, "schedule", sides.profile
+            name,
+            cand_config(cfg, name),
+            sides.device,
+            sides.reference_q,
+            lib,
+            "schedule",
+            sides.profile,
+            _artifacts(cfg, name),
         ),
     }
+
+
+def _artifacts(cfg, name: str) -> dict:
+    """{artifact: absolute path} of a candidate's workflow artifacts as configured (fc2_algo's `auto`: the sweep)."""
+    from h3gates.core import registry
+    from h3gates.core.config import cand_config
+
+    arts = registry.artifacts(name, cand_config(cfg, name), cfg["profile"])  # (kernels/ of this tree)
+    return {k: str(ROOT / v) for k, v in arts.items()}
+
+
+def _workflow_artifacts(cfg, names) -> None:
+    """The artifacts the gates' candidates read, made where missing as the workflow makes them: fc2_algo's
+    sweep (rule fc2_sweep: `h3gates fc2 sweep` at the profile's FC2 shape with the candidate's options)."""
+    from h3gates.fc2.commands import study_args
+
+    for name in sorted(set(names) & set(CANDIDATES)):
+        for art, path in _artifacts(cfg, name).items():
+            if Path(path).is_file():
+                continue
+            if (name, art) != ("fc2_algo", "sweep"):
+                raise SystemExit(f"{name}: the campaign cannot make its artifact {art!r} ({path})")
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            t0 = time.time()
+            cmd = [sys.executable, "-m", "h3gates", "fc2", "sweep", *shlex.split(study_args(cfg)), "--out", path]
+            subprocess.run(cmd, cwd=ROOT, check=True)
+            print(f"{name}'s {art}: {time.time() - t0:.1f} s ({shlex.join(cmd[1:])})", flush=True)
 
 
 def worker(block: int, first: str, a: str, b: str, mode: str, warmup: int) -> None:
@@ -524,6 +558,11 @@ def main() -> int:
     }
     path = out / f"campaign_{name}.json"
     _captures(cfg, sorted({b for _, b in gates}))
+    _workflow_artifacts(cfg, [k.split(":")[0] for k, _ in gates])
+    doc["artifacts"] = {  # what the gates' candidates read (the sweep kept whole: its selection is the gate's side)
+        n: {art: json.loads(Path(pth).read_text()) for art, pth in _artifacts(cfg, n).items()}
+        for n in sorted({k.split(":")[0] for k, _ in gates} & set(CANDIDATES))
+    }
     for gi, (kind, block) in enumerate(gates):
         if time.time() - t_start > a.budget_s:
             print(f"budget spent: {len(gates) - gi} gates not started", flush=True)
