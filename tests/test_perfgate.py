@@ -1347,3 +1347,28 @@ def test_the_campaign_builds_fc2_algo_on_its_sweep_and_makes_the_sweep_as_the_wo
     ran.clear()
     K._workflow_artifacts(cfg, ["fc2_algo"])
     assert ran == []  # present: kept as it is
+
+
+def test_the_committed_campaign_holds_nine_planted_gains_and_losses_and_every_candidate_at_each_block():
+    """Issue 30's campaign as committed (every 12 x 4 folder): three planted gains and three planted losses a
+    block (9 of each), each with its copies sized right (the 04c plants pass the mis-size guard), a gate of
+    every shipped candidate at each block, and at least 8 A/A processes a block (24 in all); what is left to
+    run is A/A gates only. Catches a piece dropped from the evidence, a mis-sized plant counted, or a
+    candidate whose gates (fc2_algo's sweep, stream_a's packages) never ran."""
+    A = _analysis()
+    ev = ROOT / "studies/perfgate/evidence"
+    assert A.mis_sized(A.load([ev / "campaign_2026-12-04c"])) == {}
+    sys.path.insert(0, str(ROOT / "studies/perfgate"))
+    try:
+        import campaign as K
+    finally:
+        sys.path.remove(str(ROOT / "studies/perfgate"))
+    folders = sorted(ev.glob("campaign_2026-12-0*"))
+    held = K.done(folders)
+    for block in K.BLOCKS:
+        h = held[block]
+        assert (h["gain"], h["slower"]) == (3, 3), (block, h)
+        assert set(h["real"]) == set(K.CANDIDATES) and all(n >= 1 for n in h["real"].values()), (block, h)
+        assert h["aa_processes"] >= 8
+    assert sum(h["aa_processes"] for h in held.values()) >= 24
+    assert all(g.split(":")[0] == "aa" for gates in K.remaining(folders).values() for g in gates)
