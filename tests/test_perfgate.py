@@ -1323,7 +1323,7 @@ def test_the_campaign_builds_fc2_algo_on_its_sweep_and_makes_the_sweep_as_the_wo
     candidate its artifacts, and the campaign runs `h3gates fc2 sweep` with the rule's own arguments
     (h3gates.fc2.commands.study_args) where the sweep is missing, and nothing where it exists."""
     from h3gates.core import config as C
-    from h3gates.fc2.commands import study_args
+    from h3gates.fc2.workflow import study_args
 
     sys.path.insert(0, str(ROOT / "studies/perfgate"))
     try:
@@ -1333,7 +1333,8 @@ def test_the_campaign_builds_fc2_algo_on_its_sweep_and_makes_the_sweep_as_the_wo
     cfg = C.load_config([ROOT / c for c in K.REAL3_CONFIGS])
     monkeypatch.setattr(K, "ROOT", tmp_path)
     arts = K._artifacts(cfg, "fc2_algo")
-    assert arts == {"sweep": str(tmp_path / "results/canonical/fc2_algo/study/fc2_sweep.json")}
+    # the campaign's own copy, not the workflow's output (rule fc2_sweep signs that one; rung 1 checks it)
+    assert arts == {"sweep": str(tmp_path / "results/perfgate_campaign/canonical/fc2_algo/study/fc2_sweep.json")}
     assert K._artifacts(cfg, "stream_a") == {} and K._artifacts(cfg, "modulate_fusion") == {}
     assert study_args(cfg).startswith("--rows 37810 --n 5376 --k 14336 --seed 0 --max-candidates 8")
     ran = []
@@ -1347,6 +1348,22 @@ def test_the_campaign_builds_fc2_algo_on_its_sweep_and_makes_the_sweep_as_the_wo
     ran.clear()
     K._workflow_artifacts(cfg, ["fc2_algo"])
     assert ran == []  # present: kept as it is
+    # and a gate's side is built with them: _roles hands the candidate its artifacts and the profile
+    from types import SimpleNamespace
+
+    from h3gates.model import candidates
+
+    seen = {}
+
+    def build_one(name, cand_cfg, device, reference, base, level="schedule", profile=None, artifacts=None):
+        seen.update(name=name, profile=profile, artifacts=artifacts)
+        return {"fc2": "candidate's fc2"}
+
+    monkeypatch.setattr(candidates, "build_one", build_one)
+    sides = SimpleNamespace(reference={"fc2": "library fc2"}, device="cuda", reference_q=None, profile="the profile")
+    roles = K._roles("fc2_algo", sides, cfg, {"bytes": 0})
+    assert roles == {"fc2": "candidate's fc2"}
+    assert seen == {"name": "fc2_algo", "profile": "the profile", "artifacts": arts}
 
 
 def test_the_committed_campaign_holds_nine_planted_gains_and_losses_and_every_candidate_at_each_block():

@@ -43,21 +43,6 @@ def _positive(text: str) -> int:
 DESCRIPTION = "FC2 cuBLASLt algorithm study (seed 003) on the emulated NVFP4 GEMM"
 
 
-def study_args(config: dict) -> str:
-    """The sweep's shape (the profile's FC2: tokens x d_ff -> d_model) and options (fc2_algo's params), from a
-    validated config: what rule fc2_sweep runs and what studies/perfgate/campaign.py runs where it is missing."""
-    from h3gates.core import config as C
-    from h3gates.core import model_profiles as M
-
-    prof = M.load_profile(config["profile"], config.get("profiles"))
-    n, k = prof.gemm_shapes()["fc2"]
-    p = C.cand_config(config, "fc2_algo")["params"]
-    return (
-        f"--rows {prof.rows} --n {n} --k {k} --seed {config['seed']} --max-candidates {p['sweep_candidates']} "
-        f"--max-explicit {p['sweep_explicit']} --rounds {p['sweep_rounds']}"
-    )
-
-
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=PROG, description=DESCRIPTION)
     arguments(ap)

@@ -46,6 +46,8 @@ CONFIGS = os.environ.get("CAMPAIGN_CONFIGS", "config/config.yaml config/canonica
 # fc2_algo and stream_a run under their overlays (stream_a with the CuTe DSL carried: studies/perfgate/README.md)
 REAL3_CONFIGS = ("config/config.yaml", "config/canonical.yaml", "config/fc2_algo.yaml", "config/stream_a.yaml")
 BLOCKS = (0, 24, 49)
+# where the campaign keeps the workflow artifacts its candidates read (_artifacts), apart from the workflow's own
+CAMPAIGN_RESULTS = "results/perfgate_campaign"
 CANDIDATES = ("modulate_fusion", "swiglu_fusion", "qkv_ring", "fc2_algo", "stream_a")
 
 
@@ -232,18 +234,26 @@ def _roles(name: str, sides, cfg, plant: dict):
 
 
 def _artifacts(cfg, name: str) -> dict:
-    """{artifact: absolute path} of a candidate's workflow artifacts as configured (fc2_algo's `auto`: the sweep)."""
+    """{artifact: absolute path} of a candidate's workflow artifacts as configured (fc2_algo's `auto`: the sweep),
+    the campaign's own copies under CAMPAIGN_RESULTS, never the workflow's outputs: rule fc2_sweep signs its sweep
+    and rung 1 refuses one no job signed, so an unsigned sweep at the workflow's path would break a later climb in
+    the same tree. A user's file (an absolute path) is read where it is."""
     from h3gates.core import registry
     from h3gates.core.config import cand_config
 
     arts = registry.artifacts(name, cand_config(cfg, name), cfg["profile"])  # (kernels/ of this tree)
-    return {k: str(ROOT / v) for k, v in arts.items()}
+    return {
+        k: v if os.path.isabs(v) else str(ROOT / CAMPAIGN_RESULTS / Path(v).relative_to("results"))
+        for k, v in arts.items()
+    }
 
 
 def _workflow_artifacts(cfg, names) -> None:
     """The artifacts the gates' candidates read, made where missing as the workflow makes them: fc2_algo's
-    sweep (rule fc2_sweep: `h3gates fc2 sweep` at the profile's FC2 shape with the candidate's options)."""
-    from h3gates.fc2.commands import study_args
+    sweep (rule fc2_sweep: `h3gates fc2 sweep` at the profile's FC2 shape with the candidate's options, unsigned
+    here). One already there is reused as it is (on the H200 each session starts from an empty tree); the piece's
+    JSON keeps it whole under `artifacts`."""
+    from h3gates.fc2.workflow import study_args
 
     for name in sorted(set(names) & set(CANDIDATES)):
         for art, path in _artifacts(cfg, name).items():
