@@ -213,12 +213,38 @@ def test_capture_end_to_end_with_fake_ncu(fake_ncu, tmp_path):
     assert d["common"]["finalize_scale<__nv_bfloat16>"]["delta_ns"] == 0
 
 
+def test_capture_times_its_phases_from_the_targets_range_marks(fake_ncu, tmp_path):
+    """Where a capture's time goes (issue 31: rung 8's 38-44 s a side): ncu's queries, the target up to its range,
+    the range itself (the replayed block), the exit and report, the import, read from the marks profiled_range
+    prints on the target's stderr. A target that marks no range gets its whole run as before_range_s."""
+    code = (
+        "import time; from h3gates.rungs import nsight as N; time.sleep(0.2); N.mark('open'); time.sleep(0.6); "
+        "N.mark('close'); time.sleep(0.1)"
+    )
+    res = N.capture([sys.executable, "-c", code], N.DEFAULT_METRICS, tmp_path / "w", timeout=60, name="candidate")
+    ph = res["phases"]
+    assert res["available"] is True and set(ph) == {
+        "query_s", "before_range_s", "range_s", "after_range_s", "import_s", "total_s"
+    }  # fmt: skip
+    assert 0.6 <= ph["range_s"] < 3 and ph["before_range_s"] >= 0.2 and ph["after_range_s"] >= 0.1
+    assert ph["query_s"] > 0 and ph["import_s"] > 0
+    parts = ph["query_s"] + ph["before_range_s"] + ph["range_s"] + ph["after_range_s"] + ph["import_s"]
+    assert parts <= ph["total_s"] < parts + 1
+    _validate(res)
+    line = N.phases_line("candidate", ph)
+    assert line.startswith("Nsight Compute of the candidate: ") and "profiled block 0." in line
+    plain = N.capture(_target(tmp_path / "ran"), N.DEFAULT_METRICS, tmp_path / "w", timeout=60, name="baseline")
+    assert plain["phases"]["range_s"] is None and plain["phases"]["before_range_s"] > 0
+    _validate(plain)
+
+
 def test_capture_without_ncu(tmp_path, monkeypatch):
     monkeypatch.setenv("H3GATES_NCU", str(tmp_path / "no-such-ncu"))
     res = N.capture(_target(tmp_path / "ran"), N.SEED_METRICS, tmp_path, timeout=60)
     assert res["available"] is False and res["reason"].startswith("ncu not found")
     assert res["unavailable"] == dict.fromkeys(N.SEED_METRICS, res["reason"])
     assert not (tmp_path / "ran").exists()
+    assert [k for k, v in res["phases"].items() if v is not None] == ["total_s"]  # nothing else ran
     _validate(res)
 
 
@@ -260,13 +286,14 @@ def test_profiled_range_brackets_the_body(monkeypatch):
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: calls.append("sync"))
     monkeypatch.setattr(torch.cuda.profiler, "start", lambda: calls.append("start"))
     monkeypatch.setattr(torch.cuda.profiler, "stop", lambda: calls.append("stop"))
+    monkeypatch.setattr(N, "mark", lambda what: calls.append(what))
     with N.profiled_range():
         calls.append("block")
-    assert calls == ["sync", "start", "block", "sync", "stop"]
+    assert calls == ["sync", "start", "open", "block", "sync", "stop", "close"]
     calls.clear()
     with pytest.raises(ValueError), N.profiled_range():
         raise ValueError("block failed")
-    assert calls == ["sync", "start", "sync", "stop"]  # the range is closed even when the block raises
+    assert calls == ["sync", "start", "open", "sync", "stop", "close"]  # closed even when the block raises
 
 
 def test_module_needs_no_torch():

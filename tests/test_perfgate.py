@@ -1323,7 +1323,7 @@ def test_the_campaign_builds_fc2_algo_on_its_sweep_and_makes_the_sweep_as_the_wo
     candidate its artifacts, and the campaign runs `h3gates fc2 sweep` with the rule's own arguments
     (h3gates.fc2.commands.study_args) where the sweep is missing, and nothing where it exists."""
     from h3gates.core import config as C
-    from h3gates.fc2.workflow import study_args
+    from h3gates.core.fc2_study import study_args
 
     sys.path.insert(0, str(ROOT / "studies/perfgate"))
     try:

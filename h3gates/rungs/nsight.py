@@ -486,6 +486,11 @@ def capture(
     counts do not depend on clocks, durations do, and both sides of a diff run under the same setting."""
     requested = list(dict.fromkeys(requested_metrics))
     workdir = Path(workdir)
+    t0 = time.time()
+    # where a capture's time goes, in seconds (None where that step did not run): ncu's metric queries, the
+    # target from launch to its range opening (ncu's start, imports, build, warm-up), the range (every kernel's
+    # replay passes), the target's exit and ncu's report, and reading the report back
+    ph: dict = dict.fromkeys(("query_s", "before_range_s", "range_s", "after_range_s", "import_s", "total_s"))
     res: dict = {
         "available": False,
         "reason": None,
@@ -505,12 +510,13 @@ def capture(
         "totals": None,
         "report_file": None,
         "stderr_tail": None,
+        "phases": ph,
     }
     ncu = find_ncu()
     if ncu is None:
         res["reason"] = _not_found_reason()
         res["unavailable"] = dict.fromkeys(requested, res["reason"])
-        return res
+        return _total(res, t0)
     res["ncu"] = ncu
     try:
         res["ncu_version"] = ncu_version(ncu)
@@ -518,11 +524,12 @@ def capture(
     except (OSError, NcuError) as e:
         res["reason"] = f"ncu could not be queried: {e}"
         res["unavailable"] = dict.fromkeys(requested, res["reason"])
-        return res
+        return _total(res, t0)
+    ph["query_s"] = time.time() - t0
     res["metrics"] = collect
     if not collect:
         res["reason"] = "none of the requested metrics is offered by the installed ncu"
-        return res
+        return _total(res, t0)
 
     workdir.mkdir(parents=True, exist_ok=True)
     stem, log = workdir / name, workdir / f"{name}.ncu.log"
@@ -539,40 +546,55 @@ def capture(
         cache_control=cache_control,
         replay_mode=replay_mode,
     )
+    t_run = time.time()
     try:
         with open(workdir / f"{name}.stdout", "w") as out, open(workdir / f"{name}.stderr", "w") as err:
             rc = _run(res["command"], timeout, stdout=out, stderr=err, env=env)[0]
             failure = None if rc == 0 else f"ncu exited {rc}"
     except (OSError, NcuError) as e:
         failure = str(e)
+    t_end = time.time()
+    err_file = workdir / f"{name}.stderr"
+    m = _marks(err_file.read_text(errors="replace")) if err_file.exists() else {}
+    if "open" in m and "close" in m:
+        ph.update(before_range_s=m["open"] - t_run, range_s=m["close"] - m["open"], after_range_s=t_end - m["close"])
+    else:
+        ph["before_range_s"] = t_end - t_run  # no range marked: the run whole
     tail = _tail("\n".join(p.read_text(errors="replace") for p in (log, workdir / f"{name}.stderr") if p.exists()))
     if failure:
         res["reason"] = failure
         res["stderr_tail"] = tail
-        return res
+        return _total(res, t0)
     report = next((r for r in reports if r.exists()), None)
     if report is None:
         res["reason"] = "ncu profiled no kernels (was the range opened with profiled_range()?)"
         res["stderr_tail"] = tail
-        return res
+        return _total(res, t0)
     res["report_file"] = str(report)
+    t_import = time.time()
     try:
         text = _checked(import_command(ncu, report), timeout=QUERY_TIMEOUT_S * 5)
         (workdir / f"{name}.csv").write_text(text)
         kernels = parse_csv(text)
+        ph["import_s"] = time.time() - t_import
     except (OSError, NcuError) as e:
         res["reason"] = f"reading the ncu report failed: {e}"
         res["stderr_tail"] = tail
-        return res
+        return _total(res, t0)
     if not kernels:
         res["reason"] = "ncu profiled no kernels (was the range opened with profiled_range()?)"
         res["stderr_tail"] = tail
-        return res
+        return _total(res, t0)
     for metric in list(collect):
         if not any(metric in k["metrics"] for k in kernels):
             del collect[metric]
             res["unavailable"][metric] = "requested from ncu but absent from its report"
     res.update(available=True, kernels=kernels, totals=summarize(kernels))
+    return _total(res, t0)
+
+
+def _total(res: dict, t0: float) -> dict:
+    res["phases"]["total_s"] = time.time() - t0
     return res
 
 
@@ -585,8 +607,49 @@ def profiled_range():
 
     torch.cuda.synchronize()
     torch.cuda.profiler.start()
+    mark("open")
     try:
         yield
     finally:
         torch.cuda.synchronize()
         torch.cuda.profiler.stop()
+        mark("close")
+
+
+# The profiled target's stderr lines that time its range, read back by capture() into `phases`.
+RANGE_MARK = "h3gates-profiled-range"
+
+
+def mark(what: str) -> None:
+    """One line on stderr with the wall-clock time (`open` after the range opened, `close` after it closed)."""
+    import sys
+
+    print(f"{RANGE_MARK} {what} {time.time():.6f}", file=sys.stderr, flush=True)
+
+
+def _marks(text: str) -> dict[str, float]:
+    """{open, close: the last time each was marked} from the target's stderr."""
+    out = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == RANGE_MARK and parts[1] in ("open", "close"):
+            try:
+                out[parts[1]] = float(parts[2])
+            except ValueError:
+                continue
+    return out
+
+
+def phases_line(side: str, ph: dict | None) -> str:
+    """The progress line of one capture's phases (the rule's log)."""
+    if not ph:
+        return f"Nsight Compute of the {side}: no phases recorded"
+    names = (
+        ("query_s", "query"),
+        ("before_range_s", "target to its range"),
+        ("range_s", "profiled block"),
+        ("after_range_s", "target exit and report"),
+        ("import_s", "report import"),
+    )
+    parts = ", ".join(f"{label} {ph[k]:.1f} s" for k, label in names if ph.get(k) is not None)
+    return f"Nsight Compute of the {side}: {ph['total_s']:.1f} s ({parts})"

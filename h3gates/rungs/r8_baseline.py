@@ -41,6 +41,7 @@ def compute(actx, out: str, meta: dict) -> dict:
         argv, nsight.DEFAULT_METRICS, workdir=work, timeout=actx.profiler["ncu_timeout"], name="baseline"
     )
     wall = time.perf_counter() - t0
+    progress("baseline r8: " + nsight.phases_line("baseline", cap.get("phases")))
     if not cap["available"] and nsight.find_ncu() is not None:
         raise ArtifactError(f"the baseline block's Nsight Compute capture failed: {cap['reason']} (logs in {work})")
     shutil.rmtree(work, ignore_errors=True)

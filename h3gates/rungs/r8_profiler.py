@@ -76,6 +76,7 @@ def _nsight(ctx, out: Path, baseline=None) -> dict:
         sides[side] = nsight.capture(
             argv, nsight.DEFAULT_METRICS, workdir=work, timeout=ctx.rung_params["ncu_timeout"], name=side
         )
+        progress(nsight.phases_line(side, sides[side].get("phases")))
     res = {"baseline": sides["baseline"], "candidate": sides["candidate"]}
     if all(s["available"] for s in sides.values()):
         res["diff"] = nsight.diff(sides["baseline"]["kernels"], sides["candidate"]["kernels"])

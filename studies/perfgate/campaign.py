@@ -253,7 +253,7 @@ def _workflow_artifacts(cfg, names) -> None:
     sweep (rule fc2_sweep: `h3gates fc2 sweep` at the profile's FC2 shape with the candidate's options, unsigned
     here). One already there is reused as it is (on the H200 each session starts from an empty tree); the piece's
     JSON keeps it whole under `artifacts`."""
-    from h3gates.fc2.workflow import study_args
+    from h3gates.core.fc2_study import study_args
 
     for name in sorted(set(names) & set(CANDIDATES)):
         for art, path in _artifacts(cfg, name).items():

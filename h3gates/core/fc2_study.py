@@ -1,6 +1,7 @@
-"""The FC2 sweep as the workflow runs it (rule fc2_sweep), apart from `h3gates.fc2.commands`: the rule's
-fingerprint covers what `commands.py` imports, and this module's imports (the config and the profiles) are
-not the sweep's behaviour, so an edit to them must not rerun the sweep on the GPU."""
+"""The FC2 sweep's arguments as the workflow runs it (rule fc2_sweep), in the core the workflow imports, and
+apart from `h3gates.fc2.commands`: the rule's fingerprint covers what `commands.py` imports, and this module's
+imports (the config and the profiles) are not the sweep's behaviour, so an edit to them must not rerun the sweep
+on the GPU."""
 
 from __future__ import annotations
 
