@@ -212,7 +212,7 @@ def artifact_inputs(actx):
 
 # ---- the FC2 sweep (rules/studies.smk)
 def fc2_study(wildcards):
-    """The sweep's shape and options (h3gates.fc2.commands.study_args: the profile's FC2, fc2_algo's params)."""
+    """The sweep's shape and options (h3gates.core.fc2_study.study_args: the profile's FC2, fc2_algo's params)."""
     from h3gates.core.fc2_study import study_args
 
     return study_args(config)

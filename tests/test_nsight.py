@@ -236,6 +236,14 @@ def test_capture_times_its_phases_from_the_targets_range_marks(fake_ncu, tmp_pat
     plain = N.capture(_target(tmp_path / "ran"), N.DEFAULT_METRICS, tmp_path / "w", timeout=60, name="baseline")
     assert plain["phases"]["range_s"] is None and plain["phases"]["before_range_s"] > 0
     _validate(plain)
+    # a range that opens and never closes (a timeout inside it): the rest of the run is the range's, not before it
+    hang = "import time; from h3gates.rungs import nsight as N; time.sleep(0.2); N.mark('open'); time.sleep(60)"
+    cut = N.capture([sys.executable, "-c", hang], N.DEFAULT_METRICS, tmp_path / "w", timeout=3, name="candidate")
+    ph = cut["phases"]
+    assert cut["available"] is False and ph["after_range_s"] is None and ph["import_s"] is None
+    assert 0.2 <= ph["before_range_s"] < 2.5 and ph["range_s"] > 0.5, ph
+    assert ph["before_range_s"] + ph["range_s"] >= 2.9  # the run until the timeout, all of it counted
+    _validate(cut)
 
 
 def test_capture_without_ncu(tmp_path, monkeypatch):

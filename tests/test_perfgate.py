@@ -1321,7 +1321,7 @@ def test_rung8_sets_the_measured_gain_beside_the_kernel_time(tmp_path):
 def test_the_campaign_builds_fc2_algo_on_its_sweep_and_makes_the_sweep_as_the_workflow_does(monkeypatch, tmp_path):
     """fc2_algo's `auto` reads the workflow's sweep (rule fc2_sweep): a campaign gate of fc2_algo passes the
     candidate its artifacts, and the campaign runs `h3gates fc2 sweep` with the rule's own arguments
-    (h3gates.fc2.commands.study_args) where the sweep is missing, and nothing where it exists."""
+    (h3gates.core.fc2_study.study_args) where the sweep is missing, and nothing where it exists."""
     from h3gates.core import config as C
     from h3gates.core.fc2_study import study_args
 

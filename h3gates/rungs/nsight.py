@@ -522,6 +522,7 @@ def capture(
         res["ncu_version"] = ncu_version(ncu)
         collect, res["unavailable"] = plan(requested, query_metrics(ncu, requested))
     except (OSError, NcuError) as e:
+        ph["query_s"] = time.time() - t0  # a query that failed took its time too
         res["reason"] = f"ncu could not be queried: {e}"
         res["unavailable"] = dict.fromkeys(requested, res["reason"])
         return _total(res, t0)
@@ -534,8 +535,9 @@ def capture(
     workdir.mkdir(parents=True, exist_ok=True)
     stem, log = workdir / name, workdir / f"{name}.ncu.log"
     reports = [workdir / (name + suffix) for suffix in REPORT_SUFFIXES]
-    for stale in (*reports, log):
-        stale.unlink(missing_ok=True)  # a failed run must not leave the last run's report to be read
+    out_file, err_file = workdir / f"{name}.stdout", workdir / f"{name}.stderr"
+    for stale in (*reports, log, out_file, err_file):
+        stale.unlink(missing_ok=True)  # a failed run must not leave the last run's report (or range marks) to be read
     res["command"] = command(
         ncu,
         collect,
@@ -548,19 +550,21 @@ def capture(
     )
     t_run = time.time()
     try:
-        with open(workdir / f"{name}.stdout", "w") as out, open(workdir / f"{name}.stderr", "w") as err:
+        with open(out_file, "w") as out, open(err_file, "w") as err:
             rc = _run(res["command"], timeout, stdout=out, stderr=err, env=env)[0]
             failure = None if rc == 0 else f"ncu exited {rc}"
     except (OSError, NcuError) as e:
         failure = str(e)
     t_end = time.time()
-    err_file = workdir / f"{name}.stderr"
     m = _marks(err_file.read_text(errors="replace")) if err_file.exists() else {}
-    if "open" in m and "close" in m:
-        ph.update(before_range_s=m["open"] - t_run, range_s=m["close"] - m["open"], after_range_s=t_end - m["close"])
+    m = {k: v for k, v in m.items() if t_run <= v <= t_end}  # this run's marks only
+    if "open" not in m:
+        ph["before_range_s"] = t_end - t_run  # no range opened: the run whole
+    elif "close" not in m:  # the range opened and never closed (a crash or a timeout inside it)
+        ph.update(before_range_s=m["open"] - t_run, range_s=t_end - m["open"])
     else:
-        ph["before_range_s"] = t_end - t_run  # no range marked: the run whole
-    tail = _tail("\n".join(p.read_text(errors="replace") for p in (log, workdir / f"{name}.stderr") if p.exists()))
+        ph.update(before_range_s=m["open"] - t_run, range_s=m["close"] - m["open"], after_range_s=t_end - m["close"])
+    tail = _tail("\n".join(p.read_text(errors="replace") for p in (log, err_file) if p.exists()))
     if failure:
         res["reason"] = failure
         res["stderr_tail"] = tail
@@ -576,11 +580,12 @@ def capture(
         text = _checked(import_command(ncu, report), timeout=QUERY_TIMEOUT_S * 5)
         (workdir / f"{name}.csv").write_text(text)
         kernels = parse_csv(text)
-        ph["import_s"] = time.time() - t_import
     except (OSError, NcuError) as e:
+        ph["import_s"] = time.time() - t_import
         res["reason"] = f"reading the ncu report failed: {e}"
         res["stderr_tail"] = tail
         return _total(res, t0)
+    ph["import_s"] = time.time() - t_import
     if not kernels:
         res["reason"] = "ncu profiled no kernels (was the range opened with profiled_range()?)"
         res["stderr_tail"] = tail
