@@ -206,11 +206,17 @@ def test_rung8_capture_artifact_is_written_once_read_back_and_a_failed_capture_w
     assert not Path(ctx.baseline_artifact).exists() and not list(Path(ctx.baseline_artifact).parent.glob(".*.tmp"))
 
 
-def test_rung8_with_the_shared_capture_profiles_only_the_candidate(tmp_path, monkeypatch):
+def test_rung8_with_the_shared_capture_profiles_only_the_candidate(tmp_path, monkeypatch, capsys):
     from h3gates.rungs import nsight, r8_profiler
 
     sides = []
-    monkeypatch.setattr(nsight, "capture", lambda argv, *a, name, **k: sides.append(name) or _fake_capture(2))
+    phases = {"query_s": 1.0, "before_range_s": 12.0, "range_s": 20.0, "after_range_s": 2.0, "import_s": 3.0}
+
+    def capture(argv, *a, name, **k):
+        sides.append(name)
+        return {**_fake_capture(2), "phases": {**phases, "total_s": 38.0}}
+
+    monkeypatch.setattr(nsight, "capture", capture)
     ctx = ctx_of(CUDA_CFG, "modulate_fusion", 8)
     out = tmp_path / "r8.json"
     ns = r8_profiler._nsight(ctx, out, baseline=_fake_capture(3))
@@ -218,6 +224,11 @@ def test_rung8_with_the_shared_capture_profiles_only_the_candidate(tmp_path, mon
         sides == ["candidate"]
         and ns["diff"]["baseline"]["kernel_count"] == 3
         and ns["diff"]["candidate"]["kernel_count"] == 2
+    )
+    # where the capture's time went, one line in the rule's log (issue 31)
+    assert (
+        "Nsight Compute of the candidate: 38.0 s (query 1.0 s, target to its range 12.0 s, profiled block 20.0 s, "
+        "target exit and report 2.0 s, report import 3.0 s)" in capsys.readouterr().err
     )
     sides.clear()
     r8_profiler._nsight(ctx, out)

@@ -1344,10 +1344,14 @@ def test_the_campaign_builds_fc2_algo_on_its_sweep_and_makes_the_sweep_as_the_wo
     K._workflow_artifacts(cfg, ["fc2_algo", "stream_a"])
     assert ran and ran[0][1:5] == ["-m", "h3gates", "fc2", "sweep"] and ran[0][-2:] == ["--out", arts["sweep"]]
     assert " ".join(ran[0][5:-2]) == study_args(cfg)
-    Path(arts["sweep"]).write_text("{}")
+    same = f"python -m h3gates fc2 sweep {study_args(cfg)} --out x"
+    Path(arts["sweep"]).write_text(json.dumps({"command": same}))
     ran.clear()
     K._workflow_artifacts(cfg, ["fc2_algo"])
-    assert ran == []  # present: kept as it is
+    assert ran == []  # present, with the same options: kept as it is
+    Path(arts["sweep"]).write_text(json.dumps({"command": same.replace("--rounds 6", "--rounds 2")}))
+    K._workflow_artifacts(cfg, ["fc2_algo"])
+    assert len(ran) == 1  # made with other options (a changed sweep_rounds): made again
     # and a gate's side is built with them: _roles hands the candidate its artifacts and the profile
     from types import SimpleNamespace
 

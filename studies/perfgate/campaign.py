@@ -251,16 +251,20 @@ def _artifacts(cfg, name: str) -> dict:
 def _workflow_artifacts(cfg, names) -> None:
     """The artifacts the gates' candidates read, made where missing as the workflow makes them: fc2_algo's
     sweep (rule fc2_sweep: `h3gates fc2 sweep` at the profile's FC2 shape with the candidate's options, unsigned
-    here). One already there is reused as it is (on the H200 each session starts from an empty tree); the piece's
-    JSON keeps it whole under `artifacts`."""
+    here). One already there is reused only when its recorded command holds the same options (a changed profile or
+    sweep option makes it again); the piece's JSON keeps it whole under `artifacts`."""
     from h3gates.core.fc2_study import study_args
 
     for name in sorted(set(names) & set(CANDIDATES)):
         for art, path in _artifacts(cfg, name).items():
-            if Path(path).is_file():
-                continue
             if (name, art) != ("fc2_algo", "sweep"):
+                if Path(path).is_file():
+                    continue  # a user's file, read as it is
                 raise SystemExit(f"{name}: the campaign cannot make its artifact {art!r} ({path})")
+            if Path(path).is_file():
+                if f" {study_args(cfg)} " in json.loads(Path(path).read_text()).get("command", ""):
+                    continue
+                print(f"{name}'s {art} at {path} was made with other options: made again", flush=True)
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             t0 = time.time()
             cmd = [sys.executable, "-m", "h3gates", "fc2", "sweep", *shlex.split(study_args(cfg)), "--out", path]
