@@ -370,6 +370,37 @@ def test_a_remade_capture_has_the_same_bytes_and_a_gate_records_what_it_read(tmp
     assert gate6.upstream == {str(art): file_sha256(art)}
 
 
+def test_a_worker_reads_its_capture_before_its_gpu_turn_and_keeps_no_digests(tmp_path, monkeypatch):
+    """A rung-4 timing worker reads and checks its block's capture on the host before its go
+    (artifacts.read_capture: no GPU touched), and its Gate takes that read: the same bytes as a plain
+    load, the environment still checked at the load. It keeps no upstream digests (the parent's report holds
+    them) and so can write no report. A capture edited before the read is refused by the read."""
+    import torch
+
+    from h3gates.rungs.gate import Gate
+
+    cctx = X.capture_context(X.SharedContext.of(BASE))
+    out = str(tmp_path / X.artifact_path(cctx, block=3))
+    compute_captures(cctx, [3], [out])
+    ctx = dataclasses.replace(ctx_of(BASE, "modulate_fusion", 4), captures={"3": out})
+    read = artifacts.read_capture(out, cctx, 3)
+    assert read[0].device.type == "cpu" and read[1]["block"] == 3
+    worker = Gate(ctx, 4, 3, digests=False, read=read)
+    assert worker.upstream == {}
+    assert torch.equal(worker.capture(3).x, Gate(ctx, 4, 3).capture(3).x)
+    with pytest.raises(RuntimeError, match="writes no report"):
+        worker.write(tmp_path / "r4.json", {})
+    here = artifacts.environment("cpu")
+    monkeypatch.setattr(artifacts, "environment", lambda device: {**here, "torch": "0.0"})
+    with pytest.raises(ArtifactError, match="computed with another torch"):
+        Gate(ctx, 4, 3, digests=False, read=read).capture(3)
+    d = torch.load(out, weights_only=True)
+    d["x"][1, 2] = -d["x"][1, 2] + 1
+    torch.save(d, out)
+    with pytest.raises(ArtifactError, match="bytes are not the ones its record names"):
+        artifacts.read_capture(out, cctx, 3)
+
+
 def test_on_cuda_the_baseline_keys_follow_the_kernels_the_model_compiles():
     """The stand-in's kernels (kernels/common/standin.cu, compiled at run time by h3gates.nvfp4.cuda.standin)
     are among the files of every CUDA baseline artifact and capture, as in a CUDA rung's code files."""

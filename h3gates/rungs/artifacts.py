@@ -133,9 +133,20 @@ def _named_by_key(p: Path, meta: dict, tail: str = "") -> bool:
     return p.name.endswith(f"-{meta.get('key')}{tail}.pt")
 
 
-def load_capture(path: str, want, block: int, device: str) -> torch.Tensor:
+def load_capture(path: str, want, block: int, device: str, read: tuple | None = None) -> torch.Tensor:
     """The input of `block` from the capture at `path`, checked to be made from the capture context
-    `want` (an ArtifactContext) and in this environment; on `device`."""
+    `want` (an ArtifactContext) and in this environment; on `device`. `read`: what read_capture gave for
+    the same path, context and block (a rung-4 worker reads it before its GPU turn): then only the
+    environment is checked here and the tensor moved."""
+    x, meta = read_capture(path, want, block) if read is None else read
+    same_environment(Path(path), meta.get("environment"), environment(want.device))
+    return x.to(device)
+
+
+def read_capture(path: str, want, block: int) -> tuple[torch.Tensor, dict]:
+    """-> (the input of `block` on the host, the capture's record), checked to be made from the capture
+    context `want` and to hold the bytes its record names; no GPU is touched (the environment check, which
+    asks the GPU its name, is load_capture's)."""
     p = Path(path)
     wanted = want.to_dict()
     try:
@@ -160,12 +171,11 @@ def load_capture(path: str, want, block: int, device: str) -> torch.Tensor:
             f"{p} was made from another context or block than this rung's ({'; '.join(diff) or 'its key is not its name'}); "
             f"remove it (rm {p}) and rerun"
         )
-    same_environment(p, meta.get("environment"), environment(want.device))
     if list(x.shape) != meta["shape"] or sha256(x) != meta["sha256"]:
         raise ArtifactError(
             f"{p}: the input's bytes are not the ones its record names (edited or cut short); remove it (rm {p}) and rerun"
         )
-    return x.to(device)
+    return x, meta
 
 
 def load(path: str, want, here: dict | None = None) -> dict:

@@ -23,8 +23,14 @@ class Gate:
     """One rung of one candidate: `reference` roles (the library path), `baseline` roles (the library
     path with the accepted candidates), `candidate` roles (the candidate's own, built on the baseline)."""
 
-    def __init__(self, ctx: RungContext, rung: int, block: int | None = None, upstream=()):
+    def __init__(
+        self, ctx: RungContext, rung: int, block: int | None = None, upstream=(), digests: bool = True, read=None
+    ):
+        """`digests`: record the upstream files' SHA-256 (False in a process that writes no report: a rung-4
+        timing worker, whose parent's report holds them); `read`: the block's capture as
+        artifacts.read_capture gave it before this process's GPU turn (a rung-4 worker), for capture()."""
         CURRENT[:] = [self]
+        self._read, self._digests = read, digests
         self.ctx, self.rung, self.block = ctx, rung, block
         self._at: str | None = None  # the case being run, for a crash report
         self.pending: dict | None = None  # the case being run as gate.dump takes it: a crash dumps it for replay
@@ -35,10 +41,10 @@ class Gate:
         self.replay: list[str] = []
         self.replay_dropped = 0
         self.pins: dict = {}  # (set after the candidate is built; a crash while building it writes none)
-        self.upstream = {str(p): report.file_sha256(p) for p in upstream}
+        self.upstream = {str(p): report.file_sha256(p) for p in upstream} if digests else {}
         # every workflow artifact the context names for this rung (and block) is an upstream digest, whatever
         # the caller passed: promotion checks what a report read (one missing here fails the rung that reads it)
-        for p in ctx.workflow_artifacts(block):
+        for p in ctx.workflow_artifacts(block) if digests else ():
             if p not in self.upstream and Path(p).is_file():
                 self.upstream[p] = report.file_sha256(p)
         self.setup = RoleSetup.of(ctx, lazy=bool(ctx.captures))
@@ -100,7 +106,8 @@ class Gate:
             return self.model.capture(block)
         from h3gates.rungs.artifacts import load_capture
 
-        x = load_capture(path, self.ctx.capture_context(), block, self.device)
+        read = self._read if self._read is not None and block == self.block else None
+        x = load_capture(path, self.ctx.capture_context(), block, self.device, read)
         progress(f"block {block}: input from {path}")
         return self.model.capture_at(block, x)
 
@@ -152,6 +159,8 @@ class Gate:
         self._at, self.pending = at, {"tag": tag, "kind": kind, **case}
 
     def write(self, out, measurements: dict, timing: dict | None = None) -> str:
+        if not self._digests:  # a report without its upstream digests would read as one that read nothing
+            raise RuntimeError(f"rung {self.rung}: this gate was made without its upstream digests and writes no report")
         if self.replay_dropped:
             self.note(
                 f"{len(self.replay) + self.replay_dropped} failing cases, {len(self.replay)} dumped for replay (the first; the rest are in the report)"  # noqa: E501

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 from h3gates.core import perfgate as PG
@@ -229,23 +230,40 @@ def process_prep(ready: list) -> list:
     """Where each timing process's preparation went (issue 31: rung 4's overhead): the parent's clock from
     launch to imports done, waiting for its turn and on the GPU (T.Worker), and inside that the build of the
     block's two sides (build_s; process 0's were built before the gate), each side's eager run, capture and
-    warm-up (T.Side.phases), and its peak GPU memory; `worker`, the worker's own account of its GPU part (its
-    CUDA context, the build, T.prepare whole), monitor_s (NVML's start) and prep's to_worker_s /
+    warm-up (T.Side.phases), and its peak GPU memory; read_s, the worker's read of its block's capture on
+    the host before its GPU turn; `worker`, the worker's own account of its GPU part (its CUDA context, the
+    gate, the block's input and first forward, T.prepare whole: worker()), monitor_s (NVML's start) and prep's to_worker_s /
     from_worker_s, the go's and the ready line's way between the processes: what of gpu_s none of these holds
     is the ready record's own making (its memory figures, the JSON)."""
-    keys = ("prep", "build_s", "worker", "monitor_s", "phases", "memory_gb")
+    keys = ("prep", "build_s", "read_s", "worker", "monitor_s", "phases", "memory_gb")
     return [None if r is None else {k: r[k] for k in keys if k in r} for r in ready]
 
 
 def worker(ctx, block: int, first: str, mode: str) -> None:
     """`python -m h3gates perf-worker`: this block's two sides in a process of their own, built and
-    captured in the order `first`, serving pairs to the rung's process."""
-    # imported: the GPU work waits for the parent's turn (T.PREPARE_AT_ONCE at a time), then its CUDA context
-    account = T.Account(ctx.device)
-    gate = Gate(ctx, 4, block)
+    captured in the order `first`, serving pairs to the rung's process.
+
+    Before its GPU turn (the go) the worker only reads: its imports, and the block's captured input, read
+    and checked against its record on the host (`read_s`, outside the account: another process may be on
+    the GPU meanwhile, preparing or timing). From the go, on the GPU: its CUDA context (`init_s`), the gate
+    (`gate_s`: the roles and the candidate's kernels; no upstream digests, which are the parent's report's),
+    the block's input on the device and its reference run (`input_s`: the first block forward of the
+    process, with whatever its first calls load), both sides' preparation (`prepare_s`). `build_s` =
+    gate_s + input_s, as the report's process_prep has always said."""
+    from h3gates.rungs.artifacts import read_capture
+
+    t = time.perf_counter()
+    path = ctx.captures.get(str(block))
+    read = read_capture(path, ctx.capture_context(), block) if path else None
+    read_s = round(time.perf_counter() - t, 3)
+    account = T.Account(ctx.device)  # the go, then the CUDA context
+    gate = Gate(ctx, 4, block, digests=False, read=read)
+    account.lap("gate_s")
     base, cand = sides_of(gate, block)
-    build_s = account.lap("build_s")
+    del read
+    account.lap("input_s")
+    build_s = round(account.steps["gate_s"] + account.steps["input_s"], 3)
     q = PG.params({k: v for k, v in ctx.rung_params.items() if k != "enforce"})
     sides = T.prepare(base, cand, gate.device, mode, q["warmup"], first)
     account.lap("prepare_s")  # both sides' phases, the pool and the cache's release
-    T.serve(sides, gate.device, {"build_s": build_s, "worker": account.steps})
+    T.serve(sides, gate.device, {"build_s": build_s, "read_s": read_s, "worker": account.steps})

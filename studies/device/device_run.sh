@@ -5,7 +5,7 @@
 #        blocktime jobprofile warmimports evidence ncu profile canonical4 tune model ladder ncuquery ladderci fc2;
 #        with BUNDLE=name the outputs also come back as one $OUT/name.tgz
 set -uo pipefail
-mkdir -p /tmp/site && for z in .devsite/*.zip .dslim/*.zip .dsw/*.zip; do [ -f "$z" ] && python3 -m zipfile -e "$z" /tmp/site; done
+mkdir -p /tmp/site && for z in .devsite/*.zip .dslim/*.zip .dsw/*.zip .dsf/*.zip; do [ -f "$z" ] && python3 -m zipfile -e "$z" /tmp/site; done
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 PATH=/tmp/site/bin:$PATH
 # Python's bytecode under /tmp, as an installed environment keeps it next to its sources (a profiled canonical
 # rung-3 job showed 5 s in compile() of module sources, but unprofiled imports got only 0.3 s faster with it:
@@ -17,13 +17,16 @@ for step in "$@"; do
   case "$step" in
     cachetests) python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/test_cubin_cache.py tests/test_gpu_digest.py tests/test_standin_cuda.py 2>&1 | tee "$OUT/cache_tests.log" | tail -4 ;;
     onemore)  # ONEMORE's canonical ladder (promote target) on ONEMORE_GPUS GPUs, timed (ONEMORE_CLEAN=1: its reports removed first;
-              # the baseline artifacts are made when missing or stale); then no-op dry runs and the lease timeline
-      python3 -m snakemake --unlock --configfile config/canonical.yaml > /dev/null 2>&1; c=${ONEMORE:-modulate_fusion}; g=${ONEMORE_GPUS:-1}
+              # the baseline artifacts are made when missing or stale); then no-op dry runs and the lease timeline.
+              # ONEMORE_CONFIGS: config files over canonical.yaml, e.g. config/fc2_algo.yaml for a candidate enabled there
+              # (fc2_algo needs .dsf/fc2.zip carried, stream_a the CuTe DSL zips: studies/device/README.md)
+      cf="config/canonical.yaml ${ONEMORE_CONFIGS:-}"
+      python3 -m snakemake --unlock --configfile $cf > /dev/null 2>&1; c=${ONEMORE:-modulate_fusion}; g=${ONEMORE_GPUS:-1}
       [ "${ONEMORE_CLEAN:-0}" = 1 ] && rm -rf results/canonical/$c results/canonical/promotion/$c.* logs/canonical/$c
       t0=$(date +%s.%N)
-      timeout "${ONEMORE_TIMEOUT:-420}" python3 -m snakemake promote_$c --cores $((4 * g)) --resources gpu=$g --configfile config/canonical.yaml > "$OUT/onemore_$c.log" 2>&1
+      timeout "${ONEMORE_TIMEOUT:-420}" python3 -m snakemake promote_$c --cores $((4 * g)) --resources gpu=$g --configfile $cf > "$OUT/onemore_$c.log" 2>&1
       echo "snakemake rc=$? wall $(python3 -c "import time; print(round(time.time() - $t0, 1))") s"; grep -E "REFUSED|FAILED|Error|promoted|steps" "$OUT/onemore_$c.log" | tail -5
-      for t in "promote_modulate_fusion promote_swiglu_fusion" all; do for i in 1 2; do t0=$(date +%s.%N); python3 -m snakemake -n $t --configfile config/canonical.yaml > "$OUT/noop.log" 2>&1
+      for t in "promote_modulate_fusion promote_swiglu_fusion" all; do for i in 1 2; do t0=$(date +%s.%N); python3 -m snakemake -n $t --configfile $cf > "$OUT/noop.log" 2>&1
         echo "dry run of $t: rc=$? $(python3 -c "import time; print(round(time.time() - $t0, 2))") s"; done; grep -A14 "^Job stats" "$OUT/noop.log" | grep -vE "^-|^job " ; done
       python3 studies/ladder/lease_timeline.py logs/gpu_leases.jsonl --json "$OUT/lease_timeline_all.json" | tail -${ONEMORE_TAIL:-24}
       mkdir -p /tmp/om && rm -rf /tmp/om/* && cp -r results/canonical logs /tmp/om/ 2>/dev/null; find /tmp/om -name "*.pt" -size +4M -delete; (cd /tmp && tar czf "$OUT/onemore_$c.tgz" om) ;;
