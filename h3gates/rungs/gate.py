@@ -160,7 +160,9 @@ class Gate:
 
     def write(self, out, measurements: dict, timing: dict | None = None) -> str:
         if not self._digests:  # a report without its upstream digests would read as one that read nothing
-            raise RuntimeError(f"rung {self.rung}: this gate was made without its upstream digests and writes no report")
+            raise RuntimeError(
+                f"rung {self.rung}: this gate was made without its upstream digests and writes no report"
+            )
         if self.replay_dropped:
             self.note(
                 f"{len(self.replay) + self.replay_dropped} failing cases, {len(self.replay)} dumped for replay (the first; the rest are in the report)"  # noqa: E501
