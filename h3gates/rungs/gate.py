@@ -97,10 +97,14 @@ class Gate:
     def drop_model(self) -> None:
         self.setup.drop_model()
 
-    def capture(self, block: int):
+    def capture(self, block: int, lap=None):
         """The reference inputs of `block` (its input and each role's): from the block input the shared
         capture artifact holds when the context names one (checked: h3gates.rungs.artifacts.load_capture),
-        else by running the reference model up to the block in this process."""
+        else by running the reference model up to the block in this process. `lap(name)`, where given, is
+        called after each step of a captured input's (a rung-4 worker's account): `input_s` the input on the
+        device, `model_s` the model's inputs and the block made, `first_s` the block's reference run (the
+        process's first block forward); the same steps in the same order as without it."""
+        lap = lap or (lambda name: None)
         path = self.ctx.captures.get(str(block))
         if path is None:
             return self.model.capture(block)
@@ -109,7 +113,12 @@ class Gate:
         read = self._read if self._read is not None and block == self.block else None
         x = load_capture(path, self.ctx.capture_context(), block, self.device, read)
         progress(f"block {block}: input from {path}")
-        return self.model.capture_at(block, x)
+        lap("input_s")
+        self.model.blocks[block]  # made here rather than in the forward's first line: the same order
+        lap("model_s")
+        cap = self.model.capture_at(block, x)
+        lap("first_s")
+        return cap
 
     def baseline_artifact(self, here: dict | None = None) -> dict:
         """The shared baseline artifact this rung reads, checked against its context (ArtifactError if not)."""

@@ -17,6 +17,7 @@ from h3gates.core.fingerprints import digest
 from h3gates.core.jobs import progress
 from h3gates.core.outputs import RESULTS, report_path
 from h3gates.nvfp4.compare import compare_outputs
+from h3gates.nvfp4.cuda.sync import sync
 from h3gates.rungs import timing as T
 from h3gates.rungs.gate import Gate
 
@@ -36,8 +37,11 @@ def attempt_key(gate) -> str:
     )[:16]
 
 
-def sides_of(gate, block: int):
-    x = gate.capture(block).x
+BUILD_STEPS = ("gate_s", "input_s", "model_s", "first_s")  # a worker's build, in its account (worker)
+
+
+def sides_of(gate, block: int, lap=None):
+    x = gate.capture(block, lap).x
     base = lambda: gate.model.block_forward(block, x, 0, gate.baseline)
     cand = lambda: gate.model.block_forward(block, x, 0, gate.with_candidate())
     return base, cand
@@ -245,11 +249,12 @@ def worker(ctx, block: int, first: str, mode: str) -> None:
 
     Before its GPU turn (the go) the worker only reads: its imports, and the block's captured input, read
     and checked against its record on the host (`read_s`, outside the account: another process may be on
-    the GPU meanwhile, preparing or timing). From the go, on the GPU: its CUDA context (`init_s`), the gate
-    (`gate_s`: the roles and the candidate's kernels; no upstream digests, which are the parent's report's),
-    the block's input on the device and its reference run (`input_s`: the first block forward of the
-    process, with whatever its first calls load), both sides' preparation (`prepare_s`). `build_s` =
-    gate_s + input_s, as the report's process_prep has always said."""
+    the GPU meanwhile, preparing or timing). From the go, on the GPU, each step synchronized: its CUDA
+    context (`init_s`), the gate (`gate_s`: the roles and the candidate's kernels; no upstream digests, which
+    are the parent's report's), the block's input on the device (`input_s`), the model's inputs and the
+    block's weights made (`model_s`), the block's reference run (`first_s`: the process's first block
+    forward, with whatever its first calls load), both sides' preparation (`prepare_s`). `build_s` is the
+    steps from the gate to the reference run, as the report's process_prep has always said."""
     from h3gates.rungs.artifacts import read_capture
 
     t = time.perf_counter()
@@ -258,11 +263,16 @@ def worker(ctx, block: int, first: str, mode: str) -> None:
     read_s = round(time.perf_counter() - t, 3)
     account = T.Account(ctx.device)  # the go, then the CUDA context
     gate = Gate(ctx, 4, block, digests=False, read=read)
-    account.lap("gate_s")
-    base, cand = sides_of(gate, block)
+
+    def lap(name):
+        sync(gate.device)
+        account.lap(name)
+
+    lap("gate_s")
+    base, cand = sides_of(gate, block, lap)
     del read
-    account.lap("input_s")
-    build_s = round(account.steps["gate_s"] + account.steps["input_s"], 3)
+    lap("first_s")  # (a block without a captured input: its whole reference traversal)
+    build_s = round(sum(account.steps.get(k, 0.0) for k in BUILD_STEPS), 3)
     q = PG.params({k: v for k, v in ctx.rung_params.items() if k != "enforce"})
     sides = T.prepare(base, cand, gate.device, mode, q["warmup"], first)
     account.lap("prepare_s")  # both sides' phases, the pool and the cache's release
