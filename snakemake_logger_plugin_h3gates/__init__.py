@@ -144,7 +144,12 @@ class LogHandler(LogHandlerBase):
             self.total = n
             if self.common_settings.dryrun:
                 return record.getMessage()  # the job table of the plan
-            return f"h3gates: {n} jobs to run (the complete log: .snakemake/log/; each job's: logs/)" if n else None
+            if not n:
+                return None
+            return (
+                f"h3gates: {n} job{'' if n == 1 else 's'} to run, counted below; a line for each gate, baseline job and "
+                "record (pass tokens and plots are counted, not shown; the complete log: .snakemake/log/; each job's: logs/)"
+            )
         if event == LogEvent.SHELLCMD:  # a dry run with -p: the plan's command under its job's line (a real
             # run's commands go to the complete log: the profile sets printshellcmds for that log)
             cmd = getattr(record, "shellcmd", None) or getattr(record, "cmd", None)

@@ -61,11 +61,11 @@ def run(a) -> int:
 
 def format_verified(rec: dict) -> str:
     """What verify proved, from the derived facts (never the record's own summary fields)."""
+    from h3gates.core.promotion import attempt_text
+
     v = rec["verified"]
     blocks = ", ".join(
-        f"block {b}: attempt {x['attempt']}/{x['max_attempts']} {x['decision']}"
-        + (f" ({x['mode']})" if x.get("mode") else "")
-        for b, x in v["attempts"].items()
+        f"block {b}: {attempt_text(x)}" + (f" ({x['mode']})" if x.get("mode") else "") for b, x in v["attempts"].items()
     )
     cap = v["rung8_capture"]
     lines = [

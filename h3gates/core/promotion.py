@@ -570,6 +570,14 @@ def status(config: dict) -> list[dict]:
     return rows
 
 
+def attempt_text(a: dict) -> str:
+    """One block's rung-4 decision and its attempt, as status and verify print it: "pass at attempt 1 of at
+    most 2" (a block not timed or refused has no attempt)."""
+    if a.get("attempt") is None:
+        return str(a["decision"])
+    return f"{a['decision']} at attempt {a['attempt']} of at most {a['max_attempts']}"
+
+
 def format_status(rows) -> str:
     names = {r: f"r{r} {RUNG_NAMES[r]}" for r in RUNG_NAMES}
     width = max(len(n) for n in names.values())
@@ -586,7 +594,7 @@ def format_status(rows) -> str:
             reasons.append(
                 f"  {row['results_name']} rung 4: "
                 + ", ".join(
-                    f"block {b} attempt {a['attempt']}/{a['max_attempts']} {a['decision']} ({a['mode'] or '-'}"
+                    f"block {b} {attempt_text(a)} ({a['mode'] or '-'}"
                     + ("" if a["enforced"] else ", not enforced")
                     + ")"
                     for b, a in row["attempts"].items()
