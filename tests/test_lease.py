@@ -422,3 +422,55 @@ def test_the_imports_before_the_lease_leave_the_cuda_driver_alone(before, tmp_pa
     got = json.loads(p.stdout.splitlines()[-1])
     assert got["asked"] and set(got["asked"]) == {"1"}, got
     assert got["at_lease"] == [before]
+
+
+def test_the_climb_breakdown_reads_a_committed_climb_and_the_new_accounts(tmp_path):
+    """studies/ladder/climb_breakdown.py over the 2026-12-04 H200 climb's bundle (its reports and leases as
+    committed: one build_s a worker, no capture phases) and over reports with the accounts written since (the
+    worker's read and build steps, rung 8's phases): every field as the reports hold it, none guessed."""
+    import tarfile
+
+    sys.path.insert(0, str(ROOT / "studies/ladder"))
+    try:
+        import climb_breakdown as CB
+    finally:
+        sys.path.remove(str(ROOT / "studies/ladder"))
+    ev = ROOT / "studies/ladder/evidence/canonical_onegpu_shared_2026-12-04"
+    with tarfile.open(ev / "reports_and_logs_call2.tgz") as t:
+        t.extractall(tmp_path / "climb", filter="data")
+    b = CB.breakdown(tmp_path / "climb", tmp_path / "climb/og/logs/gpu_leases.jsonl")
+    assert len(b["rung4"]) == 9 and b["workers"] == 41 and "read_s" not in b["worker_step_medians_s"]
+    g = next(x for x in b["rung4"] if (x["candidate"], x["block"]) == ("modulate_fusion", 24))
+    assert (g["decision"], g["look"], g["lease_s"]) == ("pass", 0, 56.1) and g["requests_s"] == pytest.approx(
+        17.6, abs=0.1
+    )
+    assert b["lease_s_by_rung"]["rung 4"] == 513.0 and all(not x["sides"] for x in b["rung8"])  # phases came later
+    # the accounts as rung 4's workers and rung 8's captures write them now
+    new = tmp_path / "new/canonical/cand"
+    (new / "r4_block").mkdir(parents=True)
+    steps = {"init_s": 0.2, "gate_s": 0.5, "input_s": 0.1, "model_s": 0.2, "first_s": 2.0, "prepare_s": 1.7}
+    worker = {"read_s": 0.4, "build_s": 2.8, "worker": steps, "prep": {"gpu_s": 4.6, "at_once": 1}}
+    proc = {"requests": [{"start": 10.0, "queued": 10.1, "done": 13.0}]}
+    r4 = {"candidate": "cand", "block": 0, "timing": {"decision": "pass", "look": 0, "process_prep": [{}, worker, worker],
+          "processes": [proc, proc, proc], "cohort_prepare_s": [20.0], "cohort_end_s": [3.5], "timed_s": 4.0}}  # fmt: skip
+    (new / "r4_block/block0.json").write_text(json.dumps(r4))
+    phases = {
+        "query_s": 3.0,
+        "before_range_s": 9.0,
+        "range_s": 20.0,
+        "after_range_s": 4.0,
+        "import_s": 1.0,
+        "total_s": 37.0,
+    }
+    (new / "r8_profile.json").write_text(
+        json.dumps({"candidate": "cand", "timing": {"nsight": {"candidate": {"phases": phases}}}})
+    )
+    b = CB.breakdown(tmp_path / "new")
+    assert b["worker_step_medians_s"] == {
+        **{k: v for k, v in steps.items()},
+        "read_s": 0.4,
+        "build_s": 2.8,
+        "gpu_s": 4.6,
+    }
+    assert b["rung4"][0]["requests_s"] == 9.0 and b["rung8"][0]["sides"] == {"candidate": phases}
+    assert "rung 8 cand candidate: query_s 3.0 s" in CB.table(b)

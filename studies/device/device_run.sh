@@ -29,6 +29,7 @@ for step in "$@"; do
       for t in "promote_modulate_fusion promote_swiglu_fusion" all; do for i in 1 2; do t0=$(date +%s.%N); python3 -m snakemake -n $t --configfile $cf > "$OUT/noop.log" 2>&1
         echo "dry run of $t: rc=$? $(python3 -c "import time; print(round(time.time() - $t0, 2))") s"; done; grep -A14 "^Job stats" "$OUT/noop.log" | grep -vE "^-|^job " ; done
       python3 studies/ladder/lease_timeline.py logs/gpu_leases.jsonl --json "$OUT/lease_timeline_all.json" | tail -${ONEMORE_TAIL:-24}
+      python3 studies/ladder/climb_breakdown.py results/canonical --leases logs/gpu_leases.jsonl --json "$OUT/breakdown_$c.json" | tail -24
       mkdir -p /tmp/om && rm -rf /tmp/om/* && cp -r results/canonical logs /tmp/om/ 2>/dev/null; find /tmp/om -name "*.pt" -size +4M -delete; (cd /tmp && tar czf "$OUT/onemore_$c.tgz" om) ;;
     ci4cuda)  # the CI profile on CUDA through rung 4 of modulate_fusion: the per-block capture jobs, rungs 3-4 reading them
       rm -rf results/ci logs/ci .snakemake; mkdir -p "$OUT/ci4cuda"; printf 'device: cuda\n' > /tmp/cuda.yaml
@@ -139,6 +140,7 @@ PY
       timeout "${ONEGPU_TIMEOUT:-560}" python3 -m snakemake --cores 4 --resources gpu=${ONEGPU_JOBS:-1} --keep-going --rerun-incomplete ${ONEGPU_TARGETS:-all} --configfile config/canonical.yaml > "$OUT/onegpu_$tag.log" 2>&1
       echo "snakemake ${ONEGPU_TARGETS:-all} rc=$? wall $(python3 -c "import time; print(round(time.time() - $t0, 1))") s" | tee -a "$OUT/onegpu_$tag.log"; grep -E "REFUSED|FAILED|Error|steps|promoted" "$OUT/onegpu_$tag.log" | tail -8
       python3 studies/ladder/lease_timeline.py logs/gpu_leases.jsonl --json "$OUT/lease_timeline_onegpu.json" | tail -${ONEGPU_TAIL:-6}
+      python3 studies/ladder/climb_breakdown.py results/canonical --leases logs/gpu_leases.jsonl --json "$OUT/breakdown_$tag.json" | tail -24
       mkdir -p /tmp/og && rm -rf /tmp/og/* && cp -r results/canonical logs /tmp/og/ 2>/dev/null; find /tmp/og \( -name "*.pt" -size +4M -o -name "*.ncu-rep" \) -delete
       (cd /tmp && tar czf "$OUT/onegpu_$tag.tgz" og) ;;
     canon)  # canonical ladder of CANON_CANDIDATE (promote target; continues a climb a previous call left)
