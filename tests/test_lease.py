@@ -474,3 +474,33 @@ def test_the_climb_breakdown_reads_a_committed_climb_and_the_new_accounts(tmp_pa
     }
     assert b["rung4"][0]["requests_s"] == 9.0 and b["rung8"][0]["sides"] == {"candidate": phases}
     assert "rung 8 cand candidate: query_s 3.0 s" in CB.table(b)
+
+
+def test_the_worker_build_probe_runs_a_workers_steps_on_the_tiny_profile(tmp_path):
+    """studies/ladder/worker_build_probe.py (device step buildprobe) on a CPU: one fresh process through a rung-4
+    worker's steps on the tiny profile's capture (made where missing, under the repository's results/, which git
+    ignores: the workflow's paths are the repository's), each step's seconds and a second forward beside the
+    first, with the device and command recorded."""
+    out = tmp_path / "probe.json"
+    p = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "studies/ladder/worker_build_probe.py"),
+            "--out",
+            str(out),
+            "--configs",
+            "config/config.yaml",
+        ]
+        + ["--block", "0", "--runs", "1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    doc = json.loads(out.read_text())
+    (run,) = doc["runs"]
+    steps = ("read_s", "init_s", "gate_s", "input_s", "model_s", "first_s", "second_forward_s", "prepare_s")
+    assert all(k in run["steps"] for k in steps) and run["steps"]["second_forward_s"] > 0, run
+    assert run["first_calls_s"] == round(run["steps"]["first_s"] - run["steps"]["second_forward_s"], 3)
+    assert doc["device"]["device_type"] == "cpu" and "worker_build_probe.py" in doc["command"]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run on the H200 device machine from the repository root, with .devsite/ (pack-site core) carried.
 # Usage: bash studies/device/device_run.sh STEP...   (studies/device/README.md says what each step runs)
-# Steps: warmgpu gputests digests tests cachetests qkvstudy gemmparts onegpu onemore gpucheck ci4cuda r1cuda canon2 canonx2 canon r8swiglu perfgate
+# Steps: warmgpu gputests digests tests cachetests qkvstudy gemmparts buildprobe onegpu onemore gpucheck ci4cuda r1cuda canon2 canonx2 canon r8swiglu perfgate
 #        blocktime jobprofile warmimports evidence ncu profile canonical4 tune model ladder ncuquery ladderci fc2;
 #        with BUNDLE=name the outputs also come back as one $OUT/name.tgz
 set -uo pipefail
@@ -131,6 +131,11 @@ PY
       python3 studies/ladder/lease_timeline.py logs/gpu_leases.jsonl --json "$OUT/lease_timeline.json" | tail -30
       mkdir -p /tmp/canon && rm -rf /tmp/canon/* && cp -r results/canonical logs /tmp/canon/ 2>/dev/null; find /tmp/canon -name "*.pt" -size +4M -delete
       find /tmp/canon -name "*.ncu-rep" -delete; (cd /tmp && tar czf "$OUT/canonx2.tgz" canon) ;;
+    buildprobe)  # issue 31: what a rung-4 worker's build spends (studies/ladder/worker_build_probe.py: fresh processes at canonical
+                 # size, each step synchronized, a second forward beside the first, CUDA_MODULE_LOADING=EAGER beside the default,
+                 # one run with the first forward under cProfile); the block's capture is made first where missing
+      timeout "${PROBE_TIMEOUT:-240}" python3 studies/ladder/worker_build_probe.py --out "$OUT/worker_build_probe.json" --block ${PROBE_BLOCK:-24} \
+        --runs ${PROBE_RUNS:-2} --profile 30 --eager 2>&1 | tee "$OUT/worker_build_probe.log" | tail -8 ;;
     onegpu)  # the canonical ladder on ONE GPU in back-to-back invocations (ONEGPU_TARGETS; ONEGPU_CLEAN=1 starts from an
              # empty results/ and logs/), each timed; the lease timeline and the reports come back (a later call continues);
              # ONEGPU_JOBS=3: up to three GPU jobs at once, rungs 1-3 and the captures sharing the GPU (core/lease.py)
