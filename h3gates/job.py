@@ -173,7 +173,7 @@ def _perf_worker(a) -> int:  # a timing process of rung 4 (h3gates.rungs.timing)
     from h3gates.rungs.r4_block import worker
 
     exit_with_parent()
-    worker(RungContext.from_json(a.context), a.block, a.first, a.mode)
+    worker(RungContext.from_json(a.context), a.block, a.first, a.mode, a.read_before_go)
     return 0
 
 
@@ -246,6 +246,7 @@ def parser() -> argparse.ArgumentParser:
     pw.add_argument("--block", type=int, required=True)
     pw.add_argument("--first", choices=("baseline", "candidate"), required=True)
     pw.add_argument("--mode", choices=("graph", "eager"), required=True)
+    pw.add_argument("--read-before-go", action="store_true")
     pw.set_defaults(run=_perf_worker)
     pt = sub.add_parser("profile-target")
     pt.add_argument("--context", required=True)

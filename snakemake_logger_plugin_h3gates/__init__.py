@@ -148,7 +148,7 @@ class LogHandler(LogHandlerBase):
                 return None
             return (
                 f"h3gates: {n} job{'' if n == 1 else 's'} to run, counted below; a line for each gate, baseline job and "
-                "record (pass tokens and plots are counted, not shown; the complete log: .snakemake/log/; each job's: logs/)"
+                "record (pass tokens, plots and the targets are counted, not shown; the complete log: .snakemake/log/; each job's: logs/)"
             )
         if event == LogEvent.SHELLCMD:  # a dry run with -p: the plan's command under its job's line (a real
             # run's commands go to the complete log: the profile sets printshellcmds for that log)

@@ -171,7 +171,11 @@ def test_the_console_of_a_passing_climb_is_short(ladder):
     assert len(gates) == 3 * 10, text
     assert "h3gates verdicts (profile ci):" in text and text.count("(rehearsal)") == 3
     # the count says what the numbered lines skip (the counter runs over every job, tokens and plots too)
-    assert re.search(r"^h3gates: \d+ jobs to run, counted below; .*pass tokens and plots are counted, not shown", text, re.M)
+    assert re.search(
+        r"^h3gates: \d+ jobs to run, counted below; .*pass tokens, plots and the targets are counted, not shown",
+        text,
+        re.M,
+    )
     full = next((ladder / ".snakemake/log").glob("*.snakemake.log")).read_text()
     assert "Shell command: python -m h3gates rung 1 --context" in full  # the complete log keeps it all
 

@@ -783,6 +783,11 @@ def test_overlay_promotion_is_verified_by_plain_verify(ws):
     # agree closely, as a loaded CI machine once made them); the last look runs the second cohort too
     early = r4["look"] == 0
     assert r4["cohorts"] == ([[0, 1]] if early else [[0, 1], [2, 3]]) and "cohorts of 2" in r4["method"], r4["cohorts"]
+    # the first cohort's worker read its capture before its go; a later cohort's, launched while the first timed,
+    # after its go (a step of its account): nothing beyond their imports runs beside a timed request
+    prep = r4["process_prep"]
+    assert prep[1]["read_before_go"] and "read_s" not in prep[1]["worker"] and prep[1]["read_s"] > 0, prep[1]
+    assert all(not p["read_before_go"] and p["worker"]["read_s"] > 0 for p in prep[2:]), prep[2:]
     assert (ws / RES / "promotion/library_path.env").read_text().strip().endswith("H3_NVFP4_LIBRARY_PATH=1")
     v = h3gates(ws, "verify", f"{RES}/promotion/library_path.json")
     assert v.returncode == 0 and "H3_NVFP4_LIBRARY_PATH=1 verified" in v.stdout, v.stderr

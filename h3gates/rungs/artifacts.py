@@ -139,14 +139,18 @@ def load_capture(path: str, want, block: int, device: str, read: tuple | None = 
     the same path, context and block (a rung-4 worker reads it before its GPU turn): then only the
     environment is checked here and the tensor moved."""
     x, meta = read_capture(path, want, block) if read is None else read
+    if int(meta["block"]) != int(block):
+        raise ValueError(f"a read of block {meta['block']}'s capture given for block {block}")
     same_environment(Path(path), meta.get("environment"), environment(want.device))
     return x.to(device)
 
 
-def read_capture(path: str, want, block: int) -> tuple[torch.Tensor, dict]:
+def read_capture(path: str, want, block: int, copy: bool = False) -> tuple[torch.Tensor, dict]:
     """-> (the input of `block` on the host, the capture's record), checked to be made from the capture
     context `want` and to hold the bytes its record names; no GPU is touched (the environment check, which
-    asks the GPU its name, is load_capture's)."""
+    asks the GPU its name, is load_capture's). The input is a view of the file (mmap), read again when it
+    moves; `copy`: held in memory, so that the bytes checked are the bytes used however long after (a
+    rung-4 worker reads before its GPU turn; a file edited in place meanwhile is not seen)."""
     p = Path(path)
     wanted = want.to_dict()
     try:
@@ -171,6 +175,8 @@ def read_capture(path: str, want, block: int) -> tuple[torch.Tensor, dict]:
             f"{p} was made from another context or block than this rung's ({'; '.join(diff) or 'its key is not its name'}); "
             f"remove it (rm {p}) and rerun"
         )
+    if copy:
+        x = x.clone()
     if list(x.shape) != meta["shape"] or sha256(x) != meta["sha256"]:
         raise ArtifactError(
             f"{p}: the input's bytes are not the ones its record names (edited or cut short); remove it (rm {p}) and rerun"

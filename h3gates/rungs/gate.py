@@ -112,6 +112,8 @@ class Gate:
 
         read = self._read if self._read is not None and block == self.block else None
         x = load_capture(path, self.ctx.capture_context(), block, self.device, read)
+        if read is not None:
+            self._read = None  # its host copy goes once on the device
         progress(f"block {block}: input from {path}")
         lap("input_s")
         self.model.blocks[block]  # made here rather than in the forward's first line: the same order

@@ -187,20 +187,7 @@ def _timed(gate, block, base, cand, q: dict, attempt: int, on_look) -> dict:
     ctx_json = gate.ctx.to_json()
 
     def argv(i, first):
-        return [
-            sys.executable,
-            "-m",
-            "h3gates",
-            "perf-worker",
-            "--context",
-            ctx_json,
-            "--block",
-            str(block),
-            "--first",
-            first,
-            "--mode",
-            q["mode"],
-        ]
+        return worker_argv(ctx_json, block, first, q["mode"], read_before_go=i < resident)
 
     def local():
         sides = T.prepare(base, cand, gate.device, q["mode"], q["warmup"], "baseline")
@@ -230,39 +217,58 @@ def _timed(gate, block, base, cand, q: dict, attempt: int, on_look) -> dict:
     return timing
 
 
+def worker_argv(ctx_json: str, block: int, first: str, mode: str, read_before_go: bool) -> list[str]:
+    """A timing worker's command line. `read_before_go` for the first cohort's workers (process index below
+    `resident`), launched when nothing times: they read their capture before their go (worker)."""
+    argv = [sys.executable, "-m", "h3gates", "perf-worker", "--context", ctx_json, "--block", str(block)]
+    return argv + ["--first", first, "--mode", mode] + (["--read-before-go"] if read_before_go else [])
+
+
 def process_prep(ready: list) -> list:
     """Where each timing process's preparation went (issue 31: rung 4's overhead): the parent's clock from
     launch to imports done, waiting for its turn and on the GPU (T.Worker), and inside that the build of the
     block's two sides (build_s; process 0's were built before the gate), each side's eager run, capture and
     warm-up (T.Side.phases), and its peak GPU memory; read_s, the worker's read of its block's capture on
-    the host before its GPU turn; `worker`, the worker's own account of its GPU part (its CUDA context, the
+    the host, before its GPU turn where read_before_go (then inside the parent's load_s, launch to `loaded`),
+    else a step of its account; `worker`, the worker's own account of its GPU part (its CUDA context, the
     gate, the block's input and first forward, T.prepare whole: worker()), monitor_s (NVML's start) and prep's to_worker_s /
     from_worker_s, the go's and the ready line's way between the processes: what of gpu_s none of these holds
     is the ready record's own making (its memory figures, the JSON)."""
-    keys = ("prep", "build_s", "read_s", "worker", "monitor_s", "phases", "memory_gb")
+    keys = ("prep", "build_s", "read_s", "read_before_go", "worker", "monitor_s", "phases", "memory_gb")
     return [None if r is None else {k: r[k] for k in keys if k in r} for r in ready]
 
 
-def worker(ctx, block: int, first: str, mode: str) -> None:
+def worker(ctx, block: int, first: str, mode: str, read_before_go: bool = False) -> None:
     """`python -m h3gates perf-worker`: this block's two sides in a process of their own, built and
     captured in the order `first`, serving pairs to the rung's process.
 
-    Before its GPU turn (the go) the worker only reads: its imports, and the block's captured input, read
-    and checked against its record on the host (`read_s`, outside the account: another process may be on
-    the GPU meanwhile, preparing or timing). From the go, on the GPU, each step synchronized: its CUDA
-    context (`init_s`), the gate (`gate_s`: the roles and the candidate's kernels; no upstream digests, which
-    are the parent's report's), the block's input on the device (`input_s`), the model's inputs and the
-    block's weights made (`model_s`), the block's reference run (`first_s`: the process's first block
-    forward, with whatever its first calls load), both sides' preparation (`prepare_s`). `build_s` is the
-    steps from the gate to the reference run, as the report's process_prep has always said."""
+    The block's captured input is read into memory and checked against its record on the host (`read_s`).
+    `read_before_go` (the first cohort's workers, launched when no process times: worker_argv): before the
+    go, outside the account, while other workers are on the GPU preparing; a later cohort's workers, launched
+    ahead while the cohort before them times, read after their go (a step of the account), so that what runs
+    beside a timed request is what ran there when the error rates were measured (their imports). From the
+    go, on the GPU, each step synchronized: its CUDA context (`init_s`), the gate (`gate_s`: the roles and
+    the candidate's kernels; no upstream digests, which are the parent's report's), the block's input on the
+    device (`input_s`), the model's inputs and the block's weights made (`model_s`), the block's reference run
+    (`first_s`: the process's first block forward, with whatever its first calls load), both sides'
+    preparation (`prepare_s`). `build_s` is the steps from the gate to the reference run (until 2026-12-04 it
+    also held the capture's read and a second hash of its file, unsynchronized: not comparable)."""
     from h3gates.rungs.artifacts import read_capture
 
-    t = time.perf_counter()
     path = ctx.captures.get(str(block))
-    read = read_capture(path, ctx.capture_context(), block) if path else None
-    read_s = round(time.perf_counter() - t, 3)
+
+    def read_it():
+        t = time.perf_counter()
+        got = read_capture(path, ctx.capture_context(), block, copy=True) if path else None
+        return got, round(time.perf_counter() - t, 3)
+
+    read, read_s = read_it() if read_before_go else (None, None)
     account = T.Account(ctx.device)  # the go, then the CUDA context
+    if not read_before_go:
+        read, read_s = read_it()
+        account.lap("read_s")
     gate = Gate(ctx, 4, block, digests=False, read=read)
+    del read
 
     def lap(name):
         sync(gate.device)
@@ -270,10 +276,10 @@ def worker(ctx, block: int, first: str, mode: str) -> None:
 
     lap("gate_s")
     base, cand = sides_of(gate, block, lap)
-    del read
     lap("first_s")  # (a block without a captured input: its whole reference traversal)
     build_s = round(sum(account.steps.get(k, 0.0) for k in BUILD_STEPS), 3)
     q = PG.params({k: v for k, v in ctx.rung_params.items() if k != "enforce"})
     sides = T.prepare(base, cand, gate.device, mode, q["warmup"], first)
     account.lap("prepare_s")  # both sides' phases, the pool and the cache's release
-    T.serve(sides, gate.device, {"build_s": build_s, "read_s": read_s, "worker": account.steps})
+    extra = {"build_s": build_s, "read_s": read_s, "read_before_go": read_before_go, "worker": account.steps}
+    T.serve(sides, gate.device, extra)

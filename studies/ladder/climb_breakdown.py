@@ -1,15 +1,17 @@
 """Where a GPU climb's time went, from what it left behind (issue 31): the rung-4 reports' preparation accounts
 and the rung-8 reports' Nsight Compute phases, beside each job's lease (logs/gpu_leases.jsonl).
 
-- Rung 4, per report: the lease, the gate's wall time, its requests' seconds (lead and trail calls
-  included) and the timed pairs' among them, each cohort's preparation and end,
+- Rung 4, per report: the lease, the gate's wall time, its requests' seconds (from the lead calls to the
+  last timed call; the trail calls run after) and the timed pairs' among them, each cohort's preparation and end,
   the decision and its look; per timing worker (process_prep), the steps of its account: the capture read
-  before its GPU turn (`read_s`), its CUDA context (`init_s`), the build's steps (`gate_s`, `input_s`,
+  (`read_s`, before its GPU turn where `read_before_go`), its CUDA context (`init_s`), the build's steps (`gate_s`, `input_s`,
   `model_s`, `first_s` from 2026-12-04; before that one `build_s`), both sides' preparation (`prepare_s`),
   its turn on the GPU as the parent saw it (`gpu_s`) and its group's size (`at_once`).
 - Rung 8, per report and side: the capture's phases (nsight.capture: query, before the range, the range,
   after it, import, total), where the report holds them.
-- A summary: per step, the median over every worker of every gate; per rung, the leases' seconds.
+- A summary: per step, the median over every worker of every gate (a bundle from before 2026-12-04's split
+  has `build_s` alone, which then also held the capture's read and a second hash of its file); per rung, the
+  leases' seconds.
 
     python studies/ladder/climb_breakdown.py RESULTS_DIR [--leases logs/gpu_leases.jsonl] [--json OUT]
 
@@ -39,7 +41,7 @@ def _worker(p: dict) -> dict:
         return {}
     w, prep = p.get("worker") or {}, p.get("prep") or {}
     out = {k: w[k] for k in ("init_s", "gate_s", "input_s", "model_s", "first_s", "prepare_s") if k in w}
-    for k in ("read_s", "build_s"):
+    for k in ("read_s", "read_before_go", "build_s"):
         if k in p:
             out[k] = p[k]
     for k in ("gpu_s", "at_once", "load_s", "queued_s"):
@@ -59,7 +61,7 @@ def rung4(doc: dict) -> dict:
         "reused": "reused" in t,
         "wall_s": t.get("wall_s"),
         "timed_s": t.get("timed_s"),
-        # the requests from their start to their last timed call, lead and trail calls included
+        # the requests from their start to their last timed call (the lead calls included, the trail after)
         "requests_s": round(
             sum(r["done"] - r["start"] for p in t.get("processes") or [] for r in p.get("requests") or []), 3
         )
