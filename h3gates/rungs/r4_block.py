@@ -231,7 +231,7 @@ def process_prep(ready: list) -> list:
     warm-up (T.Side.phases), and its peak GPU memory; read_s, the worker's read of its block's capture on
     the host, before its GPU turn where read_before_go (then inside the parent's load_s, launch to `loaded`),
     else a step of its account; `worker`, the worker's own account of its GPU part (its CUDA context, the
-    gate, the block's input and first forward, T.prepare whole: worker()), monitor_s (NVML's start) and prep's to_worker_s /
+    gate, the block's input and first forward, T.prepare whole: build, worker), monitor_s (NVML's start) and prep's to_worker_s /
     from_worker_s, the go's and the ready line's way between the processes: what of gpu_s none of these holds
     is the ready record's own making (its memory figures, the JSON)."""
     keys = ("prep", "build_s", "read_s", "read_before_go", "worker", "monitor_s", "phases", "memory_gb")
@@ -239,8 +239,18 @@ def process_prep(ready: list) -> list:
 
 
 def worker(ctx, block: int, first: str, mode: str, read_before_go: bool = False) -> None:
-    """`python -m h3gates perf-worker`: this block's two sides in a process of their own, built and
-    captured in the order `first`, serving pairs to the rung's process.
+    """`python -m h3gates perf-worker`: this block's two sides in a process of their own, built (build) and
+    captured in the order `first`, serving pairs to the rung's process."""
+    account, gate, base, cand, extra = build(ctx, block, read_before_go)
+    q = PG.params({k: v for k, v in ctx.rung_params.items() if k != "enforce"})
+    sides = T.prepare(base, cand, gate.device, mode, q["warmup"], first)
+    account.lap("prepare_s")  # both sides' phases, the pool and the cache's release
+    T.serve(sides, gate.device, {**extra, "worker": account.steps})
+
+
+def build(ctx, block: int, read_before_go: bool, go=None):
+    """A timing worker's build, on its own account -> (account, gate, base, cand, extra): what `worker` runs
+    before it prepares both sides, and what studies/ladder/worker_build_probe.py measures (`go`: T.Account's).
 
     The block's captured input is read into memory and checked against its record on the host (`read_s`).
     `read_before_go` (the first cohort's workers, launched when no process times: worker_argv): before the
@@ -250,9 +260,9 @@ def worker(ctx, block: int, first: str, mode: str, read_before_go: bool = False)
     go, on the GPU, each step synchronized: its CUDA context (`init_s`), the gate (`gate_s`: the roles and
     the candidate's kernels; no upstream digests, which are the parent's report's), the block's input on the
     device (`input_s`), the model's inputs and the block's weights made (`model_s`), the block's reference run
-    (`first_s`: the process's first block forward, with whatever its first calls load), both sides'
-    preparation (`prepare_s`). `build_s` is the steps from the gate to the reference run (until 2026-12-04 it
-    also held the capture's read and a second hash of its file, unsynchronized: not comparable)."""
+    (`first_s`: the process's first block forward, with whatever its first calls load); the worker then
+    prepares both sides (`prepare_s`). `build_s` is the steps from the gate to the reference run (until
+    2026-12-04 it also held the capture's read and a second hash of its file, unsynchronized: not comparable)."""
     from h3gates.rungs.artifacts import read_capture
 
     path = ctx.captures.get(str(block))
@@ -263,7 +273,7 @@ def worker(ctx, block: int, first: str, mode: str, read_before_go: bool = False)
         return got, round(time.perf_counter() - t, 3)
 
     read, read_s = read_it() if read_before_go else (None, None)
-    account = T.Account(ctx.device)  # the go, then the CUDA context
+    account = T.Account(ctx.device, go)  # the go, then the CUDA context
     if not read_before_go:
         read, read_s = read_it()
         account.lap("read_s")
@@ -278,8 +288,4 @@ def worker(ctx, block: int, first: str, mode: str, read_before_go: bool = False)
     base, cand = sides_of(gate, block, lap)
     lap("first_s")  # (a block without a captured input: its whole reference traversal)
     build_s = round(sum(account.steps.get(k, 0.0) for k in BUILD_STEPS), 3)
-    q = PG.params({k: v for k, v in ctx.rung_params.items() if k != "enforce"})
-    sides = T.prepare(base, cand, gate.device, mode, q["warmup"], first)
-    account.lap("prepare_s")  # both sides' phases, the pool and the cache's release
-    extra = {"build_s": build_s, "read_s": read_s, "read_before_go": read_before_go, "worker": account.steps}
-    T.serve(sides, gate.device, extra)
+    return account, gate, base, cand, {"build_s": build_s, "read_s": read_s, "read_before_go": read_before_go}

@@ -552,8 +552,10 @@ class Account:
     `monitor_s`, and the ready record). `steps` goes in the ready line as `worker` (r4_block.worker, the
     campaign's worker)."""
 
-    def __init__(self, device: str):
-        self.steps: dict = {"t_go": await_go()}
+    def __init__(self, device: str, go=None):
+        """`go`: what waits for the go and returns the clock it came at (default await_go, the parent's protocol;
+        studies/ladder/worker_build_probe.py, alone on the GPU, gives time.time)."""
+        self.steps: dict = {"t_go": (go or await_go)()}
         self.steps["init_s"] = init_device(device)
         self._t = time.perf_counter()
 

@@ -1,17 +1,18 @@
 """What a rung-4 timing worker's build spends its seconds on (issue 31): in fresh processes, the worker's own
-steps (h3gates.rungs.r4_block.worker: the capture read on the host, the CUDA context, the gate, the input on the
-device, the block made, its first reference forward, both sides' preparation), each synchronized, and then a
-second reference forward of the same block, so that first_s less that second forward is what the process's
-first calls cost (module loads, library handles and workspaces), apart from the block's own work. Optionally
-the first forward under cProfile (`--profile N`: the N slowest Python-level calls, which include the C calls
-that load modules) and with CUDA_MODULE_LOADING=EAGER beside the default (`--eager`).
+build (h3gates.rungs.r4_block.build, which the worker runs: the capture read on the host, the CUDA context, the
+gate, the input on the device, the block made, its first reference forward), each step synchronized, then a
+second reference forward of the same block and both sides' preparation (in the configured timing mode), so that
+first_s less that second forward is what the process's first calls cost (module loads, library handles and
+workspaces), apart from the block's own work. Optionally
+the build under cProfile (`--profile N`: the N slowest Python-level calls, which include the C calls that load
+modules) and with CUDA_MODULE_LOADING=EAGER beside the default (`--eager`).
 
     python studies/ladder/worker_build_probe.py --out FILE [--configs config/config.yaml config/canonical.yaml]
         [--candidate modulate_fusion] [--block 24] [--runs 3] [--profile 25] [--eager]
 
 The block's capture is the workflow's (results/<profile>/baseline/r0-*.block<b>.pt), made first where missing;
-on a CPU, `--configs config/config.yaml` runs the tiny profile, a check of the plumbing. Processes run one at a time, nothing else on
-the GPU.
+on a CPU, `--configs config/config.yaml` runs the tiny profile, a check of the plumbing. Processes run one at a
+time, nothing else on the GPU.
 """
 
 from __future__ import annotations
@@ -28,65 +29,42 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def one(configs: list[str], candidate: str, block: int, profile_top: int) -> dict:
-    """One fresh process's account (run as this script's child: `--child`)."""
+    """One fresh process's account (run as this script's child: `--child`): r4_block.build, the worker's own
+    build, alone on the GPU (its go at once; the read before it, as the first cohort's workers read), then a
+    second reference forward and both sides' preparation, each synchronized."""
     t_start = time.perf_counter()
     import dataclasses
 
     from h3gates.core import config as C
     from h3gates.core import context as X
+    from h3gates.core import perfgate as PG
     from h3gates.core.context import RungContext
     from h3gates.nvfp4.cuda.sync import sync
     from h3gates.rungs import timing as T
-    from h3gates.rungs.artifacts import read_capture
-    from h3gates.rungs.gate import Gate
-    from h3gates.rungs.r4_block import sides_of
+    from h3gates.rungs.r4_block import build
 
     imports_s = time.perf_counter() - t_start
     cfg = C.load_config([ROOT / c for c in configs])
     ctx = RungContext.from_config(cfg, candidate, 4)
     cctx = X.capture_context(X.SharedContext.of(cfg))
-    path = X.artifact_path(cctx, block=block)
-    ctx = dataclasses.replace(ctx, captures={str(block): path})
-    steps: dict = {"imports_s": round(imports_s, 3)}
-    t = time.perf_counter()
-    read = read_capture(path, ctx.capture_context(), block)
-    steps["read_s"] = round(time.perf_counter() - t, 3)
-    steps["init_s"] = T.init_device(ctx.device)
-    mark = [time.perf_counter()]
-
-    def lap(name):
-        sync(ctx.device)
-        now = time.perf_counter()
-        steps[name] = round(steps.get(name, 0.0) + now - mark[0], 3)
-        mark[0] = now
-
-    gate = Gate(ctx, 4, block, digests=False, read=read)
-    lap("gate_s")
+    ctx = dataclasses.replace(ctx, captures={str(block): X.artifact_path(cctx, block=block)})
     prof = None
-    if profile_top:  # the first forward under cProfile (its overhead inflates first_s: compare runs without it)
+    if profile_top:  # the whole build under cProfile (its overhead inflates the steps: compare runs without it)
         import cProfile
 
         prof = cProfile.Profile()
-        gate_capture = gate.capture
-
-        def capture(b, lap_=None):
-            def inner(name):
-                if name == "model_s":
-                    prof.enable()
-                elif name == "first_s":
-                    prof.disable()
-                lap_(name)
-
-            return gate_capture(b, inner)
-
-        gate.capture = capture
-    base, cand = sides_of(gate, block, lap)
-    lap("first_s")
+        prof.enable()
+    account, gate, base, cand, extra = build(ctx, block, read_before_go=True, go=time.time)
+    if prof is not None:
+        prof.disable()
     base()
-    lap("second_forward_s")
-    q = {"warmup": 2}
-    T.prepare(base, cand, ctx.device, "graph", q["warmup"], "baseline")
-    lap("prepare_s")
+    sync(gate.device)
+    account.lap("second_forward_s")
+    q = PG.params({k: v for k, v in ctx.rung_params.items() if k != "enforce"})  # as the worker prepares
+    T.prepare(base, cand, gate.device, q["mode"], q["warmup"], "baseline")
+    account.lap("prepare_s")
+    steps = {"imports_s": round(imports_s, 3), "read_s": extra["read_s"], "build_s": extra["build_s"], **account.steps}
+    steps.pop("t_go", None)
     out = {"steps": steps, "first_calls_s": round(steps["first_s"] - steps["second_forward_s"], 3)}
     if prof is not None:
         import io
