@@ -81,6 +81,42 @@ def test_key_follows_source_names_options_headers_and_versions(monkeypatch, tmp_
     assert key() is None  # no NVRTC version: no cache
 
 
+def test_prime_lists_the_include_trees_ahead_so_the_key_walks_nothing(monkeypatch, tmp_path):
+    """runtime.prime (rung 4's first-cohort workers, before their GPU turn: r4_block.build) does the host part of
+    the key ahead: afterwards cache_key lists no tree, and the key is the one made without it; with the cache
+    off, or cuda.core missing, it does nothing."""
+    vers = {"nvrtc": [13, 0], "cuda_core": "1.2.0", "cuda_bindings": "13.0.0"}
+    inc = tmp_path / "inc"
+    (inc / "crt").mkdir(parents=True)
+    (inc / "crt" / "host_defines.h").write_text("// toolkit\n")
+    monkeypatch.setattr(cudart, "_versions", lambda: dict(vers))
+    monkeypatch.setattr(cudart, "_include_paths", lambda: [str(cudart.COMMON), str(inc)])
+    monkeypatch.setattr(cudart, "_cc", lambda: object())
+    monkeypatch.setenv(cudart.CACHE_ENV, str(tmp_path / "cache"))
+    opts = {"std": "c++17", "arch": "sm_90a", "include_path": cudart._include_paths()}
+    cudart._tree.cache_clear()
+    cold = cudart.cache_key("src", ("k",), opts, cudart._include_paths())
+    cudart._tree.cache_clear()
+    assert cudart.prime() >= 0 and cudart._tree.cache_info().currsize == 2
+
+    def walk(*a, **k):
+        raise AssertionError("cache_key listed a tree that prime had listed")
+
+    monkeypatch.setattr(cudart.os, "walk", walk)
+    assert cudart.cache_key("src", ("k",), opts, cudart._include_paths()) == cold
+    cudart._tree.cache_clear()
+    monkeypatch.setenv(cudart.CACHE_ENV, "off")
+    assert cudart.prime() == 0.0 and cudart._tree.cache_info().currsize == 0
+
+    def missing():
+        raise ImportError("no cuda.core")
+
+    monkeypatch.setenv(cudart.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setattr(cudart, "_cc", missing)
+    assert cudart.prime() == 0.0 and cudart._tree.cache_info().currsize == 0
+    cudart._tree.cache_clear()
+
+
 def test_a_module_without_a_symbol_map_or_a_cubin_is_not_stored(monkeypatch, tmp_path):
     monkeypatch.setenv(cudart.CACHE_ENV, str(tmp_path))
 

@@ -445,11 +445,22 @@ def test_the_climb_breakdown_reads_a_committed_climb_and_the_new_accounts(tmp_pa
         17.6, abs=0.1
     )
     assert b["lease_s_by_rung"]["rung 4"] == 513.0 and all(not x["sides"] for x in b["rung8"])  # phases came later
+    # the 2026-12-05 climb's: the split build, the first cohort's read before its go, rung 8's phases
+    ev = ROOT / "studies/ladder/evidence/canonical_onegpu_2026-12-05"
+    with tarfile.open(ev / "reports_and_logs_call2.tgz") as t:
+        t.extractall(tmp_path / "climb5", filter="data")
+    b = CB.breakdown(tmp_path / "climb5", tmp_path / "climb5/og/logs/gpu_leases.jsonl")
+    wrote = json.loads((ev / "breakdown.json").read_text())  # what the device step wrote, read again here
+    assert {**b, "results": None} == {**wrote, "results": None}
+    workers = [w for g in b["rung4"] for w in g["workers"]]
+    assert b["workers"] == 41 and sum(w["read_before_go"] for w in workers) == 35 and "prime_s" not in workers[0]
+    assert b["worker_step_medians_s"]["gpu_s"] == 3.978 and b["lease_s_by_rung"]["rung 4"] == 392.7
+    assert all(set(x["sides"]) == {"baseline", "candidate"} for x in b["rung8"])
     # the accounts as rung 4's workers and rung 8's captures write them now
     new = tmp_path / "new/canonical/cand"
     (new / "r4_block").mkdir(parents=True)
     steps = {"init_s": 0.2, "gate_s": 0.5, "input_s": 0.1, "model_s": 0.2, "first_s": 2.0, "prepare_s": 1.7}
-    worker = {"read_s": 0.4, "build_s": 2.8, "worker": steps, "prep": {"gpu_s": 4.6, "at_once": 1}}
+    worker = {"read_s": 0.4, "prime_s": 0.5, "build_s": 2.8, "worker": steps, "prep": {"gpu_s": 4.6, "at_once": 1}}
     proc = {"requests": [{"start": 10.0, "queued": 10.1, "done": 13.0}]}
     r4 = {"candidate": "cand", "block": 0, "timing": {"decision": "pass", "look": 0, "process_prep": [{}, worker, worker],
           "processes": [proc, proc, proc], "cohort_prepare_s": [20.0], "cohort_end_s": [3.5], "timed_s": 4.0}}  # fmt: skip
@@ -469,6 +480,7 @@ def test_the_climb_breakdown_reads_a_committed_climb_and_the_new_accounts(tmp_pa
     assert b["worker_step_medians_s"] == {
         **{k: v for k, v in steps.items()},
         "read_s": 0.4,
+        "prime_s": 0.5,
         "build_s": 2.8,
         "gpu_s": 4.6,
     }
@@ -500,7 +512,7 @@ def test_the_worker_build_probe_runs_a_workers_steps_on_the_tiny_profile(tmp_pat
     assert p.returncode == 0, p.stderr[-2000:]
     doc = json.loads(out.read_text())
     (run,) = doc["runs"]
-    steps = ("read_s", "init_s", "gate_s", "input_s", "model_s", "first_s", "second_forward_s", "prepare_s")
+    steps = ("read_s", "prime_s", "init_s", "gate_s", "input_s", "model_s", "first_s", "second_forward_s", "prepare_s")
     assert all(k in run["steps"] for k in steps) and run["steps"]["second_forward_s"] > 0, run
     assert run["first_calls_s"] == round(run["steps"]["first_s"] - run["steps"]["second_forward_s"], 3)
     assert doc["device"]["device_type"] == "cpu" and "worker_build_probe.py" in doc["command"]

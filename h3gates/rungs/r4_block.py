@@ -230,11 +230,12 @@ def process_prep(ready: list) -> list:
     block's two sides (build_s; process 0's were built before the gate), each side's eager run, capture and
     warm-up (T.Side.phases), and its peak GPU memory; read_s, the worker's read of its block's capture on
     the host, before its GPU turn where read_before_go (then inside the parent's load_s, launch to `loaded`),
-    else a step of its account; `worker`, the worker's own account of its GPU part (its CUDA context, the
+    else a step of its account, and prime_s beside it (the host part of the stand-in kernels' cubin lookup:
+    runtime.prime; None off CUDA); `worker`, the worker's own account of its GPU part (its CUDA context, the
     gate, the block's input and first forward, T.prepare whole: build, worker), monitor_s (NVML's start) and prep's to_worker_s /
     from_worker_s, the go's and the ready line's way between the processes: what of gpu_s none of these holds
     is the ready record's own making (its memory figures, the JSON)."""
-    keys = ("prep", "build_s", "read_s", "read_before_go", "worker", "monitor_s", "phases", "memory_gb")
+    keys = ("prep", "build_s", "read_s", "prime_s", "read_before_go", "worker", "monitor_s", "phases", "memory_gb")
     return [None if r is None else {k: r[k] for k in keys if k in r} for r in ready]
 
 
@@ -254,8 +255,10 @@ def build(ctx, block: int, read_before_go: bool, go=None):
 
     The block's captured input is read into memory and checked against its record on the host (`read_s`).
     `read_before_go` (the first cohort's workers, launched when no process times: worker_argv): before the
-    go, outside the account, while other workers are on the GPU preparing; a later cohort's workers, launched
-    ahead while the cohort before them times, read after their go (a step of the account), so that what runs
+    go, outside the account, while other workers are on the GPU preparing, and with it the host part of the
+    stand-in kernels' cubin lookup (`prime_s`: cuda.core's import and the include trees' listings, about half
+    a second that the model's build held before, runtime.prime); a later cohort's workers, launched
+    ahead while the cohort before them times, read and prime after their go (steps of the account), so that what runs
     beside a timed request is what ran there when the error rates were measured (their imports). From the
     go, on the GPU, each step synchronized: its CUDA context (`init_s`), the gate (`gate_s`: the roles and
     the candidate's kernels; no upstream digests, which are the parent's report's), the block's input on the
@@ -263,6 +266,7 @@ def build(ctx, block: int, read_before_go: bool, go=None):
     (`first_s`: the process's first block forward, with whatever its first calls load); the worker then
     prepares both sides (`prepare_s`). `build_s` is the steps from the gate to the reference run (until
     2026-12-04 it also held the capture's read and a second hash of its file, unsynchronized: not comparable)."""
+    from h3gates.nvfp4.cuda import runtime as cuda_runtime
     from h3gates.rungs.artifacts import read_capture
 
     path = ctx.captures.get(str(block))
@@ -272,11 +276,17 @@ def build(ctx, block: int, read_before_go: bool, go=None):
         got = read_capture(path, ctx.capture_context(), block, copy=True) if path else None
         return got, round(time.perf_counter() - t, 3)
 
+    def prime():  # the host part of the stand-in kernels' cubin lookup (runtime.prime), on CUDA alone
+        return cuda_runtime.prime() if str(ctx.device).startswith("cuda") else None
+
     read, read_s = read_it() if read_before_go else (None, None)
+    prime_s = prime() if read_before_go else None
     account = T.Account(ctx.device, go)  # the go, then the CUDA context
     if not read_before_go:
         read, read_s = read_it()
         account.lap("read_s")
+        prime_s = prime()
+        account.lap("prime_s")
     gate = Gate(ctx, 4, block, digests=False, read=read)
     del read
 
@@ -288,4 +298,5 @@ def build(ctx, block: int, read_before_go: bool, go=None):
     base, cand = sides_of(gate, block, lap)
     lap("first_s")  # (a block without a captured input: its whole reference traversal)
     build_s = round(sum(account.steps.get(k, 0.0) for k in BUILD_STEPS), 3)
-    return account, gate, base, cand, {"build_s": build_s, "read_s": read_s, "read_before_go": read_before_go}
+    extra = {"build_s": build_s, "read_s": read_s, "prime_s": prime_s, "read_before_go": read_before_go}
+    return account, gate, base, cand, extra

@@ -4,7 +4,8 @@ and the rung-8 reports' Nsight Compute phases, beside each job's lease (logs/gpu
 - Rung 4, per report: the lease, the gate's wall time, its requests' seconds (from the lead calls to the
   last timed call; the trail calls run after) and the timed pairs' among them, each cohort's preparation and end,
   the decision and its look; per timing worker (process_prep), the steps of its account: the capture read
-  (`read_s`, before its GPU turn where `read_before_go`), its CUDA context (`init_s`), the build's steps (`gate_s`, `input_s`,
+  (`read_s`, before its GPU turn where `read_before_go`) and the cubin lookup's host part beside it (`prime_s`, from
+  2026-12-05), its CUDA context (`init_s`), the build's steps (`gate_s`, `input_s`,
   `model_s`, `first_s` from 2026-12-04; before that one `build_s`), both sides' preparation (`prepare_s`),
   its turn on the GPU as the parent saw it (`gpu_s`) and its group's size (`at_once`).
 - Rung 8, per report and side: the capture's phases (nsight.capture: query, before the range, the range,
@@ -31,7 +32,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from lease_timeline import timeline  # noqa: E402
 
-WORKER_STEPS = ("read_s", "init_s", "gate_s", "input_s", "model_s", "first_s", "build_s", "prepare_s", "gpu_s")
+WORKER_STEPS = (
+    "read_s",
+    "prime_s",
+    "init_s",
+    "gate_s",
+    "input_s",
+    "model_s",
+    "first_s",
+    "build_s",
+    "prepare_s",
+    "gpu_s",
+)
 PHASES = ("query_s", "before_range_s", "range_s", "after_range_s", "import_s", "total_s")
 
 
@@ -41,8 +53,10 @@ def _worker(p: dict) -> dict:
         return {}
     w, prep = p.get("worker") or {}, p.get("prep") or {}
     out = {k: w[k] for k in ("init_s", "gate_s", "input_s", "model_s", "first_s", "prepare_s") if k in w}
-    for k in ("read_s", "read_before_go", "build_s"):
-        if k in p:
+    if "prime_s" in w:  # a later cohort's worker primes after its go, a step of its account
+        out["prime_s"] = w["prime_s"]
+    for k in ("read_s", "prime_s", "read_before_go", "build_s"):
+        if p.get(k) is not None:
             out[k] = p[k]
     for k in ("gpu_s", "at_once", "load_s", "queued_s"):
         if k in prep:

@@ -63,7 +63,11 @@ def one(configs: list[str], candidate: str, block: int, profile_top: int) -> dic
     q = PG.params({k: v for k, v in ctx.rung_params.items() if k != "enforce"})  # as the worker prepares
     T.prepare(base, cand, gate.device, q["mode"], q["warmup"], "baseline")
     account.lap("prepare_s")
-    steps = {"imports_s": round(imports_s, 3), "read_s": extra["read_s"], "build_s": extra["build_s"], **account.steps}
+    steps = {
+        "imports_s": round(imports_s, 3),
+        **{k: extra[k] for k in ("read_s", "prime_s", "build_s")},
+        **account.steps,
+    }
     steps.pop("t_go", None)
     out = {"steps": steps, "first_calls_s": round(steps["first_s"] - steps["second_forward_s"], 3)}
     if prof is not None:

@@ -92,6 +92,7 @@ def cache_dir() -> Path | None:
     return Path(v) if v else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "h3gates" / "cubin"
 
 
+@functools.lru_cache(maxsize=None)
 def _versions() -> dict | None:
     try:
         from importlib.metadata import PackageNotFoundError, version
@@ -136,6 +137,29 @@ def _tree(d: Path, contents: bool) -> dict:
     return out
 
 
+def _trees(include) -> dict:
+    return {d: _tree(Path(d), contents=Path(d).resolve() == COMMON.resolve()) for d in include}
+
+
+def prime() -> float:
+    """The host part of a cubin lookup, done ahead: cuda.core's import, the NVRTC and package versions and
+    the include trees' listings that cache_key reads (each kept for the process: a toolkit's include tree is
+    thousands of stat calls, about half a second). Rung 4's first-cohort timing workers call it before their
+    GPU turn (r4_block.build), so that their turn holds the cubin's load alone. Nothing where the cubin cache
+    is off (no key is made) or cuda-python is missing; -> its seconds."""
+    import time
+
+    t = time.perf_counter()
+    if cache_dir() is not None:
+        try:
+            _cc()
+        except ImportError:
+            return 0.0
+        if _versions() is not None:
+            _trees(_include_paths())
+    return round(time.perf_counter() - t, 3)
+
+
 def cache_key(source: str, names, options: dict, include: list[str]) -> str | None:
     """SHA-256 of what the cubin depends on: the source, the options NVRTC gets (arch, std, include
     path), every file NVRTC can include (kernels/common by content, the toolkit include trees by size
@@ -144,7 +168,7 @@ def cache_key(source: str, names, options: dict, include: list[str]) -> str | No
     vers = _versions()
     if vers is None:
         return None
-    trees = {d: _tree(Path(d), contents=Path(d).resolve() == COMMON.resolve()) for d in include}
+    trees = _trees(include)
     what = {"source": source, "names": list(names), "options": options, "trees": trees, **vers}
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
 
