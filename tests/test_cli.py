@@ -143,3 +143,13 @@ def test_a_jobs_refusal_is_exit_1_with_its_reasons():
     assert p.returncode == 1 and p.stderr.startswith("h3gates token: REFUSED\n  - no-such-report.json: missing"), (
         p.stderr
     )
+
+
+def test_every_committed_evidence_run_has_a_complete_manifest():
+    """studies/index.py (studies/README.md: every run's claim, date, commit, command, device and versions) finds
+    a complete MANIFEST.json in every studies/<study>/evidence/<run>/ folder: a run committed without one fails
+    here, not in a reader's hands."""
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "studies/index.py")], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
