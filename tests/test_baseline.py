@@ -403,10 +403,10 @@ def test_a_worker_reads_its_capture_before_its_gpu_turn_and_keeps_no_digests(tmp
 
 @pytest.mark.parametrize("before", [True, False])
 def test_a_workers_read_comes_before_its_go_only_in_the_first_cohort(tmp_path, monkeypatch, before):
-    """r4_block.worker in-process (the go and the serving stubbed): read before the go (the first cohort's, launched
-    when nothing times), the read is outside the account; after it (a later cohort's, launched while another
-    times), it is the account's first step after the context. Either way the build's steps follow, build_s their
-    sum; worker_argv passes the flag to the first cohort only."""
+    """r4_block.worker in-process (the go and the serving stubbed): read and primed (the cubin lookup's host part)
+    before the go (the first cohort's, launched when nothing times), both outside the account; after it (a later
+    cohort's, launched while another times), they are the account's first steps after the context. Either way the
+    build's steps follow, build_s their sum; worker_argv passes the flag to the first cohort only."""
     from h3gates.rungs import r4_block
     from h3gates.rungs import timing as T
 
@@ -418,12 +418,15 @@ def test_a_workers_read_comes_before_its_go_only_in_the_first_cohort(tmp_path, m
     real = artifacts.read_capture  # (worker imports it when it runs: patched at its module)
     monkeypatch.setattr(artifacts, "read_capture", lambda *a, **k: order.append("read") or real(*a, **k))
     monkeypatch.setattr(T, "await_go", lambda: order.append("go") or 0.0)
+    assert r4_block.prime_host("cpu") is None  # (on CUDA: runtime.prime, tests/test_cubin_cache.py)
+    monkeypatch.setattr(r4_block, "prime_host", lambda device: order.append("prime") or 0.25)
     served = {}
     monkeypatch.setattr(T, "serve", lambda sides, device, extra: served.update(extra))
     r4_block.worker(ctx, 3, "baseline", "eager", read_before_go=before)
-    assert order == (["read", "go"] if before else ["go", "read"])
+    assert order == (["read", "prime", "go"] if before else ["go", "read", "prime"])
     steps = served["worker"]
     assert served["read_before_go"] is before and served["read_s"] > 0 and ("read_s" in steps) is not before
+    assert served["prime_s"] == 0.25 and ("prime_s" in steps) is not before
     assert served["build_s"] == round(sum(steps[k] for k in r4_block.BUILD_STEPS), 3)
     argv = [r4_block.worker_argv("{}", 3, "baseline", "graph", read_before_go=i < 2) for i in range(4)]
     assert ["--read-before-go" in a for a in argv] == [True, True, False, False]

@@ -249,6 +249,16 @@ def worker(ctx, block: int, first: str, mode: str, read_before_go: bool = False)
     T.serve(sides, gate.device, {**extra, "worker": account.steps})
 
 
+def prime_host(device: str) -> float | None:
+    """The host part of the stand-in kernels' cubin lookup (runtime.prime: cuda.core's import, the include
+    trees' listings), on CUDA alone -> its seconds (None elsewhere)."""
+    if not str(device).startswith("cuda"):
+        return None
+    from h3gates.nvfp4.cuda import runtime as cuda_runtime
+
+    return cuda_runtime.prime()
+
+
 def build(ctx, block: int, read_before_go: bool, go=None):
     """A timing worker's build, on its own account -> (account, gate, base, cand, extra): what `worker` runs
     before it prepares both sides, and what studies/ladder/worker_build_probe.py measures (`go`: T.Account's).
@@ -266,7 +276,6 @@ def build(ctx, block: int, read_before_go: bool, go=None):
     (`first_s`: the process's first block forward, with whatever its first calls load); the worker then
     prepares both sides (`prepare_s`). `build_s` is the steps from the gate to the reference run (until
     2026-12-04 it also held the capture's read and a second hash of its file, unsynchronized: not comparable)."""
-    from h3gates.nvfp4.cuda import runtime as cuda_runtime
     from h3gates.rungs.artifacts import read_capture
 
     path = ctx.captures.get(str(block))
@@ -276,16 +285,13 @@ def build(ctx, block: int, read_before_go: bool, go=None):
         got = read_capture(path, ctx.capture_context(), block, copy=True) if path else None
         return got, round(time.perf_counter() - t, 3)
 
-    def prime():  # the host part of the stand-in kernels' cubin lookup (runtime.prime), on CUDA alone
-        return cuda_runtime.prime() if str(ctx.device).startswith("cuda") else None
-
     read, read_s = read_it() if read_before_go else (None, None)
-    prime_s = prime() if read_before_go else None
+    prime_s = prime_host(ctx.device) if read_before_go else None
     account = T.Account(ctx.device, go)  # the go, then the CUDA context
     if not read_before_go:
         read, read_s = read_it()
         account.lap("read_s")
-        prime_s = prime()
+        prime_s = prime_host(ctx.device)
         account.lap("prime_s")
     gate = Gate(ctx, 4, block, digests=False, read=read)
     del read
