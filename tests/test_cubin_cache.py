@@ -83,8 +83,8 @@ def test_key_follows_source_names_options_headers_and_versions(monkeypatch, tmp_
 
 def test_prime_lists_the_include_trees_ahead_so_the_key_walks_nothing(monkeypatch, tmp_path):
     """runtime.prime (rung 4's first-cohort workers, before their GPU turn: r4_block.build) does the host part of
-    the key ahead: afterwards cache_key lists no tree, and the key is the one made without it; with the cache
-    off, or cuda.core missing, it does nothing."""
+    the key ahead: afterwards cache_key lists no tree, and the key is the one made without it (with the cache
+    off too: the key is made all the same); with cuda.core missing or broken it lists nothing and raises nothing."""
     vers = {"nvrtc": [13, 0], "cuda_core": "1.2.0", "cuda_bindings": "13.0.0"}
     inc = tmp_path / "inc"
     (inc / "crt").mkdir(parents=True)
@@ -102,18 +102,23 @@ def test_prime_lists_the_include_trees_ahead_so_the_key_walks_nothing(monkeypatc
     def walk(*a, **k):
         raise AssertionError("cache_key listed a tree that prime had listed")
 
-    monkeypatch.setattr(cudart.os, "walk", walk)
-    assert cudart.cache_key("src", ("k",), opts, cudart._include_paths()) == cold
+    with monkeypatch.context() as m:
+        m.setattr(cudart.os, "walk", walk)
+        assert cudart.cache_key("src", ("k",), opts, cudart._include_paths()) == cold
     cudart._tree.cache_clear()
-    monkeypatch.setenv(cudart.CACHE_ENV, "off")
-    assert cudart.prime() == 0.0 and cudart._tree.cache_info().currsize == 0
+    monkeypatch.setenv(cudart.CACHE_ENV, "off")  # the key is made with the cache off too: primed the same
+    assert cudart.prime() >= 0 and cudart._tree.cache_info().currsize == 2
+    cudart._tree.cache_clear()
 
     def missing():
         raise ImportError("no cuda.core")
 
-    monkeypatch.setenv(cudart.CACHE_ENV, str(tmp_path / "cache"))
-    monkeypatch.setattr(cudart, "_cc", missing)
-    assert cudart.prime() == 0.0 and cudart._tree.cache_info().currsize == 0
+    def broken():
+        raise RuntimeError("cuda.core present, its driver not")
+
+    for cc in (missing, broken):  # nothing listed, nothing raised: the kernels' own lookup handles it
+        monkeypatch.setattr(cudart, "_cc", cc)
+        assert cudart.prime() >= 0 and cudart._tree.cache_info().currsize == 0
     cudart._tree.cache_clear()
 
 

@@ -56,7 +56,7 @@ def _worker(p: dict) -> dict:
     if "prime_s" in w:  # a later cohort's worker primes after its go, a step of its account
         out["prime_s"] = w["prime_s"]
     for k in ("read_s", "prime_s", "read_before_go", "build_s"):
-        if p.get(k) is not None:
+        if p.get(k) is not None and k not in out:  # (a later cohort's prime_s: its account's step, above)
             out[k] = p[k]
     for k in ("gpu_s", "at_once", "load_s", "queued_s"):
         if k in prep:

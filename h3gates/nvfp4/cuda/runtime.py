@@ -92,31 +92,37 @@ def cache_dir() -> Path | None:
     return Path(v) if v else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "h3gates" / "cubin"
 
 
-@functools.lru_cache(maxsize=None)
 def _versions() -> dict | None:
+    """NVRTC's, cuda.core's, cuda-bindings' and the pip NVRTC's versions (kept for the process once read), or None
+    where they cannot be read (tried again at the next call: a failure is not kept)."""
     try:
-        from importlib.metadata import PackageNotFoundError, version
-
-        from cuda.bindings import nvrtc
-
-        err, major, minor = nvrtc.nvrtcVersion()
-        out = {
-            "nvrtc": [int(major), int(minor)],
-            "cuda_core": version("cuda-core"),
-            "cuda_bindings": version("cuda-bindings"),
-        }
-        for pkg in (
-            "nvidia-cuda-nvrtc",
-            "nvidia-cuda-nvrtc-cu13",
-            "nvidia-cuda-nvrtc-cu12",
-        ):  # the pip NVRTC, patch level included
-            try:
-                out[pkg] = version(pkg)
-            except PackageNotFoundError:
-                pass
-        return out
+        return _versions_read()
     except Exception:  # noqa: BLE001 (no versions, no cache: compile as before)
         return None
+
+
+@functools.lru_cache(maxsize=None)  # (a raised exception is not cached)
+def _versions_read() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    from cuda.bindings import nvrtc
+
+    err, major, minor = nvrtc.nvrtcVersion()
+    out = {
+        "nvrtc": [int(major), int(minor)],
+        "cuda_core": version("cuda-core"),
+        "cuda_bindings": version("cuda-bindings"),
+    }
+    for pkg in (
+        "nvidia-cuda-nvrtc",
+        "nvidia-cuda-nvrtc-cu13",
+        "nvidia-cuda-nvrtc-cu12",
+    ):  # the pip NVRTC, patch level included
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            pass
+    return out
 
 
 @functools.lru_cache(maxsize=None)
@@ -145,18 +151,19 @@ def prime() -> float:
     """The host part of a cubin lookup, done ahead: cuda.core's import, the NVRTC and package versions and
     the include trees' listings that cache_key reads (each kept for the process: a toolkit's include tree is
     thousands of stat calls, about half a second). Rung 4's first-cohort timing workers call it before their
-    GPU turn (r4_block.build), so that their turn holds the cubin's load alone. Nothing where the cubin cache
-    is off (no key is made) or cuda-python is missing; -> its seconds."""
+    GPU turn (r4_block.build), so that their turn holds the cubin's load alone (the key is made with the cache
+    off too: only its load and store look at the cache). Nothing where cuda-python is missing; like
+    standin.available, it never raises (what fails here fails again, and is handled, where the kernels
+    compile); -> its seconds."""
     import time
 
     t = time.perf_counter()
-    if cache_dir() is not None:
-        try:
-            _cc()
-        except ImportError:
-            return 0.0
+    try:
+        _cc()
         if _versions() is not None:
             _trees(_include_paths())
+    except Exception:  # noqa: BLE001 (a GPU without a working cuda.core loses speed, never bytes)
+        pass
     return round(time.perf_counter() - t, 3)
 
 
