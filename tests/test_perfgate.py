@@ -1421,3 +1421,35 @@ def test_the_committed_campaign_holds_nine_planted_gains_and_losses_and_every_ca
         assert h["aa_processes"] >= 8
     assert sum(h["aa_processes"] for h in held.values()) >= 24
     assert all(g.split(":")[0] == "aa" for gates in K.remaining(folders).values() for g in gates)
+
+
+def test_the_campaign_focus_is_the_analysis_case_with_its_own_boot(monkeypatch, tmp_path):
+    """analyze_campaign --focus BLOCK:CASE: one case at one block, bootstrapped as `analyze` bootstraps it (the same
+    seed, boot and outer give the same rates, so a larger boot answers only how much of the source interval is
+    the replicates' Monte-Carlo noise); a block of fewer than 2P processes and a bad BLOCK:CASE are refused."""
+    sys.path.insert(0, str(ROOT / "studies/perfgate"))
+    try:
+        import analyze_campaign as A
+    finally:
+        sys.path.remove(str(ROOT / "studies/perfgate"))
+    rng = random.Random(7)
+    procs = [
+        {"kind": "aa", "block": b, "gate": f"g{b}.{g}", "decision": "undecided", "plant": None,
+         "pairs": [(rng.gauss(0, 0.0045), o) for o in G.orders(4, g, i, 1)]}
+        for b, n in ((0, 24), (24, 12)) for g in range(n // 12) for i in range(12)
+    ]  # fmt: skip
+    monkeypatch.setattr(A, "load", lambda paths: procs)
+    whole = A.analyze([], boot=20, outer=4, seed=1)
+    one = A.focus([], 0, "a_a", boot=20, outer=4, seed=1)
+    assert {k: one[k] for k in whole["rates_by_block"]["0"]["a_a"]} == whole["rates_by_block"]["0"]["a_a"]
+    assert one["processes"] == 24 and (one["block"], one["case"], one["boot"]) == (0, "a_a", 20)
+    assert A.focus([], None, "gain_0.3pct", boot=20, outer=4, seed=1)["pass"] == whole["rates"]["gain_0.3pct"]["pass"]
+    with pytest.raises(SystemExit, match="block 24: 12 A/A processes, fewer than 2 x 12"):
+        A.focus([], 24, "a_a", boot=20, outer=4)
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "studies/perfgate/analyze_campaign.py"), str(tmp_path), "--focus", "0:aa"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 2 and "--focus 0:aa: not BLOCK:CASE" in p.stderr

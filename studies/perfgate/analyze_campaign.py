@@ -24,6 +24,7 @@ campaign_*.json) and, as a smoke test, the older one-process rung-4 A/A reports
   the power at each sizing's measured size, and the planted gates' decisions beside it (plants, planted_check).
 
     python studies/perfgate/analyze_campaign.py DIR_OR_FILE... [--out FILE] [--boot 400] [--outer 200]
+    python studies/perfgate/analyze_campaign.py DIR_OR_FILE... --focus 0:a_a --boot 1000 [--outer 200] [--out FILE]
     python studies/perfgate/analyze_campaign.py DIR --set processes=16   # another schedule, same processes
 """
 
@@ -482,15 +483,9 @@ def rates(aa: list[dict], p: dict, boot: int, outer: int, seed, cases=CASES, whe
     return {"processes": len(aa), **{name: r for (name, _), r in zip(cases, done)}}
 
 
-def analyze(
-    paths, boot: int = 400, outer: int = 200, seed: int = 0, schedule: dict | None = None, jobs: int = 1
-) -> dict:
-    """`schedule`: timing keys over the canonical ones (processes, resident, min_pairs, max_pairs, ...), to
-    ask what another schedule would do on the same measured processes (pairs beyond those measured are
-    not made up: a process's circular blocks wrap over its own pairs, so max_pairs above the measured
-    count understates the noise and is refused). Every random draw comes from a generator seeded by `seed`
-    and what it is for, so `jobs` changes the wall time only."""
-    p = G.params({**canonical(), **(schedule or {})})
+def aa_pool(paths, p: dict):
+    """-> (every process of the folders, the A/A processes the schedule `p` can draw from, those left out
+    because a pair was dropped); refuses A/A processes measured under a schedule of fewer pairs."""
     procs = load(paths)
     aa = [x for x in procs if x["kind"] == "aa" and len(x["pairs"]) >= 2]
     if aa and p["max_pairs"] > max(len(x["pairs"]) for x in aa):
@@ -509,7 +504,36 @@ def analyze(
             f"{len(other)} A/A process(es) measured under another schedule (e.g. {other[0]['gate']}): the "
             "bootstrap would reuse pairs and understate the noise; leave their folders out"
         )
-    aa = [x for x in aa if len(x["pairs"]) >= p["max_pairs"]]
+    return procs, [x for x in aa if len(x["pairs"]) >= p["max_pairs"]], short
+
+
+def focus(paths, block, case: str, boot: int, outer: int, seed: int = 0, schedule: dict | None = None) -> dict:
+    """One case's rates (`a_a`, `gain_0.3pct`, `slower_0.3pct`) at one block (None: pooled) by the two-stage
+    bootstrap, with its own `boot` and `outer`. What it is for: each stage-1 replicate's rate is itself a
+    Monte-Carlo estimate from `boot` simulated gates, so the source interval (the replicates' spread) also holds
+    their binomial noise, about sqrt(r (1 - r) / boot) (0.7 points at r = 1% and boot 200): a larger `boot` for
+    the one case near a bar shows how much of its upper end is that noise. Seeded as `analyze` seeds the case."""
+    p = G.params({**canonical(), **(schedule or {})})
+    shift = dict(CASES)[case]
+    _, aa, _ = aa_pool(paths, p)
+    pool = aa if block is None else [x for x in aa if x["block"] == block]
+    where = "all" if block is None else f"block {block}"
+    if len(pool) < 2 * p["processes"]:
+        raise SystemExit(f"{where}: {len(pool)} A/A processes, fewer than 2 x {p['processes']} (see rates_by_block)")
+    r = rate(_pool(pool), p, boot, outer, shift, f"{seed}:{where}:{case}")
+    return {"block": block, "case": case, "processes": len(pool), "boot": boot, "outer": outer, "seed": seed, **r}
+
+
+def analyze(
+    paths, boot: int = 400, outer: int = 200, seed: int = 0, schedule: dict | None = None, jobs: int = 1
+) -> dict:
+    """`schedule`: timing keys over the canonical ones (processes, resident, min_pairs, max_pairs, ...), to
+    ask what another schedule would do on the same measured processes (pairs beyond those measured are
+    not made up: a process's circular blocks wrap over its own pairs, so max_pairs above the measured
+    count understates the noise and is refused). Every random draw comes from a generator seeded by `seed`
+    and what it is for, so `jobs` changes the wall time only."""
+    p = G.params({**canonical(), **(schedule or {})})
+    procs, aa, short = aa_pool(paths, p)
     out = {"schedule": p, "levels": list(G.levels(p)), "boot": boot, "outer": outer, "seed": seed, "blocks": {}}
     if short:
         out["left_out"] = {
@@ -590,6 +614,12 @@ def main() -> int:
         metavar="KEY=VALUE",
         help="timing keys over the canonical schedule, e.g. processes=16 resident=8: what another schedule does",
     )
+    ap.add_argument(
+        "--focus",
+        metavar="BLOCK:CASE",
+        help="one case at one block (BLOCK all: pooled) alone, e.g. 0:a_a with --boot 1000: how much of its source "
+        "interval is the replicates' own Monte-Carlo noise (analyze_campaign.focus)",
+    )
     a = ap.parse_args()
     sched = {}
     for kv in a.set:
@@ -597,6 +627,21 @@ def main() -> int:
         if k not in G.defaults() or not v:
             ap.error(f"--set {kv}: not KEY=VALUE of a timing key ({', '.join(sorted(G.defaults()))})")
         sched[k] = yaml.safe_load(v)
+    if a.focus:
+        b, _, case = a.focus.partition(":")
+        if case not in dict(CASES) or not (b == "all" or b.isdigit()):
+            ap.error(
+                f"--focus {a.focus}: not BLOCK:CASE with BLOCK a block or 'all', CASE one of {', '.join(dict(CASES))}"
+            )
+        r = focus(a.paths, None if b == "all" else int(b), case, a.boot, a.outer, a.seed, sched)
+        if a.out:
+            Path(a.out).write_text(json.dumps(r, indent=1))
+        print(
+            f"{'all blocks' if r['block'] is None else f'block {b}'} {case} ({r['processes']} processes, boot "
+            f"{r['boot']}, outer {r['outer']}): pass {r['pass']:.4f} {r['pass_95_source']} fail {r['fail']:.4f} "
+            f"{r['fail_95_source']}; plug-in pass {r['pass_plugin']:.4f} fail {r['fail_plugin']:.4f}"
+        )
+        return 0
     out = analyze(a.paths, a.boot, a.outer, a.seed, sched, a.jobs)
     if out.get("warning"):
         print(f"warning: {out['warning']}", file=sys.stderr)
