@@ -1444,6 +1444,25 @@ def test_the_campaign_focus_is_the_analysis_case_with_its_own_boot(monkeypatch, 
     assert {k: one[k] for k in whole["rates_by_block"]["0"]["a_a"]} == whole["rates_by_block"]["0"]["a_a"]
     assert one["processes"] == 24 and (one["block"], one["case"], one["boot"]) == (0, "a_a", 20)
     assert A.focus([], None, "gain_0.3pct", boot=20, outer=4, seed=1)["pass"] == whole["rates"]["gain_0.3pct"]["pass"]
+    # split stages: another boot resamples the same campaigns (stage 1 from its own generator); shared, it does not
+    real_gate = A._gate
+
+    def campaigns(boot, split):
+        seen = []
+
+        def gate(pool, weights, p, shift, rng):
+            if weights != [1] * len(pool) and (not seen or seen[-1] != weights):
+                seen.append(list(weights))  # each replicate's campaign, once (its `boot` gates share it)
+            return real_gate(pool, weights, p, shift, rng)
+
+        monkeypatch.setattr(A, "_gate", gate)
+        r = A.focus([], 0, "a_a", boot=boot, outer=4, seed=1, split=split)
+        monkeypatch.setattr(A, "_gate", real_gate)
+        return seen, r
+
+    (c20, r20), (c40, _) = campaigns(20, True), campaigns(40, True)
+    assert c20 == c40 and len(c20) == 4 and r20["split_stages"]
+    assert campaigns(20, False)[0] != campaigns(40, False)[0]
     with pytest.raises(SystemExit, match="block 24: 12 A/A processes, fewer than 2 x 12"):
         A.focus([], 24, "a_a", boot=20, outer=4)
     p = subprocess.run(

@@ -14,8 +14,9 @@ unset PYTHONDONTWRITEBYTECODE; export PYTHONPYCACHEPREFIX=/tmp/pycache
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 # A machine idle over 30 s between calls is given back with /tmp/site: say so at once, not in a step's traceback
-python3 -c "import comfy_kitchen, jsonschema" 2> /dev/null || echo "device_run: comfy_kitchen or jsonschema is missing from /tmp/site: a fresh machine (the one an earlier call unpacked .dslim on was given back)? carry .dslim again"
-python3 -c "import snakemake" 2> /dev/null || echo "device_run: snakemake is missing from /tmp/site: the workflow's steps need .dsw (or .devsite) carried"
+# (found, not imported: an import here would warm the caches that the steps' first imports time)
+found() { python3 -c "import importlib.util as u, sys; sys.exit(not all(u.find_spec(m) for m in sys.argv[1:]))" "$@"; }
+found comfy_kitchen jsonschema || echo "device_run: comfy_kitchen or jsonschema is missing from /tmp/site: a fresh machine (the one an earlier call unpacked .dslim on was given back)? carry .dslim again"
 for step in "$@"; do
   case "$step" in
     cachetests) python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/test_cubin_cache.py tests/test_gpu_digest.py tests/test_standin_cuda.py 2>&1 | tee "$OUT/cache_tests.log" | tail -4 ;;

@@ -413,7 +413,7 @@ def _pool(aa: list[dict]) -> list[list[tuple[float, str]]]:
 PLUGIN_FACTOR = 10  # the plug-in estimate's gates: this many times `boot` (its Monte-Carlo error is then small)
 
 
-def rate(pool: list, p: dict, boot: int, outer: int, shift: float, seed: str) -> dict:
+def rate(pool: list, p: dict, boot: int, outer: int, shift: float, seed: str, split: bool = False) -> dict:
     """False pass / fail (or power) per attempt of one case (log shift) by the two-stage bootstrap over `pool`,
     from its own generator (seeded by the case's name: a case's rates do not depend on which others ran, nor
     on the order or the process they ran in).
@@ -425,7 +425,11 @@ def rate(pool: list, p: dict, boot: int, outer: int, shift: float, seed: str) ->
     plug-in estimate, the bootstrap's usual point estimate. The two-stage mean is the rate averaged over
     resampled campaigns, whose process sets repeat some processes and leave others out; where the rate is
     not linear in the processes (power near its ceiling, a tail rate near 0) it differs from the plug-in,
-    and that difference is the bootstrap's estimate of the plug-in's bias."""
+    and that difference is the bootstrap's estimate of the plug-in's bias.
+
+    `split`: stage 1 (the resampled campaigns) from a generator of its own, so that another `boot` keeps the same
+    campaigns (analyze_campaign --focus ... --split-stages); without it both stages share one generator, as every
+    committed analysis drew them."""
     plug = random.Random(f"{seed}:plugin")
     ones = [1] * len(pool)
     pc = {"pass": 0, "fail": 0, "undecided": 0}
@@ -433,14 +437,15 @@ def rate(pool: list, p: dict, boot: int, outer: int, shift: float, seed: str) ->
     for _ in range(m):
         pc[_gate(pool, ones, p, shift, plug)] += 1
     rng = random.Random(seed)
+    rng1 = random.Random(f"{seed}:stage1") if split else rng
     counts = {"pass": 0, "fail": 0, "undecided": 0}
     rep_rates = {"pass": [], "fail": []}
     for _ in range(outer):
         weights = [0] * len(pool)  # stage 1: the processes, resampled with replacement
         for _ in pool:
-            weights[rng.randrange(len(pool))] += 1
+            weights[rng1.randrange(len(pool))] += 1
         while sum(w > 0 for w in weights) < p["processes"]:  # a gate needs P distinct processes
-            weights[rng.randrange(len(pool))] += 1
+            weights[rng1.randrange(len(pool))] += 1
         c = {"pass": 0, "fail": 0, "undecided": 0}
         for _ in range(boot):  # stage 2: gates from request-aligned circular blocks of their pairs
             c[_gate(pool, weights, p, shift, rng)] += 1
@@ -507,12 +512,16 @@ def aa_pool(paths, p: dict):
     return procs, [x for x in aa if len(x["pairs"]) >= p["max_pairs"]], short
 
 
-def focus(paths, block, case: str, boot: int, outer: int, seed: int = 0, schedule: dict | None = None) -> dict:
+def focus(
+    paths, block, case: str, boot: int, outer: int, seed: int = 0, schedule: dict | None = None, split: bool = False
+) -> dict:
     """One case's rates (`a_a`, `gain_0.3pct`, `slower_0.3pct`) at one block (None: pooled) by the two-stage
-    bootstrap, with its own `boot` and `outer`. What it is for: each stage-1 replicate's rate is itself a
-    Monte-Carlo estimate from `boot` simulated gates, so the source interval (the replicates' spread) also holds
-    their binomial noise, about sqrt(r (1 - r) / boot) (0.7 points at r = 1% and boot 200): a larger `boot` for
-    the one case near a bar shows how much of its upper end is that noise. Seeded as `analyze` seeds the case."""
+    bootstrap, with its own `boot` and `outer`; seeded as `analyze` seeds the case, so the same seed, boot and
+    outer give its numbers. What it is for: the source interval is a percentile of the stage-1 replicates' rates,
+    each itself an estimate from `boot` simulated gates (on a grid of 1/boot, with binomial noise of
+    sqrt(r (1 - r) / boot): 1.5 points for a replicate near r = 5% at boot 200), and of only `outer` replicates.
+    More of either resolves an upper end near a bar. `split` (rate's): the stage-1 campaigns from their own
+    generator, so that runs at two `boot` resample the same campaigns and differ by the gates' noise alone."""
     p = G.params({**canonical(), **(schedule or {})})
     shift = dict(CASES)[case]
     _, aa, _ = aa_pool(paths, p)
@@ -520,8 +529,9 @@ def focus(paths, block, case: str, boot: int, outer: int, seed: int = 0, schedul
     where = "all" if block is None else f"block {block}"
     if len(pool) < 2 * p["processes"]:
         raise SystemExit(f"{where}: {len(pool)} A/A processes, fewer than 2 x {p['processes']} (see rates_by_block)")
-    r = rate(_pool(pool), p, boot, outer, shift, f"{seed}:{where}:{case}")
-    return {"block": block, "case": case, "processes": len(pool), "boot": boot, "outer": outer, "seed": seed, **r}
+    r = rate(_pool(pool), p, boot, outer, shift, f"{seed}:{where}:{case}", split)
+    return {"block": block, "case": case, "processes": len(pool), "boot": boot, "outer": outer, "seed": seed,
+            "split_stages": split, **r}  # fmt: skip
 
 
 def analyze(
@@ -620,6 +630,11 @@ def main() -> int:
         help="one case at one block (BLOCK all: pooled) alone, e.g. 0:a_a with --boot 1000: how much of its source "
         "interval is the replicates' own Monte-Carlo noise (analyze_campaign.focus)",
     )
+    ap.add_argument(
+        "--split-stages",
+        action="store_true",
+        help="with --focus: the resampled campaigns from a generator of their own (another --boot keeps them)",
+    )
     a = ap.parse_args()
     sched = {}
     for kv in a.set:
@@ -629,15 +644,16 @@ def main() -> int:
         sched[k] = yaml.safe_load(v)
     if a.focus:
         b, _, case = a.focus.partition(":")
-        if case not in dict(CASES) or not (b == "all" or b.isdigit()):
+        if case not in dict(CASES) or not (b == "all" or (b.isascii() and b.isdigit())):
             ap.error(
                 f"--focus {a.focus}: not BLOCK:CASE with BLOCK a block or 'all', CASE one of {', '.join(dict(CASES))}"
             )
-        r = focus(a.paths, None if b == "all" else int(b), case, a.boot, a.outer, a.seed, sched)
+        r = focus(a.paths, None if b == "all" else int(b), case, a.boot, a.outer, a.seed, sched, a.split_stages)
         if a.out:
             Path(a.out).write_text(json.dumps(r, indent=1))
+        where = "all blocks" if r["block"] is None else f"block {r['block']}"
         print(
-            f"{'all blocks' if r['block'] is None else f'block {b}'} {case} ({r['processes']} processes, boot "
+            f"{where} {case} ({r['processes']} processes, boot "
             f"{r['boot']}, outer {r['outer']}): pass {r['pass']:.4f} {r['pass_95_source']} fail {r['fail']:.4f} "
             f"{r['fail_95_source']}; plug-in pass {r['pass_plugin']:.4f} fail {r['fail_plugin']:.4f}"
         )
