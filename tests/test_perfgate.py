@@ -867,11 +867,7 @@ def test_the_campaign_analysis_runs_on_the_committed_h200_samples(tmp_path):
         src = Path("/work/shared/data/h200_timing_2026-12-01")
     if not src.is_dir():
         pytest.skip("the shared H200 samples are not on this machine")
-    sys.path.insert(0, str(ROOT / "studies/perfgate"))
-    try:
-        import analyze_campaign as A
-    finally:
-        sys.path.remove(str(ROOT / "studies/perfgate"))
+    A = _analysis()
     campaign = ROOT / "studies/perfgate/evidence/campaign_2026-12-02"
     out = A.analyze([src, campaign], boot=6, outer=3, seed=1)
     assert set(out["blocks"]) == {"0", "24", "49"}
@@ -1045,11 +1041,7 @@ def test_the_campaign_bootstrap_keeps_the_level_on_independent_normal_pairs(monk
     sharing most of their pairs: the gate then underestimates the spread of its process means and the
     measured false-pass rate is overstated, 1.8% where the true one is under 1.25%), or a bootstrap that
     loses the planted shift. 18 processes of 9 independent normal pairs (the H200's pair SD at 4 calls)."""
-    sys.path.insert(0, str(ROOT / "studies/perfgate"))
-    try:
-        import analyze_campaign as A
-    finally:
-        sys.path.remove(str(ROOT / "studies/perfgate"))
+    A = _analysis()
     rng = random.Random(5)
     procs = [
         {"kind": "aa", "block": 24, "gate": f"g{g}", "decision": "undecided", "plant": None,
@@ -1073,11 +1065,7 @@ def test_the_campaign_bootstrap_runs_the_gates_cohorts_and_other_schedules(monke
     """Catches: the simulated gate taking its early look over every process (the canonical gate looks early
     at its first cohort of 6 alone: timing.gate_cohorts), or drawing a later cohort in the first cohort's
     request layout (its pairs come in one request); and `schedule` not reaching the simulated gates."""
-    sys.path.insert(0, str(ROOT / "studies/perfgate"))
-    try:
-        import analyze_campaign as A
-    finally:
-        sys.path.remove(str(ROOT / "studies/perfgate"))
+    A = _analysis()
     p = A.canonical()
     assert (p["processes"], G.resident_for(p, "cuda"), G.looks_schedule(p)) == (12, 6, (1, 4))
     seen, draws = [], []
@@ -1111,11 +1099,7 @@ def test_the_campaign_analysis_pools_each_plant_sizing_and_sets_the_gates_beside
     """Catches: a gain's plant and a loss's pooled with opposite signs (they would cancel), the gates of one
     sizing pooled with another's (the copy sized alone cost the block 0.46%, the resized one 0.22%), or the
     power at the measured size not reaching the planted gates' check."""
-    sys.path.insert(0, str(ROOT / "studies/perfgate"))
-    try:
-        import analyze_campaign as A
-    finally:
-        sys.path.remove(str(ROOT / "studies/perfgate"))
+    A = _analysis()
     rng = random.Random(7)
 
     def proc(kind, gate, ratio, decision, plant):
@@ -1427,11 +1411,7 @@ def test_the_campaign_focus_is_the_analysis_case_with_its_own_boot(monkeypatch, 
     """analyze_campaign --focus BLOCK:CASE: one case at one block, bootstrapped as `analyze` bootstraps it (the same
     seed, boot and outer give the same rates, so a larger boot answers only how much of the source interval is
     the replicates' Monte-Carlo noise); a block of fewer than 2P processes and a bad BLOCK:CASE are refused."""
-    sys.path.insert(0, str(ROOT / "studies/perfgate"))
-    try:
-        import analyze_campaign as A
-    finally:
-        sys.path.remove(str(ROOT / "studies/perfgate"))
+    A = _analysis()
     rng = random.Random(7)
     procs = [
         {"kind": "aa", "block": b, "gate": f"g{b}.{g}", "decision": "undecided", "plant": None,
