@@ -122,6 +122,33 @@ def test_prime_lists_the_include_trees_ahead_so_the_key_walks_nothing(monkeypatc
     cudart._tree.cache_clear()
 
 
+def test_a_failed_version_read_is_tried_again_and_a_read_one_kept(monkeypatch):
+    """runtime._versions: a read that fails (no NVRTC, no cuda-bindings) gives None and is not kept for the process
+    (the next call tries again: a cubin cache lost to one failure would stay lost); a read that succeeds is kept."""
+    from types import SimpleNamespace
+
+    cudart._versions_read.cache_clear()
+    monkeypatch.setitem(sys.modules, "cuda.bindings", None)  # import fails
+    assert cudart._versions() is None and cudart._versions_read.cache_info().currsize == 0
+    calls = []
+    nvrtc = SimpleNamespace(nvrtcVersion=lambda: calls.append(1) or (0, 13, 0))
+    monkeypatch.setitem(sys.modules, "cuda.bindings", SimpleNamespace(nvrtc=nvrtc))
+    monkeypatch.setitem(sys.modules, "cuda.bindings.nvrtc", nvrtc)
+    monkeypatch.setattr("importlib.metadata.version", lambda pkg: "1.0")
+    first = cudart._versions()
+    assert first["nvrtc"] == [13, 0] and cudart._versions() == first and calls == [1]  # read once, then kept
+    cudart._versions_read.cache_clear()
+
+
+def test_prime_host_primes_on_cuda_alone(monkeypatch):
+    """r4_block.prime_host: runtime.prime on a CUDA device (its seconds), nothing elsewhere."""
+    from h3gates.rungs import r4_block
+
+    monkeypatch.setattr(cudart, "prime", lambda: 0.5)
+    assert r4_block.prime_host("cuda:0") == 0.5 and r4_block.prime_host("cuda") == 0.5
+    assert r4_block.prime_host("cpu") is None
+
+
 def test_a_module_without_a_symbol_map_or_a_cubin_is_not_stored(monkeypatch, tmp_path):
     monkeypatch.setenv(cudart.CACHE_ENV, str(tmp_path))
 

@@ -1443,8 +1443,9 @@ def test_the_campaign_focus_is_the_analysis_case_with_its_own_boot(monkeypatch, 
     (c20, r20), (c40, _) = campaigns(20, True), campaigns(40, True)
     assert c20 == c40 and len(c20) == 4 and r20["split_stages"]
     assert campaigns(20, False)[0] != campaigns(40, False)[0]
-    with pytest.raises(SystemExit, match="block 24: 12 A/A processes, fewer than 2 x 12"):
+    with pytest.raises(SystemExit, match="block 24: 12 A/A processes, fewer than the 24 the analysis needs there"):
         A.focus([], 24, "a_a", boot=20, outer=4)
+    assert A.focus([], None, "a_a", boot=2, outer=1)["processes"] == 36  # pooled: P suffice, as in analyze
     p = subprocess.run(
         [sys.executable, str(ROOT / "studies/perfgate/analyze_campaign.py"), str(tmp_path), "--focus", "0:aa"],
         capture_output=True,

@@ -524,14 +524,16 @@ def focus(
     generator, so that runs at two `boot` resample the same campaigns and differ by the gates' noise alone."""
     p = G.params({**canonical(), **(schedule or {})})
     shift = dict(CASES)[case]
-    _, aa, _ = aa_pool(paths, p)
+    _, aa, short = aa_pool(paths, p)
     pool = aa if block is None else [x for x in aa if x["block"] == block]
     where = "all" if block is None else f"block {block}"
-    if len(pool) < 2 * p["processes"]:
-        raise SystemExit(f"{where}: {len(pool)} A/A processes, fewer than 2 x {p['processes']} (see rates_by_block)")
+    least = p["processes"] if block is None else 2 * p["processes"]  # as analyze: rates and rates_by_block
+    if len(pool) < least:
+        raise SystemExit(f"{where}: {len(pool)} A/A processes, fewer than the {least} the analysis needs there")
     r = rate(_pool(pool), p, boot, outer, shift, f"{seed}:{where}:{case}", split)
+    left = [x for x in short if block is None or x["block"] == block]
     return {"block": block, "case": case, "processes": len(pool), "boot": boot, "outer": outer, "seed": seed,
-            "split_stages": split, **r}  # fmt: skip
+            "split_stages": split, "left_out": len(left), **r}  # fmt: skip
 
 
 def analyze(
@@ -656,6 +658,7 @@ def main() -> int:
             f"{where} {case} ({r['processes']} processes, boot "
             f"{r['boot']}, outer {r['outer']}): pass {r['pass']:.4f} {r['pass_95_source']} fail {r['fail']:.4f} "
             f"{r['fail_95_source']}; plug-in pass {r['pass_plugin']:.4f} fail {r['fail_plugin']:.4f}"
+            + (f"; left out {r['left_out']} A/A process(es) short of the schedule's pairs" if r["left_out"] else "")
         )
         return 0
     out = analyze(a.paths, a.boot, a.outer, a.seed, sched, a.jobs)
