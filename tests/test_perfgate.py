@@ -952,6 +952,28 @@ def test_the_campaign_plugin_rate_is_stage_two_on_the_measured_processes(monkeyp
     assert seen[0] == [1] * len(pool) and len(seen) == 20 * 10 + 20  # the plug-in's gates first, then stage 2's
 
 
+def test_the_campaign_rates_within_the_attempts_are_taken_per_resampled_campaign(monkeypatch):
+    """rate()'s `*_within_attempts`: the chance a fingerprint's gate ends in that decision within max_attempts,
+    an undecided attempt followed by another in fresh processes, a decided one never repeated: per resampled
+    campaign p (1 + u) at 2 attempts, then averaged. Two campaigns, one where every gate passes and one where
+    none decides: 0.5 within the attempts (averaged per campaign), not 0.75 (from the pooled rates), and the
+    per-attempt rates unchanged. Catches: the pooled rates used, the undecided share or the attempts ignored,
+    a failed attempt retried."""
+    A = _analysis()
+    p = A.canonical()
+    assert p["max_attempts"] == 2
+    monkeypatch.setattr(A, "PLUGIN_FACTOR", 1)
+    boot, seq = 4, iter(["pass", "undecided", "fail", "undecided"] + ["pass"] * 4 + ["undecided"] * 4)
+    monkeypatch.setattr(A, "_gate", lambda *a: next(seq))
+    r = A.rate([[(0.0, "AB")]] * 12, p, boot, 2, 0.0, "t")
+    assert r["pass"] == 0.5 and r["fail"] == 0.0 and r["attempts"] == 2
+    assert r["pass_within_attempts"] == 0.5 and r["fail_within_attempts"] == 0.0
+    assert r["pass_within_attempts_95_source"] == [0.0, 1.0]
+    # the plug-in's own gates (pass, undecided, fail, undecided): 0.25 x (1 + 0.5) each way
+    assert r["pass_within_attempts_plugin"] == r["fail_within_attempts_plugin"] == 0.375
+    assert A.within_attempts(0.25, 0.5, 1) == 0.25 and A.within_attempts(0.25, 0.5, 3) == 0.25 * 1.75
+
+
 def test_the_campaign_variogram_lag1_is_free_of_the_process_offsets_and_stops_at_requests():
     """variogram_lag1 on AR(1) pairs (rho 0.4) under process offsets of 0.6% (larger than the pair SD): it
     finds rho, where the lag-1 about the pooled order means grows with the offsets; a jump between two

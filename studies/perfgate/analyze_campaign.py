@@ -18,6 +18,8 @@ campaign_*.json) and, as a smoke test, the older one-process rung-4 A/A reports
   (as this analysis first did) the level was overstated by that: on independent normal pairs of the
   measured spread, whose true false-pass rate is under the 1.25% per attempt, it gave 1.8%
   (tests/test_perfgate.py checks the distinct draw stays under the level there);
+- the same within the gate's max_attempts (`*_within_attempts`: an undecided attempt is followed by another in
+  fresh processes, a decided one never repeated; per resampled campaign, then averaged: within_attempts);
 - the same per block, where a block has at least 2P A/A processes (fewer: every gate holds nearly the same P);
 - the decisions of the planted and real gates as they ran, with the planted ratio each process measured.
 - the plants pooled per sizing (kind and campaign.IN_BLOCK), measured apart and by the gates' own ratios,
@@ -440,6 +442,7 @@ def rate(pool: list, p: dict, boot: int, outer: int, shift: float, seed: str, sp
     rng1 = random.Random(f"{seed}:stage1") if split else rng
     counts = {"pass": 0, "fail": 0, "undecided": 0}
     rep_rates = {"pass": [], "fail": []}
+    within = {"pass": [], "fail": []}  # per replicate: decided so within the gate's max_attempts (within())
     for _ in range(outer):
         weights = [0] * len(pool)  # stage 1: the processes, resampled with replacement
         for _ in pool:
@@ -453,6 +456,8 @@ def rate(pool: list, p: dict, boot: int, outer: int, shift: float, seed: str, sp
             counts[k] += c[k]
         for k in rep_rates:
             rep_rates[k].append(c[k] / boot)
+        for k in within:
+            within[k].append(within_attempts(c[k] / boot, c["undecided"] / boot, p["max_attempts"]))
     n = outer * boot
     out = {
         **{k: v / n for k, v in counts.items()},
@@ -463,8 +468,22 @@ def rate(pool: list, p: dict, boot: int, outer: int, shift: float, seed: str, sp
     for k in ("pass", "fail"):
         out[f"{k}_plugin"] = pc[k] / m
         out[f"{k}_plugin_95_mc"] = wilson(pc[k], m)
+        out[f"{k}_within_attempts"] = statistics.fmean(within[k])
+        out[f"{k}_within_attempts_95_source"] = [_pct(within[k], 0.025), _pct(within[k], 0.975)]
+        out[f"{k}_within_attempts_plugin"] = within_attempts(pc[k] / m, pc["undecided"] / m, p["max_attempts"])
+    out["attempts"] = p["max_attempts"]
     out["plugin_gates"] = m
     return out
+
+
+def within_attempts(rate_: float, undecided: float, attempts: int) -> float:
+    """The chance that a fingerprint's gate ends in this decision within its `attempts` (max_attempts), where
+    each attempt decides this way with `rate_`, leaves it undecided with `undecided` (rung 4 refuses then,
+    and a rerun times again, in fresh processes, at the same per-attempt level: the level is split over the
+    attempts) and a decided attempt is never repeated: rate_ x (1 + u + ... + u^(attempts - 1)). Taken per
+    resampled campaign (attempts are independent given the processes they draw from), then averaged: the
+    rate is not linear in the per-attempt ones."""
+    return rate_ * sum(undecided**i for i in range(attempts))
 
 
 def _rate(args):
@@ -696,7 +715,9 @@ def main() -> int:
                 print(
                     f"{where:10s} {name:14s} pass {r['pass']:.4f} {r['pass_95_source']} "
                     f"fail {r['fail']:.4f} {r['fail_95_source']}; plug-in pass {r['pass_plugin']:.4f} "
-                    f"fail {r['fail_plugin']:.4f}"
+                    f"fail {r['fail_plugin']:.4f}; within {r['attempts']} attempts pass {r['pass_within_attempts']:.4f} "
+                    f"{r['pass_within_attempts_95_source']} fail {r['fail_within_attempts']:.4f} "
+                    f"{r['fail_within_attempts_95_source']}"
                 )
     for k, v in out["plants"].items():
         if k not in ("pooled", "check"):
