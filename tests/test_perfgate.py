@@ -955,20 +955,24 @@ def test_the_campaign_plugin_rate_is_stage_two_on_the_measured_processes(monkeyp
 def test_the_campaign_rates_within_the_attempts_are_taken_per_resampled_campaign(monkeypatch):
     """rate()'s `*_within_attempts`: the chance a fingerprint's gate ends in that decision within max_attempts,
     an undecided attempt followed by another in fresh processes, a decided one never repeated: per resampled
-    campaign p (1 + u) at 2 attempts, then averaged. Two campaigns, one where every gate passes and one where
-    none decides: 0.5 within the attempts (averaged per campaign), not 0.75 (from the pooled rates), and the
-    per-attempt rates unchanged. Catches: the pooled rates used, the undecided share or the attempts ignored,
-    a failed attempt retried."""
+    campaign p (1 + u) at 2 attempts, then averaged. Three campaigns of 4 gates: all pass (1 within the
+    attempts), pass / fail / undecided x 2 (0.25 x 1.5 = 0.375 pass, 0.375 fail), 3 pass and 1 undecided
+    (0.75 x 1.25 = 0.9375): pass 37/48 = 0.771 and fail 0.125 within the attempts, where the pooled rates would give
+    (2/3)(1 + 0.25) = 0.8333. Catches: the pooled rates used, the undecided share or the attempts ignored, a
+    failed attempt retried (each moves a figure here)."""
     A = _analysis()
     p = A.canonical()
     assert p["max_attempts"] == 2
     monkeypatch.setattr(A, "PLUGIN_FACTOR", 1)
-    boot, seq = 4, iter(["pass", "undecided", "fail", "undecided"] + ["pass"] * 4 + ["undecided"] * 4)
+    plugin = ["pass", "undecided", "fail", "undecided"]
+    campaigns = [["pass"] * 4, ["pass", "fail", "undecided", "undecided"], ["pass"] * 3 + ["undecided"]]
+    seq = iter(plugin + [g for c in campaigns for g in c])
     monkeypatch.setattr(A, "_gate", lambda *a: next(seq))
-    r = A.rate([[(0.0, "AB")]] * 12, p, boot, 2, 0.0, "t")
-    assert r["pass"] == 0.5 and r["fail"] == 0.0 and r["attempts"] == 2
-    assert r["pass_within_attempts"] == 0.5 and r["fail_within_attempts"] == 0.0
-    assert r["pass_within_attempts_95_source"] == [0.0, 1.0]
+    r = A.rate([[(0.0, "AB")]] * 12, p, 4, 3, 0.0, "t")
+    assert r["pass"] == 2 / 3 and r["fail"] == 1 / 12 and r["attempts"] == 2
+    assert r["pass_within_attempts"] == (1 + 0.375 + 0.9375) / 3
+    assert r["fail_within_attempts"] == 0.375 / 3
+    assert r["pass_within_attempts_95_source"] == [0.375, 1.0]
     # the plug-in's own gates (pass, undecided, fail, undecided): 0.25 x (1 + 0.5) each way
     assert r["pass_within_attempts_plugin"] == r["fail_within_attempts_plugin"] == 0.375
     assert A.within_attempts(0.25, 0.5, 1) == 0.25 and A.within_attempts(0.25, 0.5, 3) == 0.25 * 1.75
