@@ -20,6 +20,14 @@ found comfy_kitchen jsonschema || echo "device_run: comfy_kitchen or jsonschema 
 for step in "$@"; do
   case "$step" in
     cachetests) python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/test_cubin_cache.py tests/test_gpu_digest.py tests/test_standin_cuda.py 2>&1 | tee "$OUT/cache_tests.log" | tail -4 ;;
+    baselines)  # the baseline artifacts of canonical.yaml (+ ONEMORE_CONFIGS) alone, from an empty results/ with BASE_CLEAN=1:
+                # the targets studies/ladder/baseline_targets.py lists (snakemake's --until left rung 8's unmade), timed; then `onemore`
+      cf="config/canonical.yaml ${ONEMORE_CONFIGS:-}"; python3 -m snakemake --unlock --configfile $cf > /dev/null 2>&1
+      [ "${BASE_CLEAN:-0}" = 1 ] && rm -rf results logs .snakemake
+      t0=$(date +%s.%N)
+      timeout "${BASE_TIMEOUT:-400}" python3 -m snakemake --cores 4 --resources gpu=3 $(python3 studies/ladder/baseline_targets.py config/config.yaml $cf) --configfile $cf > "$OUT/baselines.log" 2>&1
+      echo "snakemake baselines rc=$? wall $(python3 -c "import time; print(round(time.time() - $t0, 1))") s"; grep -E "made|Error" "$OUT/baselines.log" | tail -8
+      python3 studies/ladder/lease_timeline.py logs/gpu_leases.jsonl --json "$OUT/lease_timeline_baselines.json" | tail -3 ;;
     onemore)  # ONEMORE's canonical ladder (promote target) on ONEMORE_GPUS GPUs, timed (ONEMORE_CLEAN=1: its reports removed first;
               # the baseline artifacts are made when missing or stale); then no-op dry runs and the lease timeline.
               # ONEMORE_CONFIGS: config files over canonical.yaml, e.g. config/fc2_algo.yaml for a candidate enabled there
