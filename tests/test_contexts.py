@@ -174,3 +174,30 @@ def test_a_candidate_config_names_or_not_has_its_defaults_filled_by_the_validato
     c["params"]["ring_rows"] = 16  # a copy: the config and the next reader see the defaults
     assert C.cand_config(cfg, "qkv_ring") == C.cand_config(named, "qkv_ring")
     assert X.SharedContext.of(cfg).baseline["candidates"]["qkv_ring"] == C.cand_config(named, "qkv_ring")
+
+
+def test_the_baseline_targets_are_what_the_rungs_read_from_the_baseline():
+    """studies/ladder/baseline_targets.py (the device's `baselines` step, before a one-more-candidate climb)
+    lists exactly the baseline files every rung of a candidate reads: the block captures and rungs 5-7's
+    baseline sides (rung 8's too on a GPU). Catches: a captured block or a rung's artifact left out (it would
+    run inside the climb it is meant to precede), or a path that is not the rules'."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("baseline_targets", ROOT / "studies/ladder/baseline_targets.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for files, cuda in (([ROOT / "config/config.yaml", ROOT / "config/ci.yaml"], False), (
+        [ROOT / "config/config.yaml", ROOT / "config/canonical.yaml"], True)):  # fmt: skip
+        cfg = C.load_config(files)
+        read = {
+            p
+            for rung in range(1, 9)
+            for p in X.RungContext.from_config(cfg, "modulate_fusion", rung).workflow_artifacts(
+                cfg["blocks"][0] if rung in (3, 4) else None
+            )
+            if "/baseline/" in p
+        }
+        read |= {X.artifact_path(X.capture_context(X.SharedContext.of(cfg)), block=b) for b in cfg["blocks"]}
+        listed = mod.targets([str(f) for f in files])
+        assert set(listed) == read and len(listed) == len(read)
+        assert any("/baseline/r8-" in p for p in listed) is cuda
