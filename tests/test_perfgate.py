@@ -1479,3 +1479,26 @@ def test_the_campaign_focus_is_the_analysis_case_with_its_own_boot(monkeypatch, 
         timeout=120,
     )
     assert p.returncode == 2 and "--focus 0:aa: not BLOCK:CASE" in p.stderr
+
+
+def test_the_verdicts_fix_after_a_rung4_refusal_that_did_not_decide():
+    """h3gates.core.verdicts._attempts_fix, from status's attempts: an undecided block with attempts left gets
+    the command that times it again; one whose attempts are spent, or a refused block, the ways on; a decided
+    failure (a real loss) or a rung 4 that passed gets none (tests/test_workflow.py runs the first two through
+    snakemake). Catches: a rerun offered where the budget is spent, or after a decided fail."""
+    from h3gates.core.verdicts import _attempts_fix
+
+    def row(state, **blocks):
+        return {"candidate": "c", "rungs": {4: {"state": state}}, "attempts": blocks}
+
+    cfg = {"profile": "p", "blocks": [0, 24]}
+    und = {"attempt": 1, "max_attempts": 2, "decision": "undecided"}
+    fix = _attempts_fix(cfg, row("fail", **{"0": und}))
+    assert "attempt 2 of 2" in fix and "promote_c --forcerun r4_block" in fix
+    spent = _attempts_fix(cfg, row("fail", **{"0": {**und, "attempt": 2}}))
+    refused = _attempts_fix(cfg, row("fail", **{"0": {"attempt": None, "max_attempts": 2, "decision": "refused"}}))
+    assert "spent" in spent and "timing_long" in spent and refused == spent
+    assert _attempts_fix(cfg, row("fail", **{"0": {**und, "decision": "fail"}})) is None
+    assert _attempts_fix(cfg, row("pass", **{"0": und})) is None
+    passed_then_undecided = row("fail", **{"0": {**und, "decision": "pass"}, "24": und})
+    assert "block 24 again" in _attempts_fix(cfg, passed_then_undecided)

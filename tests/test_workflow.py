@@ -439,6 +439,29 @@ def test_fault_off_by_one_last_ring_chunk_caught_at_rung_1_by_the_path_cases(ws)
     assert bad and all(c.startswith("mod_") for c in bad) and "mod_1x64" not in bad  # only inputs of several chunks
 
 
+def test_an_undecided_gate_names_its_next_attempt_and_the_forcerun_times_it(ws):
+    """An enforced rung-4 gate that cannot decide (confidence 0.999999: every bound far wider than any effect on
+    a CPU) is refused at attempt 1, and the run's verdict table says how to time it again (a plain rerun would
+    not: the report exists and the run cache keeps no undecided report); that command times attempt 2 in fresh
+    processes, after which the table says the attempts are spent. Catches: no way on after an undecided attempt
+    (issue 30: the refusal names a real way on), a fix that does not time again, the attempt not counted."""
+    _plant(ws, "modulate_fusion", config={"timing": {**ENFORCED_TIMING, "confidence": 0.999999}})
+    name = _name(ws, "modulate_fusion")
+    rep_path = ws / RES / name / "r4_block/block0.json"
+    for attempt, args, fix in (
+        (1, (), "fix: time block 0 again, attempt 2 of 2 at this fingerprint"),
+        (2, ("--forcerun", "r4_block"), "this fingerprint's attempts are spent"),
+    ):
+        p = snakemake(ws, "promote_modulate_fusion", *args)
+        assert p.returncode != 0 and not (ws / RES / "promotion" / f"{name}.env").exists()
+        t = json.loads(rep_path.read_text())["timing"]
+        assert t["decision"] == "undecided" and t["attempt"] == attempt, t["reason"]
+        table = p.stderr[p.stderr.index("h3gates verdicts (profile ci):") :]
+        assert fix in table, table
+        if attempt == 1:
+            assert "promote_modulate_fusion --forcerun r4_block" in table
+
+
 def test_fault_exact_but_slower_refused_by_performance_gate_at_rung_4(ws):
     # the wait is fixed work, not time.sleep nor a per-process calibration: a loaded CPU (CI runs two tests on
     # two cores) slows the block's own work by a factor that differs between processes; a sleep would not slow

@@ -61,7 +61,7 @@ def verdicts(config: dict, candidates=None) -> list[str]:
         if problem:
             lines.append(f"    {one_line(problem, 160)}")
             if any(row["rungs"][r]["state"] == "fail" for r in RUNG_NAMES):  # a gate said no: its replay, not a rerun
-                fix = _replay(config, row)
+                fix = _replay(config, row) or _attempts_fix(config, row)
             if fix:  # what to run next, at the bottom of the run's output
                 lines.append(f"    {one_line(fix if fix.startswith('replay:') else 'fix: ' + fix, 200)}")
     if not lines:
@@ -88,6 +88,29 @@ def _replay(config: dict, row: dict) -> str | None:
             if dumps:
                 return f"replay: python -m h3gates replay {Path(p).parent / dumps[0]}"
         return None
+    return None
+
+
+def _attempts_fix(config: dict, row: dict) -> str | None:
+    """The way on from a rung-4 refusal that did not decide (h3gates.core.perfgate: an undecided attempt is
+    refused where the gate is enforced), from status's `attempts` (each block's performance gate): with
+    attempts left at this fingerprint, time the block again in fresh processes (a plain rerun would not: the
+    report exists, and the run cache keeps no undecided report); with none left, a new fingerprint or, before
+    its first attempt, a longer gate. None for any other refusal."""
+    if row["rungs"].get(4, {}).get("state") != "fail":
+        return None
+    for block, g in (row.get("attempts") or {}).items():
+        a, m, decision = g.get("attempt"), g.get("max_attempts"), g.get("decision")
+        if decision == "undecided" and a and m and a < m:
+            return (
+                f"time block {block} again, attempt {a + 1} of {m} at this fingerprint (fresh processes; a decided "
+                f"block is given back, not timed): snakemake --cores 1 promote_{row['candidate']} --forcerun r4_block"
+            )
+        if decision == "refused" or (decision == "undecided" and a and m and a >= m):
+            return (
+                f"block {block}: this fingerprint's attempts are spent; make the kernel faster (a new fingerprint "
+                "is timed anew) or, before a fingerprint's first attempt, use config/timing_long.yaml"
+            )
     return None
 
 
