@@ -48,7 +48,7 @@ onsuccess:
         from h3gates.core.verdicts import print_verdicts
 
         warm.on_end()
-        print_verdicts(config)
+        print_verdicts(config, configfiles=CONFIGFILES)
 
 
 onerror:
@@ -57,4 +57,4 @@ onerror:
         from h3gates.core.verdicts import print_verdicts
 
         warm.on_end()
-        print_verdicts(config)
+        print_verdicts(config, configfiles=CONFIGFILES)

@@ -1483,22 +1483,32 @@ def test_the_campaign_focus_is_the_analysis_case_with_its_own_boot(monkeypatch, 
 
 def test_the_verdicts_fix_after_a_rung4_refusal_that_did_not_decide():
     """h3gates.core.verdicts._attempts_fix, from status's attempts: an undecided block with attempts left gets
-    the command that times it again; one whose attempts are spent, or a refused block, the ways on; a decided
-    failure (a real loss) or a rung 4 that passed gets none (tests/test_workflow.py runs the first two through
-    snakemake). Catches: a rerun offered where the budget is spent, or after a decided fail."""
+    the command that times it again, under the run's config files (the workflow's own left out, --forcerun
+    before --configfile, which takes every word after it); one whose attempts are spent, or a refused block,
+    the ways on, also when an earlier block could still be timed; a decided fail at any block (a retime cannot
+    change that verdict), or a rung 4 that passed, gets none (tests/test_workflow.py runs the first two
+    through snakemake). Catches: a rerun offered where the budget is spent or after a decided fail, the
+    config files dropped."""
     from h3gates.core.verdicts import _attempts_fix
 
     def row(state, **blocks):
         return {"candidate": "c", "rungs": {4: {"state": state}}, "attempts": blocks}
 
-    cfg = {"profile": "p", "blocks": [0, 24]}
+    files = ["config/config.yaml", "config/canonical.yaml", "config/x.yaml"]
     und = {"attempt": 1, "max_attempts": 2, "decision": "undecided"}
-    fix = _attempts_fix(cfg, row("fail", **{"0": und}))
-    assert "attempt 2 of 2" in fix and "promote_c --forcerun r4_block" in fix
-    spent = _attempts_fix(cfg, row("fail", **{"0": {**und, "attempt": 2}}))
-    refused = _attempts_fix(cfg, row("fail", **{"0": {"attempt": None, "max_attempts": 2, "decision": "refused"}}))
+    fix = _attempts_fix(row("fail", **{"0": und}), files)
+    assert "attempt 2 of 2" in fix and fix.endswith(
+        " promote_c --forcerun r4_block --configfile config/canonical.yaml config/x.yaml"
+    )
+    assert _attempts_fix(row("fail", **{"0": und})).endswith(" promote_c --forcerun r4_block")
+    spent = _attempts_fix(row("fail", **{"0": {**und, "attempt": 2}}))
+    refused = _attempts_fix(row("fail", **{"0": {"attempt": None, "max_attempts": 2, "decision": "refused"}}))
     assert "spent" in spent and "timing_long" in spent and refused == spent
-    assert _attempts_fix(cfg, row("fail", **{"0": {**und, "decision": "fail"}})) is None
-    assert _attempts_fix(cfg, row("pass", **{"0": und})) is None
-    passed_then_undecided = row("fail", **{"0": {**und, "decision": "pass"}, "24": und})
-    assert "block 24 again" in _attempts_fix(cfg, passed_then_undecided)
+    assert "block 24: " in _attempts_fix(row("fail", **{"0": und, "24": {**und, "attempt": 2}}))
+    assert _attempts_fix(row("fail", **{"0": {**und, "decision": "fail"}})) is None
+    assert (
+        _attempts_fix(row("fail", **{"0": {**und, "decision": "pass"}, "24": {**und, "decision": "fail"}, "49": und}))
+        is None
+    )
+    assert _attempts_fix(row("pass", **{"0": und})) is None
+    assert "block 24 again" in _attempts_fix(row("fail", **{"0": {**und, "decision": "pass"}, "24": und}))

@@ -441,25 +441,35 @@ def test_fault_off_by_one_last_ring_chunk_caught_at_rung_1_by_the_path_cases(ws)
 
 def test_an_undecided_gate_names_its_next_attempt_and_the_forcerun_times_it(ws):
     """An enforced rung-4 gate that cannot decide (confidence 0.999999: every bound far wider than any effect on
-    a CPU) is refused at attempt 1, and the run's verdict table says how to time it again (a plain rerun would
-    not: the report exists and the run cache keeps no undecided report); that command times attempt 2 in fresh
-    processes, after which the table says the attempts are spent. Catches: no way on after an undecided attempt
-    (issue 30: the refusal names a real way on), a fix that does not time again, the attempt not counted."""
-    _plant(ws, "modulate_fusion", config={"timing": {**ENFORCED_TIMING, "confidence": 0.999999}})
+    a CPU), set in a config overlay as a user would, is refused at attempt 1, and the run's verdict table ends
+    with the command that times it again (a plain rerun would not: the report exists and the run cache keeps
+    no undecided report). That command, run as printed (with the overlay), times attempt 2 in fresh processes,
+    after which the table says the attempts are spent. Catches: no way on after an undecided attempt (issue 30:
+    the refusal names a real way on), a command without the run's config files (it would climb another
+    profile), a fix that does not time again, the attempt not counted."""
+    # a `source:` variant (an unchanged copy): its own results and attempts (the ladder fixture's climb spent
+    # attempt 1 of modulate_fusion's own fingerprint, undecided on the unenforced CI gate)
+    _plant(ws, "modulate_fusion")
+    overlay = ws / "config/undecided.yaml"
+    overlay.write_text(yaml.safe_dump({"timing": {**ENFORCED_TIMING, "confidence": 0.999999}}))
     name = _name(ws, "modulate_fusion")
     rep_path = ws / RES / name / "r4_block/block0.json"
-    for attempt, args, fix in (
-        (1, (), "fix: time block 0 again, attempt 2 of 2 at this fingerprint"),
-        (2, ("--forcerun", "r4_block"), "this fingerprint's attempts are spent"),
-    ):
-        p = snakemake(ws, "promote_modulate_fusion", *args)
+    args = ["promote_modulate_fusion", "--configfile", "config/undecided.yaml"]
+    for attempt in (1, 2):
+        p = snakemake(ws, *args)
         assert p.returncode != 0 and not (ws / RES / "promotion" / f"{name}.env").exists()
         t = json.loads(rep_path.read_text())["timing"]
         assert t["decision"] == "undecided" and t["attempt"] == attempt, t["reason"]
         table = p.stderr[p.stderr.index("h3gates verdicts (profile ci):") :]
-        assert fix in table, table
+        fix = next(line.strip() for line in table.splitlines() if line.strip().startswith("fix:"))
         if attempt == 1:
-            assert "promote_modulate_fusion --forcerun r4_block" in table
+            assert fix.startswith("fix: time block 0 again (attempt 2 of 2, fresh processes): snakemake "), fix
+            cmd = fix.split(": snakemake ", 1)[1].split()
+            assert cmd[:2] == ["--cores", "1"] and cmd[2:] == [
+                "promote_modulate_fusion", "--forcerun", "r4_block", "--configfile", "config/undecided.yaml"]  # fmt: skip
+            args = cmd[2:]  # the helper gives the cores
+        else:
+            assert "this fingerprint's attempts are spent" in fix, fix
 
 
 def test_fault_exact_but_slower_refused_by_performance_gate_at_rung_4(ws):

@@ -31,7 +31,7 @@ def run(a) -> int:
     files = configfiles(a.configfile)
     config = load_config(files)
     if a.verdicts:
-        print("\n".join(verdicts(config)) or "no candidate of this configuration has results yet")
+        print("\n".join(verdicts(config, configfiles=files)) or "no candidate of this configuration has results yet")
         return 0
     rows = status(config)
     if rows or a.json:

@@ -15,7 +15,7 @@ def nothing_climbed(config: dict) -> list[str]:
     return list(not_climbed(config, [], {}).values())
 
 
-def verdicts(config: dict, candidates=None) -> list[str]:
+def verdicts(config: dict, candidates=None, configfiles=None) -> list[str]:
     """A short table of every candidate with results under this configuration (or of `candidates`): the
     state of each rung now (h3gates.core.promotion.status) and whether its promotion record verifies now
     (never the record's own summary), with the first problem of a candidate that is not promoted."""
@@ -61,9 +61,9 @@ def verdicts(config: dict, candidates=None) -> list[str]:
         if problem:
             lines.append(f"    {one_line(problem, 160)}")
             if any(row["rungs"][r]["state"] == "fail" for r in RUNG_NAMES):  # a gate said no: its replay, not a rerun
-                fix = _replay(config, row) or _attempts_fix(config, row)
+                fix = _replay(config, row) or _attempts_fix(row, configfiles)
             if fix:  # what to run next, at the bottom of the run's output
-                lines.append(f"    {one_line(fix if fix.startswith('replay:') else 'fix: ' + fix, 200)}")
+                lines.append(f"    {one_line(fix if fix.startswith('replay:') else 'fix: ' + fix, 260)}")
     if not lines:
         return []
     head = f"  {'candidate':{w}s} " + " ".join(f"{'r' + str(r):7s}" for r in RUNG_NAMES) + " promotion"
@@ -91,35 +91,42 @@ def _replay(config: dict, row: dict) -> str | None:
     return None
 
 
-def _attempts_fix(config: dict, row: dict) -> str | None:
+def _attempts_fix(row: dict, configfiles=None) -> str | None:
     """The way on from a rung-4 refusal that did not decide (h3gates.core.perfgate: an undecided attempt is
-    refused where the gate is enforced), from status's `attempts` (each block's performance gate): with
-    attempts left at this fingerprint, time the block again in fresh processes (a plain rerun would not: the
-    report exists, and the run cache keeps no undecided report); with none left, a new fingerprint or, before
-    its first attempt, a longer gate. None for any other refusal."""
+    refused where the gate is enforced), from status's `attempts` (each block's performance gate), whose
+    blocks are in the config's order (the first gated block first). None where a block has decided a fail (a
+    retime cannot change that verdict); the ways on where a block's attempts are spent or it was refused;
+    otherwise, for the first block undecided with attempts left, the command that times it again under the
+    run's config files (a plain rerun would not: the report exists, and the run cache keeps no undecided
+    report; decided blocks are given back by it, not timed). None for any other refusal."""
+    from h3gates.core.promotion import _fix
+
     if row["rungs"].get(4, {}).get("state") != "fail":
         return None
-    for block, g in (row.get("attempts") or {}).items():
+    gates = list((row.get("attempts") or {}).items())
+    if any(g.get("decision") == "fail" for _, g in gates):
+        return None
+    for block, g in gates:
         a, m, decision = g.get("attempt"), g.get("max_attempts"), g.get("decision")
-        if decision == "undecided" and a and m and a < m:
-            return (
-                f"time block {block} again, attempt {a + 1} of {m} at this fingerprint (fresh processes; a decided "
-                f"block is given back, not timed): snakemake --cores 1 promote_{row['candidate']} --forcerun r4_block"
-            )
         if decision == "refused" or (decision == "undecided" and a and m and a >= m):
             return (
                 f"block {block}: this fingerprint's attempts are spent; make the kernel faster (a new fingerprint "
                 "is timed anew) or, before a fingerprint's first attempt, use config/timing_long.yaml"
             )
+    for block, g in gates:
+        a, m = g.get("attempt"), g.get("max_attempts")
+        if g.get("decision") == "undecided" and a and m:
+            cmd = _fix(row["candidate"], configfiles, [], " --forcerun r4_block")
+            return f"time block {block} again (attempt {a + 1} of {m}, fresh processes): {cmd}"
     return None
 
 
-def print_verdicts(config: dict, file=None) -> None:
+def print_verdicts(config: dict, file=None, configfiles=None) -> None:
     """The verdict table on stderr, as the Snakefile's onsuccess/onerror hooks print it: a failure to make it
     is one line, never a traceback after the run's own outcome."""
     file = file or sys.stderr
     try:
-        lines = verdicts(config)
+        lines = verdicts(config, configfiles=configfiles)
     except Exception as e:  # noqa: BLE001 (the run's outcome stands; the table only summarizes it)
         lines = [f"h3gates: no verdict table ({type(e).__name__}: {e})"]
     if lines:

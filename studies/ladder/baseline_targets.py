@@ -23,7 +23,7 @@ def targets(files: list[str]) -> list[str]:
     shared = X.SharedContext.of(cfg)
     out = [X.artifact_path(X.capture_context(shared), block=b) for b in X.captured_blocks(cfg)]
     return out + [
-        X.artifact_path(X.baseline_context(cfg, r)) for r in (5, 6, 7, 8) if X.reads_baseline_artifact(r, cfg["device"])
+        X.artifact_path(X.baseline_context(cfg, r)) for r in (5, 6, 7, 8) if X.reads_baseline_artifact(r, shared.device)
     ]
 
 
