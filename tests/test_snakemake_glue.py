@@ -96,3 +96,26 @@ def test_the_schemas_ship_as_package_data(tmp_path):
     for schema in ("report.schema.json", "promotion.schema.json", "token.schema.json", "config.schema.yaml"):
         assert f"h3gates/schemas/{schema}" in names
     assert "h3gates/nvfp4/data/rcp_approx_sm90_delta.int8.zlib" in names
+
+
+def test_the_baseline_targets_are_the_baseline_rules_outputs_and_nothing_more(tmp_path):
+    """studies/ladder/baseline_targets.py through snakemake (a dry run in a CI-profile workspace): every path it
+    lists is made by the baseline rules, one job each, and those targets plan no other job (the device's
+    `baselines` step makes exactly the baseline before a one-more-candidate climb; snakemake's own
+    `--until baseline_artifact baseline_captures` had left rung 8's unmade on the H200). Catches: a path no rule
+    makes (snakemake refuses it), a target that pulls in a rung, a listed artifact the rules key otherwise."""
+    import importlib.util
+    import re
+
+    from workflow_util import make_workspace, snakemake
+
+    ws = make_workspace(tmp_path / "ws")
+    spec = importlib.util.spec_from_file_location("baseline_targets", ROOT / "studies/ladder/baseline_targets.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    targets = mod.targets([str(ws / "config/config.yaml")])
+    p = snakemake(ws, "-n", *targets)
+    assert p.returncode == 0 and "BUG" not in p.stdout + p.stderr, p.stderr[-2000:]
+    stats = dict(re.findall(r"^(\w+)\s+(\d+)$", p.stdout, re.M))
+    assert set(stats) == {"baseline_artifact", "baseline_captures", "total"}, stats
+    assert int(stats["total"]) == len(targets) == len(set(targets))
