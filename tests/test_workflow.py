@@ -821,8 +821,8 @@ def test_overlay_promotion_is_verified_by_plain_verify(ws):
     prep = r4["process_prep"]
     assert prep[1]["read_before_go"] and "read_s" not in prep[1]["worker"] and prep[1]["read_s"] > 0, prep[1]
     assert all(not p["read_before_go"] and p["worker"]["read_s"] > 0 for p in prep[2:]), prep[2:]
-    # the cubin lookup's host part beside the read (r4_block.prime_host): nothing to prime off CUDA, the key there
-    assert all(p["prime_s"] is None for p in prep[1:]) and all("prime_s" in p["worker"] for p in prep[2:]), prep
+    # the build's host part beside the read (r4_block.prime_host: the library path's imports; on CUDA the cubin lookup's)
+    assert all(p["prime_s"] > 0 for p in prep[1:]) and all("prime_s" in p["worker"] for p in prep[2:]), prep
     assert (ws / RES / "promotion/library_path.env").read_text().strip().endswith("H3_NVFP4_LIBRARY_PATH=1")
     v = h3gates(ws, "verify", f"{RES}/promotion/library_path.json")
     assert v.returncode == 0 and "H3_NVFP4_LIBRARY_PATH=1 verified" in v.stdout, v.stderr

@@ -230,11 +230,11 @@ def process_prep(ready: list) -> list:
     block's two sides (build_s; process 0's were built before the gate), each side's eager run, capture and
     warm-up (T.Side.phases), and its peak GPU memory; read_s, the worker's read of its block's capture on
     the host, before its GPU turn where read_before_go (then inside the parent's load_s, launch to `loaded`),
-    else a step of its account, and prime_s beside it (the host part of the stand-in kernels' cubin lookup:
-    runtime.prime; None off CUDA); `worker`, the worker's own account of its GPU part (its CUDA context, the
-    gate, the block's input and first forward, T.prepare whole: build, worker), monitor_s (NVML's start) and prep's to_worker_s /
-    from_worker_s, the go's and the ready line's way between the processes: what of gpu_s none of these holds
-    is the ready record's own making (its memory figures, the JSON)."""
+    else a step of its account, and prime_s beside it (the host part of the build: prime_host); `worker`, the
+    worker's own account of its GPU part (its CUDA context, the gate, the block's input and first forward,
+    T.prepare whole: build, worker), monitor_s (NVML's start) and prep's to_worker_s / from_worker_s, the go's and
+    the ready line's way between the processes: what of gpu_s none of these holds is the ready record's own
+    making (its memory figures, the JSON)."""
     keys = ("prep", "build_s", "read_s", "prime_s", "read_before_go", "worker", "monitor_s", "phases", "memory_gb")
     return [None if r is None else {k: r[k] for k in keys if k in r} for r in ready]
 
@@ -249,14 +249,31 @@ def worker(ctx, block: int, first: str, mode: str, read_before_go: bool = False)
     T.serve(sides, gate.device, {**extra, "worker": account.steps})
 
 
-def prime_host(device: str) -> float | None:
-    """The host part of the stand-in kernels' cubin lookup (runtime.prime: cuda.core's import, the include
-    trees' listings), on CUDA alone -> its seconds (None elsewhere)."""
-    if not str(device).startswith("cuda"):
-        return None
-    from h3gates.nvfp4.cuda import runtime as cuda_runtime
+def prime_host(device: str) -> float:
+    """The host part of a worker's build, done ahead -> its seconds: the libraries the build first uses, Comfy
+    Kitchen (whose import brings torch._dynamo and sympy: 1.1-1.6 s on this project's CPU machine, in the model's
+    step `model_s` until 2026-12-05) and the stand-in model's module, imported with torch.cuda.is_available()
+    asked through NVML as h3gates.job.preload asks it (the CUDA driver not started: that is the go's); then on
+    CUDA the host part of the stand-in kernels' cubin lookup (runtime.prime: cuda.core's import, the include
+    trees' listings)."""
+    import os
 
-    return cuda_runtime.prime()
+    t, nvml = time.perf_counter(), os.environ.get(NVML_CHECK)
+    os.environ[NVML_CHECK] = "1"
+    try:
+        import comfy_kitchen  # noqa: F401
+
+        import h3gates.model.h3  # noqa: F401
+    finally:
+        os.environ.pop(NVML_CHECK) if nvml is None else os.environ.update({NVML_CHECK: nvml})
+    if str(device).startswith("cuda"):
+        from h3gates.nvfp4.cuda import runtime as cuda_runtime
+
+        cuda_runtime.prime()
+    return round(time.perf_counter() - t, 3)
+
+
+NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"  # (h3gates.job's: a rung's module does not import the job entry)
 
 
 def build(ctx, block: int, read_before_go: bool, go=None):
@@ -266,8 +283,8 @@ def build(ctx, block: int, read_before_go: bool, go=None):
     The block's captured input is read into memory and checked against its record on the host (`read_s`).
     `read_before_go` (the first cohort's workers, launched when no process times: worker_argv): before the
     go, outside the account, while other workers are on the GPU preparing, and with it the host part of the
-    stand-in kernels' cubin lookup (`prime_s`: cuda.core's import and the include trees' listings, about half
-    a second that the model's build held before, runtime.prime); a later cohort's workers, launched
+    build (`prime_s`, prime_host: the library path's imports, about a second that the model's step held before,
+    and on CUDA the cubin lookup's host part, about half a second); a later cohort's workers, launched
     ahead while the cohort before them times, read and prime after their go (steps of the account), so that what runs
     beside a timed request is what ran there when the error rates were measured (their imports). From the
     go, on the GPU, each step synchronized: its CUDA context (`init_s`), the gate (`gate_s`: the roles and
