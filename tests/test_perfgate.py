@@ -430,7 +430,7 @@ def test_rung4_counts_information_and_never_retimes_a_decided_fingerprint(tmp_pa
     outcome = {"decision": "undecided"}
     calls = []
 
-    def timed(gate, block, base, cand, q, attempt, on_look):
+    def timed(gate, block, base, cand, q, attempt, on_look, start):
         calls.append(attempt)
         on_look()
         return {
@@ -442,8 +442,14 @@ def test_rung4_counts_information_and_never_retimes_a_decided_fingerprint(tmp_pa
         }
 
     monkeypatch.setattr(R, "_timed", timed)
+    monkeypatch.setattr(R, "launch_ahead", lambda *a: None)  # (no worker: the test below launches them)
     ctx = SimpleNamespace(
-        profile="p", device="cpu", candidate="c", results_name="c", rung_params={**G.defaults(), "enforce": False}
+        profile="p",
+        device="cpu",
+        candidate="c",
+        results_name="c",
+        rung_params={**G.defaults(), "enforce": False},
+        to_json=lambda: "{}",
     )
     _FakeGate.kernel = "v1"
     out = tmp_path / "r4.json"
@@ -469,6 +475,81 @@ def test_rung4_counts_information_and_never_retimes_a_decided_fingerprint(tmp_pa
     R.run(ctx, out, 0)
     t = json.loads(out.read_text())["timing"]
     assert calls == [1, 2, 1, 2] and t["decision"] == "pass" and "reused" in t
+
+
+def test_rung4_launches_its_first_cohort_before_it_builds_and_ends_it_when_it_does_not_time(tmp_path, monkeypatch):
+    """The first cohort's workers are launched as the rung starts (r4_block.launch_ahead), before this process
+    builds its gate and checks the block's bytes, so that their imports and capture read run beside that instead
+    of holding the first worker's go; the run that times hands that launcher to the gate; a run that does not
+    time (the bytes differ) ends them; a decided fingerprint, a later block whose first block did not pass or a
+    spent budget launches none. Catches: workers launched after the build, left running, or launched for a
+    block that is not timed."""
+    from types import SimpleNamespace
+
+    from h3gates.core import fingerprints
+    from h3gates.rungs import r4_block as R
+    from h3gates.rungs import timing as T
+
+    script = tmp_path / "w.py"  # speaks the worker's first line, then waits for its go (or its end)
+    script.write_text(
+        "import json, sys, time\n"
+        "try:\n"
+        "    print(json.dumps({'loaded': True, 't': time.time()}), flush=True)\n"
+        "    for line in sys.stdin:\n"
+        "        if json.loads(line).get('quit'):\n"
+        "            break\n"
+        "except BrokenPipeError:\n"
+        "    pass\n"
+    )
+    order, launched = [], []
+
+    class Recorded(T.Worker):
+        def __init__(self, argv, first):
+            order.append("worker")
+            super().__init__(argv, first)
+            launched.append(self)
+
+    class Gate(_FakeGate):
+        def __init__(self, *a, **k):
+            order.append("gate")
+            super().__init__(*a, **k)
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(T, "Worker", Recorded)
+    monkeypatch.setattr(R, "worker_argv", lambda *a, **k: [sys.executable, str(script)])
+    monkeypatch.setattr(R, "Gate", Gate)
+    monkeypatch.setattr(
+        fingerprints,
+        "provenance",
+        lambda ctx: {"kernel_fingerprint": {"k.py": _FakeGate.kernel}, "code_fingerprint": "c"},
+    )
+    monkeypatch.setattr(R, "sides_of", lambda g, b: (lambda: 1, lambda: 1))
+    equal = {"equal": False, "bytes_compared": 1, "bytes_differing": 1, "elements_differing": 1}
+    monkeypatch.setattr(R, "compare_outputs", lambda a, b: equal)
+    given = []
+
+    def timed(gate, block, base, cand, q, attempt, on_look, start):
+        given.append(dict(start.launched))  # (the gate's cohort would take them from here: gate_cohorts)
+        on_look()
+        return {"decision": "pass", "reason": "r", "interval": [0.9, 0.95], "attempt": attempt, "level": 0.01}
+
+    monkeypatch.setattr(R, "_timed", timed)
+    params = {**G.defaults(), "enforce": False, "cpu_processes": 2}
+    ctx = SimpleNamespace(
+        profile="p", device="cpu", candidate="c", results_name="c", rung_params=params, to_json=lambda: "{}"
+    )
+    _FakeGate.kernel = "v1"
+    out = tmp_path / "r4.json"
+    R.run(ctx, out, 0)  # the bytes differ: not timed, its worker ended
+    assert order[-2:] == ["worker", "gate"] and len(launched) == 1 and not given, order
+    assert launched[0].p.wait(timeout=30) is not None
+    equal.update(equal=True, bytes_differing=0, elements_differing=0)
+    R.run(ctx, out, 0)  # timed: the launcher that launched worker 1 before the gate was built is the gate's
+    assert order[-2:] == ["worker", "gate"] and len(launched) == 2 and given == [{1: launched[1]}], (order, given)
+    assert launched[1].p.wait(timeout=30) is not None  # (none taken here: the run ended it)
+    n = len(launched)
+    R.run(ctx, out, 0)  # decided at this fingerprint: reused, nothing launched
+    assert len(launched) == n and len(given) == 1 and "reused" in json.loads(out.read_text())["timing"]
 
 
 # ------------------------------------------------------------------ the sampling engine (CPU)
@@ -888,15 +969,88 @@ def _analysis():
     return A
 
 
-def _aa_block(rng, sb, processes=48, n=4, sw=0.0045, order=0.006):
+def _aa_block(rng, sb, processes=48, n=4, sw=0.0045, order=0.006, built=0.0):
+    """A/A processes of 12 a gate, the construction order alternating as a gate has it (process i builds the
+    candidate first where i is odd), `built`: how much lower a candidate-first process's mean is."""
     out = []
     for i in range(processes):
-        b = rng.gauss(0, sb)
+        first = "candidate" if i % 2 else "baseline"
+        b = rng.gauss(0, sb) + (-built / 2 if i % 2 else built / 2)
         oo = G.orders(n, 0, i, 1)
         pairs = [(b + (order if q == "AB" else -order) / 2 + rng.gauss(0, sw), q) for q in oo]
-        out.append({"kind": "aa", "block": 0, "gate": f"g{i // 12}", "pairs": pairs, "segments": [0] * n,
-                    "decision": "undecided", "plant": None})  # fmt: skip
+        out.append({"kind": "aa", "block": 0, "gate": f"g{i // 12}", "process": i % 12, "first": first,
+                    "pairs": pairs, "segments": [0] * n, "decision": "undecided", "plant": None})  # fmt: skip
     return out
+
+
+def test_the_campaign_gates_are_drawn_by_construction_order_as_the_gate_builds_them(monkeypatch):
+    """A simulated gate's slots keep the gate's construction order (analyze_campaign.slot_orders is
+    timing.first_of): slot k is drawn from the measured processes that built the same side first, and stage 1
+    resamples each order among its own, so every resampled campaign keeps the measured count of each. Catches:
+    slots drawn from every process alike (a gate of 8 of one order and 4 of the other, which no gate holds),
+    stage 1 mixing the orders, or the slots' orders swapped."""
+    from h3gates.rungs import timing as T
+
+    A = _analysis()
+    p = A.canonical()
+    assert A.slot_orders(12) == [T.first_of(k) for k in range(12)]
+    procs = _aa_block(random.Random(1), 0.0, processes=36)
+    firsts = A.firsts_of(procs, p)
+    assert firsts == [x["first"] for x in procs]
+    drawn = []
+    real_draw = A._draw
+    monkeypatch.setattr(
+        A, "_draw", lambda pairs, lengths, rng: drawn.append(id(pairs)) or real_draw(pairs, lengths, rng)
+    )
+    pool = A._pool(procs)
+    rng = random.Random(3)
+    for _ in range(20):
+        drawn.clear()
+        A._gate(pool, [1] * len(pool), p, 0.0, rng, firsts)
+        by_id = {id(q): f for q, f in zip(pool, firsts)}
+        assert [by_id[i] for i in drawn] == A.slot_orders(12) and len(set(drawn)) == 12
+    weights_seen = []
+    monkeypatch.setattr(A, "_gate", lambda pool, w, *a: weights_seen.append(list(w)) or "undecided")
+    A.rate(pool, p, 1, 30, 0.0, "t", firsts=firsts)
+    for w in weights_seen[A.PLUGIN_FACTOR :]:  # (the plug-in's gates first, each weight 1)
+        assert sum(x for x, f in zip(w, firsts) if f == "baseline") == firsts.count("baseline") == 18
+        assert sum(x > 0 for x, f in zip(w, firsts) if f == "candidate") >= 6
+    assert A.firsts_of([{**x, "first": None} for x in procs], p) is None  # not recorded: drawn alike
+
+
+def test_the_campaign_finds_a_construction_order_effect_and_the_blocked_bound_gains_only_there():
+    """order_effect on A/A processes whose candidate-first half runs 0.3% lower: found (diff about -0.3%, by gate
+    and by permutation), and not found without it. The blocked bound (the order as a block, P - 2 df) keeps the
+    level either way, and passes a 0.3% gain more often than the gate's bound only where the effect is. Catches:
+    the orders' labels swapped or dealt across gates, the blocked bound's variance taken about the pooled mean
+    (it would then equal the gate's), or its degrees of freedom not spent."""
+    A = _analysis()
+    p = A.canonical()
+    with_ = _aa_block(random.Random(2), 0.0, processes=96, built=0.003)
+    without = _aa_block(random.Random(2), 0.0, processes=96)
+    e = A.order_effect(with_, 400, random.Random(0))
+    assert -0.0045 < e["diff"] < -0.0015 and e["by_gate"]["gates"] == 8 and e["by_gate"]["p"] < 0.01
+    assert e["permutation_p"] < 0.01 and e["within_order_means_sd"] < e["means_sd"]
+    n = A.order_effect(without, 400, random.Random(0))
+    assert abs(n["diff"]) < 0.0015 and n["permutation_p"] > 0.01
+    rates = {}
+    for name, procs in (("with", with_), ("without", without)):
+        pool, firsts = A._pool(procs), A.firsts_of(procs, p)
+        for blocked in (False, True):
+            for case, shift in (("aa", 0.0), ("gain", math.log(0.997))):
+                rng, c = random.Random(f"{name}{blocked}{case}"), {"pass": 0, "fail": 0, "undecided": 0}
+                for _ in range(600):
+                    c[A._gate(pool, [1] * len(pool), p, shift, rng, firsts, blocked)] += 1
+                rates[name, blocked, case] = c
+    for k, c in rates.items():
+        if k[2] == "aa":
+            assert c["pass"] <= 0.0125 * 600 + 2.33 * math.sqrt(0.0125 * 600) and c["fail"] <= 16, (k, c)
+    assert rates["with", True, "gain"]["pass"] > rates["with", False, "gain"]["pass"] + 30, rates
+    assert rates["without", True, "gain"]["pass"] <= rates["without", False, "gain"]["pass"] + 20, rates
+    lo, up = A.blocked_bound(
+        [[0.001, -0.001]] * 3 + [[0.003, 0.001]] * 3, [["AB", "BA"]] * 6, ["baseline", "candidate"] * 3, 0.05
+    )
+    assert lo < up and math.isclose(math.log(lo) + math.log(up), 2 * 0.001, abs_tol=1e-12)
 
 
 def test_the_campaign_process_sd_interval_covers_the_planted_sd():
@@ -1456,10 +1610,10 @@ def test_the_campaign_focus_is_the_analysis_case_with_its_own_boot(monkeypatch, 
     def campaigns(boot, split):
         seen = []
 
-        def gate(pool, weights, p, shift, rng):
+        def gate(pool, weights, p, shift, rng, *rest):
             if weights != [1] * len(pool) and (not seen or seen[-1] != weights):
                 seen.append(list(weights))  # each replicate's campaign, once (its `boot` gates share it)
-            return real_gate(pool, weights, p, shift, rng)
+            return real_gate(pool, weights, p, shift, rng, *rest)
 
         monkeypatch.setattr(A, "_gate", gate)
         r = A.focus([], 0, "a_a", boot=boot, outer=4, seed=1, split=split)

@@ -25,11 +25,14 @@ from h3gates.rungs.gate import Gate
 def attempt_key(gate) -> str:
     """What an attempt's budget is counted over: the candidate's kernels and the ladder's code, the
     profile and the device (not the timing config: timing longer does not start a new budget)."""
-    c = gate.ctx
+    return _key(gate.ctx, gate.provenance)
+
+
+def _key(c, prov: dict) -> str:
     return digest(
         {
-            "kernels": gate.provenance["kernel_fingerprint"],
-            "code": gate.provenance["code_fingerprint"],
+            "kernels": prov["kernel_fingerprint"],
+            "code": prov["code_fingerprint"],
             "profile": c.profile,
             "device": c.device,
             "candidate": c.candidate,
@@ -48,6 +51,60 @@ def sides_of(gate, block: int, lap=None):
 
 
 def run(ctx, out, block, upstream=()):
+    ahead = launch_ahead(ctx, block, upstream)
+    try:
+        return _run(ctx, out, block, upstream, ahead)
+    finally:
+        if ahead is not None:  # (workers it launched and no cohort took: the block was not timed)
+            ahead.discard()
+
+
+def launch_ahead(ctx, block: int, upstream=()):
+    """Where this run will time the block (not decided at this fingerprint, the first gated block passed,
+    attempts left), the first cohort's workers launched now, before this process builds its gate and checks the
+    block's bytes (about 2.5 s on the H200): their imports, capture read and prime_host run beside that, all on
+    the host (their GPU work waits for the go), instead of after it, where the first worker's go waited for
+    them. -> the Launcher _timed continues with (None where the block will not be timed, or where the bytes
+    then differ: run discards its workers)."""
+    from h3gates.core.fingerprints import provenance
+    from h3gates.core.jobs import runtime_device
+
+    q = PG.params({k: v for k, v in ctx.rung_params.items() if k != "enforce"})
+    key = _key(ctx, provenance(ctx))
+    if PG.DecidedStore(PG.decided_path(RESULTS, ctx.profile, ctx.results_name)).get(key, block) is not None:
+        return None
+    if _first_block_not_passed(ctx, block, upstream) is not None:
+        return None
+    if (
+        len(PG.Attempts(PG.attempts_path(RESULTS, ctx.profile, ctx.results_name)).counted(key, block))
+        >= q["max_attempts"]
+    ):
+        return None
+    device = runtime_device(ctx.device)
+    start = _launcher(ctx, block, q, device)
+    start.launch(range(1, PG.resident_for(q, device)))
+    return start
+
+
+def _launcher(ctx, block: int, q: dict, device: str, local=None):
+    """The gate's processes' launcher (T.Launcher): process 0 is `local` (this process's sides, set by _timed),
+    the others `python -m h3gates perf-worker`, the first cohort's reading before their go. On a GPU the workers
+    prepare a few at a time (as many as the free memory holds at their measured peak: T.group_size), `resident`
+    at most held at once (the cohorts; a later cohort's workers are launched ahead, to import while the one
+    before it times); on a CPU all at once."""
+    resident, ctx_json = PG.resident_for(q, device), ctx.to_json()
+
+    def argv(i, first):
+        return worker_argv(ctx_json, block, first, q["mode"], read_before_go=i < resident)
+
+    cuda = device == "cuda"
+    n = PG.processes_for(q, device)
+    return T.Launcher(
+        n, argv, local, at_once=T.PREPARE_AT_ONCE if cuda else None, free_gb_of=T.gpu_free_gb if cuda else None
+    )
+
+
+def _run(ctx, out, block, upstream, ahead):
     gate = Gate(ctx, 4, block, upstream)
     base, cand = sides_of(gate, block)
     cmp = compare_outputs(cand(), base())
@@ -110,7 +167,8 @@ def run(ctx, out, block, upstream=()):
             }
         else:
             run_id, attempt = ledger.start(key, block)
-            timing = _timed(gate, block, base, cand, q, attempt, lambda: ledger.looked(key, block, run_id))
+            start = ahead or _launcher(ctx, block, q, gate.device)
+            timing = _timed(gate, block, base, cand, q, attempt, lambda: ledger.looked(key, block, run_id), start)
             ledger.finish(key, block, run_id, timing["decision"], timing["interval"], timing.get("level") or 0.0)
     timing["attempts"] = ledger.history(key, block)
     timing["attempts_not_counted"] = ledger.uncounted(key, block)
@@ -177,30 +235,19 @@ def _iv(iv) -> str:
     return "[n/a]" if not iv or iv[0] is None else f"[{iv[0]:.4f}, {iv[1]:.4f}]"
 
 
-def _timed(gate, block, base, cand, q: dict, attempt: int, on_look) -> dict:
+def _timed(gate, block, base, cand, q: dict, attempt: int, on_look, start) -> dict:
     n = PG.processes_for(q, gate.device)
     resident = PG.resident_for(q, gate.device)
     progress(
         f"perf gate: {n} fresh processes ({q['mode']} mode), construction order alternating, "
         + (f"in cohorts of {resident} on the GPU" if resident < n else "prepared before any timing")
     )
-    ctx_json = gate.ctx.to_json()
-
-    def argv(i, first):
-        return worker_argv(ctx_json, block, first, q["mode"], read_before_go=i < resident)
 
     def local():
         sides = T.prepare(base, cand, gate.device, q["mode"], q["warmup"], "baseline")
         return T.Local(sides, gate.device, T.Monitor(gate.device))
 
-    # on a GPU the workers prepare a few at a time (as many as the free memory holds at their measured peak: T.group_size),
-    # `resident` at most held at once
-    # (the cohorts; a later cohort's workers are launched ahead, to import while the one before it times); on a
-    # CPU all at once
-    cuda = gate.device == "cuda"
-    start = T.Launcher(
-        n, argv, local, at_once=T.PREPARE_AT_ONCE if cuda else None, free_gb_of=T.gpu_free_gb if cuda else None
-    )
+    start.local = local
     timing = T.gate_cohorts(n, resident, start, q, attempt, on_look=on_look)
     infos, ready = timing.pop("infos"), timing.pop("ready")
     modes = {m for r in ready for m in r["modes"].values()}

@@ -12,15 +12,22 @@ campaign_*.json) and, as a smoke test, the older one-process rung-4 A/A reports
   starting anywhere in the process's series, wrapping), each pair keeping its own order (so the measured
   order effect is in), the A/A mean removed and the planted log ratio added; the Monte-Carlo interval
   (Wilson, over every simulated gate) is given beside it, and the plug-in estimate (stage 2 alone on the
-  measured processes: `pass_plugin`, `fail_plugin`) beside the mean over both stages. Why distinct: a measured process has only about 9
-  pairs, so two simulated processes drawn from one measured process share most of their pairs and their
-  offset, and a gate holding both underestimates the spread of its process means. Drawn with replacement
-  (as this analysis first did) the level was overstated by that: on independent normal pairs of the
-  measured spread, whose true false-pass rate is under the 1.25% per attempt, it gave 1.8%
+  measured processes: `pass_plugin`, `fail_plugin`) beside the mean over both stages. Since 2026-12-05 both
+  stages keep the construction order as the gate has it (every gate builds the candidate first in half of its
+  processes, slot_orders): stage 1 resamples each order's processes among themselves and a gate's slot k is
+  drawn from processes of slot k's order (`--ignore-order` draws them alike, as the analyses before it did).
+  Why distinct: a measured process has only about 9 pairs, so two simulated processes drawn from one measured
+  process share most of their pairs and their offset, and a gate holding both underestimates the spread of its
+  process means. Drawn with replacement (as this analysis first did) the level was overstated by that: on
+  independent normal pairs of the measured spread, whose true false-pass rate is under the 1.25% per attempt, it
+  gave 1.8%
   (tests/test_perfgate.py checks the distinct draw stays under the level there);
 - the same within the gate's max_attempts (`*_within_attempts`: an undecided attempt is followed by another in
   fresh processes, a decided one never repeated; per resampled campaign, then averaged: within_attempts);
 - the same per block, where a block has at least 2P A/A processes (fewer: every gate holds nearly the same P);
+- per block, the construction-order effect of the A/A processes (order_effect: candidate-first less
+  baseline-first process means, pooled, over the gates and by permutation within the gates); `--blocked-bound`
+  asks what the gates would do with the order as a block in their last look's bound (blocked_bound);
 - the decisions of the planted and real gates as they ran, with the planted ratio each process measured.
 - the plants pooled per sizing (kind and campaign.IN_BLOCK), measured apart and by the gates' own ratios,
   the power at each sizing's measured size, and the planted gates' decisions beside it (plants, planted_check).
@@ -86,6 +93,7 @@ def load(paths) -> list[dict]:
                             "block": g["block"],
                             "gate": f"{f.parent.name}/{f.name}:{gi}",
                             "process": i,
+                            "first": proc.get("first"),  # the side this process built and captured first
                             "pairs": pairs,
                             "segments": segments[0],
                             "schedule": [(g.get("params") or {}).get(k) for k in ("processes", "max_pairs")],
@@ -209,6 +217,74 @@ def process_effect_p(procs: list[dict], permutations: int, rng) -> float | None:
     return (1 + hits) / (1 + permutations)
 
 
+def order_effect(here: list[dict], permutations: int, rng) -> dict | None:
+    """The construction-order effect at one block: how much the crossover-balanced process means of the processes
+    that built and captured the candidate side first differ from those that built the baseline first (in an A/A
+    both sides are the library path: a difference is where the process's allocator placed whichever side came
+    first). Pooled over the processes (`diff`, its Welch SE and t); over the gates (`by_gate`: each gate's own
+    difference, their mean and a t on gates - 1 degrees of freedom, the processes of one gate not taken as
+    independent of each other); and a permutation p that deals the order labels again within each gate (their
+    counts kept). Every rung-4 gate and campaign gate holds both orders equally (slot_orders), so the effect
+    cancels in the gate's mean and only widens the spread of its process means. None where an order is missing."""
+    rows = [
+        (x["gate"], x.get("first"), G.process_mean([d for d, _ in x["pairs"]], [o for _, o in x["pairs"]]))
+        for x in here
+    ]
+    rows = [r for r in rows if r[1] in ("baseline", "candidate") and r[2] is not None]
+    if len({r[1] for r in rows}) < 2 or min(sum(r[1] == o for r in rows) for o in ("baseline", "candidate")) < 2:
+        return None
+
+    def diff(rs) -> float:
+        return statistics.fmean(m for _, f, m in rs if f == "candidate") - statistics.fmean(
+            m for _, f, m in rs if f == "baseline"
+        )
+
+    cand, base = ([m for _, f, m in rows if f == o] for o in ("candidate", "baseline"))
+    d = diff(rows)
+    se = math.sqrt(statistics.variance(cand) / len(cand) + statistics.variance(base) / len(base))
+    gates: dict[str, list] = {}
+    for r in rows:
+        gates.setdefault(r[0], []).append(r)
+    per_gate = [diff(g) for g in gates.values() if len({f for _, f, _ in g}) == 2]
+    by_gate = None
+    if len(per_gate) >= 2:
+        gse = statistics.stdev(per_gate) / math.sqrt(len(per_gate))
+        gt = statistics.fmean(per_gate) / gse if gse else None
+        by_gate = {
+            "gates": len(per_gate),
+            "diffs": per_gate,
+            "mean": statistics.fmean(per_gate),
+            "se": gse,
+            "t": gt,
+            "dof": len(per_gate) - 1,
+            "p": None if gt is None else 2 * (1 - G.t_cdf(abs(gt), len(per_gate) - 1)),
+        }
+    hits = 0
+    for _ in range(permutations):
+        dealt = []
+        for g in gates.values():
+            labels = [f for _, f, _ in g]
+            rng.shuffle(labels)
+            dealt += [(k, f, m) for (k, _, m), f in zip(g, labels)]
+        hits += abs(diff(dealt)) >= abs(d) - 1e-18
+    return {
+        "processes": {"candidate_first": len(cand), "baseline_first": len(base)},
+        "diff": d,
+        "se": se,
+        "t": d / se if se else None,
+        "by_gate": by_gate,
+        "permutation_p": (1 + hits) / (1 + permutations),
+        "within_order_means_sd": math.sqrt(
+            (
+                sum((m - statistics.fmean(cand)) ** 2 for m in cand)
+                + sum((m - statistics.fmean(base)) ** 2 for m in base)
+            )
+            / (len(rows) - 2)
+        ),
+        "means_sd": statistics.stdev(cand + base),
+    }
+
+
 def block_component(here: list[dict], p: dict, outer: int, seed) -> dict:
     """One block's process component. The headline (`process_sd`, `process_sd_95`, `method`) is the one-way
     random-effects ANOVA's (anova_interval: the pooled order effect removed, its exact interval, F and p) where
@@ -246,6 +322,7 @@ def block_component(here: list[dict], p: dict, outer: int, seed) -> dict:
         "anova": anova,
         "kalibera_jones": kj,
         "process_effect_p": process_effect_p(here, 2000, random.Random(f"{seed}:permutation")),
+        "construction_order": order_effect(here, 2000, random.Random(f"{seed}:order")),
     }
 
 
@@ -268,24 +345,72 @@ def _distinct(weights: list[int], k: int, rng) -> list[int]:
     return out
 
 
-def _gate(pool, weights, p, shift, rng) -> str:
+def slot_orders(n: int) -> list[str]:
+    """The construction order of a gate's process slots, as rung 4 and the campaign give them
+    (h3gates.rungs.timing.first_of: the baseline first in the even ones; tests/test_perfgate.py checks the two
+    agree): half of every gate builds each side first, in every cohort."""
+    return ["candidate" if k % 2 else "baseline" for k in range(n)]
+
+
+def _by_order(weights: list[int], firsts: list[str], n: int, rng) -> list[int]:
+    """A gate's n process slots filled as the gate fills them: slot k from the measured processes that built
+    the side slot k builds first (slot_orders), distinct, each drawn by its weight among those of its order."""
+    picks = {}
+    for o in ("baseline", "candidate"):
+        idx = [i for i, f in enumerate(firsts) if f == o]
+        k = sum(x == o for x in slot_orders(n))
+        picks[o] = iter([idx[j] for j in _distinct([weights[i] for i in idx], k, rng)])
+    return [next(picks[o]) for o in slot_orders(n)]
+
+
+def blocked_bound(series, orders, firsts, a: float) -> tuple[float, float]:
+    """The last look's bound with the construction order as a block (not the gate's: a study of it,
+    analyze_campaign --blocked-bound): the crossover-balanced process means, D the mean of the two orders'
+    means, its variance from the spread of the means within each order (pooled), on P - 2 degrees of freedom.
+    Exact for normal means whether or not the order moves them; narrower than the gate's bound only where it
+    does (the gate's spread then holds the order's offset), wider by the degree of freedom it spends where it
+    does not. -> (lower, upper) on the ratio."""
+    means = [G.process_mean(s_, o) for s_, o in zip(series, orders)]
+    groups: dict[str, list[float]] = {}
+    for m, f in zip(means, firsts):
+        groups.setdefault(f, []).append(m)
+    dof = len(means) - len(groups)
+    s2 = sum(sum((x - statistics.fmean(v)) ** 2 for x in v) for v in groups.values()) / dof
+    d = statistics.fmean(statistics.fmean(v) for v in groups.values())
+    se = math.sqrt(s2 * sum(1 / len(v) for v in groups.values())) / len(groups)
+    t = G.t_ppf(1 - a, dof)
+    return math.exp(d - t * se), math.exp(d + t * se)
+
+
+def _gate(pool, weights, p, shift, rng, firsts=None, blocked: bool = False) -> str:
     """One simulated canonical gate over P distinct processes of `pool` (drawn by `weights`), as
     timing.gate_cohorts runs it: the first cohort (`resident` processes) gets a request per look and is alone
     at the looks before the last; a later cohort's processes get all their pairs in one request, and the last
     look is over every process. (Until 2026-12-02 this drew every process in the first cohort's request
-    layout and took the early look over all P: an early look of 12 processes where the gate has 6.)"""
-    looks = G.looks_schedule(p)
+    layout and took the early look over all P: an early look of 12 processes where the gate has 6.)
+
+    `firsts` (each pool process's construction order): slot k is drawn from the processes that built the side
+    first that the gate's slot k builds first (_by_order: half of each gate, in every cohort, as rung 4 runs
+    it); None draws the slots from every process alike (the analyses until 2026-12-05: a simulated gate could
+    hold 8 of one order and 4 of the other, which no gate does). `blocked`: the last look decides by
+    blocked_bound (a study; the gate's bound is perfgate.decide's)."""
+    looks, levels = G.looks_schedule(p), G.levels(p)
     n_all, resident = p["processes"], min(G.resident_for(p, "cuda"), p["processes"])
     lengths = [b - a for a, b in zip((0, *looks), looks)]
-    chosen = _distinct(weights, n_all, rng)
+    chosen = _distinct(weights, n_all, rng) if firsts is None else _by_order(weights, firsts, n_all, rng)
     full = [_draw(pool[i], lengths if k < resident else [looks[-1]], rng) for k, i in enumerate(chosen)]
     for j, n in enumerate(looks):
         here = full if j == len(looks) - 1 else full[:resident]
         s = [[x + shift for x, _ in f[:n]] for f in here]
         o = [[k for _, k in f[:n]] for f in here]
-        d = G.decide(s, o, p, j)
-        if d["decision"] != "continue":
-            return d["decision"]
+        if blocked and j == len(looks) - 1:
+            lo, up = blocked_bound(s, o, slot_orders(n_all), levels[j])
+            c = 1 - p["min_gain"]
+            decision = "pass" if up < c else "fail" if lo > c else "continue"
+        else:
+            decision = G.decide(s, o, p, j)["decision"]
+        if decision != "continue":
+            return decision
     return "undecided"
 
 
@@ -415,7 +540,17 @@ def _pool(aa: list[dict]) -> list[list[tuple[float, str]]]:
 PLUGIN_FACTOR = 10  # the plug-in estimate's gates: this many times `boot` (its Monte-Carlo error is then small)
 
 
-def rate(pool: list, p: dict, boot: int, outer: int, shift: float, seed: str, split: bool = False) -> dict:
+def rate(
+    pool: list,
+    p: dict,
+    boot: int,
+    outer: int,
+    shift: float,
+    seed: str,
+    split: bool = False,
+    firsts: list | None = None,
+    blocked: bool = False,
+) -> dict:
     """False pass / fail (or power) per attempt of one case (log shift) by the two-stage bootstrap over `pool`,
     from its own generator (seeded by the case's name: a case's rates do not depend on which others ran, nor
     on the order or the process they ran in).
@@ -431,27 +566,32 @@ def rate(pool: list, p: dict, boot: int, outer: int, shift: float, seed: str, sp
 
     `split`: stage 1 (the resampled campaigns) from a generator of its own, so that another `boot` keeps the same
     campaigns (analyze_campaign --focus ... --split-stages); without it both stages share one generator, as every
-    committed analysis drew them."""
+    committed analysis drew them.
+
+    `firsts` (each process's construction order; _gate's): stage 1 resamples each order's processes among
+    themselves (a stratified bootstrap: every resampled campaign keeps the measured count of each order, as the
+    design fixed it), and every gate fills its slots by order. `blocked`: _gate's."""
     plug = random.Random(f"{seed}:plugin")
     ones = [1] * len(pool)
     pc = {"pass": 0, "fail": 0, "undecided": 0}
     m = boot * PLUGIN_FACTOR
     for _ in range(m):
-        pc[_gate(pool, ones, p, shift, plug)] += 1
+        pc[_gate(pool, ones, p, shift, plug, firsts, blocked)] += 1
     rng = random.Random(seed)
     rng1 = random.Random(f"{seed}:stage1") if split else rng
     counts = {"pass": 0, "fail": 0, "undecided": 0}
     rep_rates = {"pass": [], "fail": []}
     within = {"pass": [], "fail": []}  # per replicate: decided so within the gate's max_attempts (within())
     for _ in range(outer):
-        weights = [0] * len(pool)  # stage 1: the processes, resampled with replacement
-        for _ in pool:
-            weights[rng1.randrange(len(pool))] += 1
-        while sum(w > 0 for w in weights) < p["processes"]:  # a gate needs P distinct processes
-            weights[rng1.randrange(len(pool))] += 1
+        weights = [0] * len(pool)  # stage 1: the processes, resampled with replacement (within each order)
+        for group, need in _strata(firsts, len(pool), p["processes"]):
+            for _ in group:
+                weights[group[rng1.randrange(len(group))]] += 1
+            while sum(weights[i] > 0 for i in group) < need:  # a gate needs P distinct processes (P / 2 an order)
+                weights[group[rng1.randrange(len(group))]] += 1
         c = {"pass": 0, "fail": 0, "undecided": 0}
         for _ in range(boot):  # stage 2: gates from request-aligned circular blocks of their pairs
-            c[_gate(pool, weights, p, shift, rng)] += 1
+            c[_gate(pool, weights, p, shift, rng, firsts, blocked)] += 1
         for k in counts:
             counts[k] += c[k]
         for k in rep_rates:
@@ -476,6 +616,15 @@ def rate(pool: list, p: dict, boot: int, outer: int, shift: float, seed: str, sp
     return out
 
 
+def _strata(firsts, n: int, processes: int) -> list[tuple[list[int], int]]:
+    """Stage 1's strata: [(the pool's indices of one construction order, the distinct ones a gate needs)]; one
+    stratum of all where the orders are not used."""
+    if firsts is None:
+        return [(list(range(n)), processes)]
+    slots = slot_orders(processes)
+    return [([i for i, f in enumerate(firsts) if f == o], slots.count(o)) for o in ("baseline", "candidate")]
+
+
 def within_attempts(rate_: float, undecided: float, attempts: int) -> float:
     """The chance that a fingerprint's gate ends in this decision within its `attempts` (max_attempts), where
     each attempt decides this way with `rate_`, leaves it undecided with `undecided` (rung 4 refuses then,
@@ -492,13 +641,25 @@ def _rate(args):
     return rate(*args)
 
 
-def rates(aa: list[dict], p: dict, boot: int, outer: int, seed, cases=CASES, where: str = "all", jobs: int = 1) -> dict:
+def rates(
+    aa: list[dict],
+    p: dict,
+    boot: int,
+    outer: int,
+    seed,
+    cases=CASES,
+    where: str = "all",
+    jobs: int = 1,
+    by_order: bool = True,
+    blocked: bool = False,
+) -> dict:
     """False pass / fail and power per attempt from these A/A processes by the two-stage bootstrap, for each
-    (name, log shift) of `cases`, each case from its own generator; `jobs` cases at once in worker processes."""
+    (name, log shift) of `cases`, each case from its own generator; `jobs` cases at once in worker processes.
+    `by_order`: the gates drawn by construction order (firsts_of), where every process recorded its own."""
     if len(aa) < p["processes"]:
         return {}
-    pool = _pool(aa)
-    tasks = [(pool, p, boot, outer, shift, f"{seed}:{where}:{name}") for name, shift in cases]
+    pool, firsts = _pool(aa), firsts_of(aa, p) if by_order else None
+    tasks = [(pool, p, boot, outer, shift, f"{seed}:{where}:{name}", False, firsts, blocked) for name, shift in cases]
     if jobs > 1 and len(tasks) > 1:
         from concurrent.futures import ProcessPoolExecutor
 
@@ -506,7 +667,23 @@ def rates(aa: list[dict], p: dict, boot: int, outer: int, seed, cases=CASES, whe
             done = list(ex.map(_rate, tasks))
     else:
         done = [_rate(t) for t in tasks]
-    return {"processes": len(aa), **{name: r for (name, _), r in zip(cases, done)}}
+    draws = "by construction order" if firsts else "ignoring the construction order"
+    return {
+        "processes": len(aa),
+        "draws": draws,
+        "blocked_bound": blocked,
+        **{name: r for (name, _), r in zip(cases, done)},
+    }
+
+
+def firsts_of(aa: list[dict], p: dict) -> list[str] | None:
+    """Each process's construction order, where every one recorded it (campaign pieces from 2026-12-02b on) and
+    each order holds the P / 2 a gate draws; else None (the gates then draw the slots from every process alike)."""
+    firsts = [x.get("first") for x in aa]
+    if any(f not in ("baseline", "candidate") for f in firsts):
+        return None
+    slots = slot_orders(p["processes"])
+    return firsts if all(firsts.count(o) >= slots.count(o) for o in set(slots)) else None
 
 
 def aa_pool(paths, p: dict):
@@ -534,7 +711,16 @@ def aa_pool(paths, p: dict):
 
 
 def focus(
-    paths, block, case: str, boot: int, outer: int, seed: int = 0, schedule: dict | None = None, split: bool = False
+    paths,
+    block,
+    case: str,
+    boot: int,
+    outer: int,
+    seed: int = 0,
+    schedule: dict | None = None,
+    split: bool = False,
+    by_order: bool = True,
+    blocked: bool = False,
 ) -> dict:
     """One case's rates (`a_a`, `gain_0.3pct`, `slower_0.3pct`) at one block (None: pooled) by the two-stage
     bootstrap, with its own `boot` and `outer`; seeded as `analyze` seeds the case, so the same seed, boot and
@@ -551,20 +737,29 @@ def focus(
     least = p["processes"] if block is None else 2 * p["processes"]  # as analyze: rates and rates_by_block
     if len(pool) < least:
         raise SystemExit(f"{where}: {len(pool)} A/A processes, fewer than the {least} the analysis needs there")
-    r = rate(_pool(pool), p, boot, outer, shift, f"{seed}:{where}:{case}", split)
+    firsts = firsts_of(pool, p) if by_order else None
+    r = rate(_pool(pool), p, boot, outer, shift, f"{seed}:{where}:{case}", split, firsts, blocked)
     left = [x for x in short if block is None or x["block"] == block]
+    draws = "by construction order" if firsts else "ignoring the construction order"
     return {"block": block, "case": case, "processes": len(pool), "boot": boot, "outer": outer, "seed": seed,
-            "split_stages": split, "left_out": len(left), **r}  # fmt: skip
+            "split_stages": split, "draws": draws, "blocked_bound": blocked, "left_out": len(left), **r}  # fmt: skip
 
 
 def analyze(
-    paths, boot: int = 400, outer: int = 200, seed: int = 0, schedule: dict | None = None, jobs: int = 1
+    paths,
+    boot: int = 400,
+    outer: int = 200,
+    seed: int = 0,
+    schedule: dict | None = None,
+    jobs: int = 1,
+    by_order: bool = True,
+    blocked: bool = False,
 ) -> dict:
     """`schedule`: timing keys over the canonical ones (processes, resident, min_pairs, max_pairs, ...), to
     ask what another schedule would do on the same measured processes (pairs beyond those measured are
     not made up: a process's circular blocks wrap over its own pairs, so max_pairs above the measured
     count understates the noise and is refused). Every random draw comes from a generator seeded by `seed`
-    and what it is for, so `jobs` changes the wall time only."""
+    and what it is for, so `jobs` changes the wall time only. `by_order`, `blocked`: rates'."""
     p = G.params({**canonical(), **(schedule or {})})
     procs, aa, short = aa_pool(paths, p)
     out = {"schedule": p, "levels": list(G.levels(p)), "boot": boot, "outer": outer, "seed": seed, "blocks": {}}
@@ -597,10 +792,12 @@ def analyze(
         if v["n"] >= 2
         for kind, sign in (("gain", -1), ("slower", 1))
     )
-    out["rates"] = rates(aa, p, boot, outer, seed, CASES + measured, "all", jobs)
+    out["rates"] = rates(aa, p, boot, outer, seed, CASES + measured, "all", jobs, by_order, blocked)
     out["plants"]["check"] = planted_check(out["plants"], out["rates"])
     out["rates_by_block"] = {
-        str(b): rates([x for x in aa if x["block"] == b], p, boot, outer, seed, CASES, f"block {b}", jobs)
+        str(b): rates(
+            [x for x in aa if x["block"] == b], p, boot, outer, seed, CASES, f"block {b}", jobs, by_order, blocked
+        )
         for b in sorted({x["block"] for x in aa})
         if sum(x["block"] == b for x in aa) >= 2 * p["processes"]
     }  # a block of fewer than 2P processes: every simulated gate would hold (nearly) the same P processes, its
@@ -658,6 +855,17 @@ def main() -> int:
         action="store_true",
         help="with --focus: the resampled campaigns from a generator of their own (another --boot keeps them)",
     )
+    ap.add_argument(
+        "--ignore-order",
+        action="store_true",
+        help="draw a simulated gate's processes from every measured process alike, whatever side it built first "
+        "(the analyses until 2026-12-05); by default each slot is drawn from processes of the gate's own order",
+    )
+    ap.add_argument(
+        "--blocked-bound",
+        action="store_true",
+        help="a study: the simulated gates' last look bounds with the construction order as a block (blocked_bound)",
+    )
     a = ap.parse_args()
     sched = {}
     for kv in a.set:
@@ -671,7 +879,18 @@ def main() -> int:
             ap.error(
                 f"--focus {a.focus}: not BLOCK:CASE with BLOCK a block or 'all', CASE one of {', '.join(dict(CASES))}"
             )
-        r = focus(a.paths, None if b == "all" else int(b), case, a.boot, a.outer, a.seed, sched, a.split_stages)
+        r = focus(
+            a.paths,
+            None if b == "all" else int(b),
+            case,
+            a.boot,
+            a.outer,
+            a.seed,
+            sched,
+            a.split_stages,
+            not a.ignore_order,
+            a.blocked_bound,
+        )
         if a.out:
             Path(a.out).write_text(json.dumps(r, indent=1))
         where = "all blocks" if r["block"] is None else f"block {r['block']}"
@@ -682,7 +901,7 @@ def main() -> int:
             + (f"; left out {r['left_out']} A/A process(es) short of the schedule's pairs" if r["left_out"] else "")
         )
         return 0
-    out = analyze(a.paths, a.boot, a.outer, a.seed, sched, a.jobs)
+    out = analyze(a.paths, a.boot, a.outer, a.seed, sched, a.jobs, not a.ignore_order, a.blocked_bound)
     if out.get("warning"):
         print(f"warning: {out['warning']}", file=sys.stderr)
     if out.get("left_out"):
@@ -711,7 +930,23 @@ def main() -> int:
             f"[{_pctfmt(kj.get('process_sd_95_boot', [None])[0])}, {_pctfmt(kj.get('process_sd_95_boot', [None, None])[1])}], "
             f"at the variogram's lag-1 {'n/a' if lag1 is None else f'{lag1:.3f}'}: {_pctfmt(kj.get('process_sd_at_lag1'))}"
         )
+    for b, v in out["blocks"].items():
+        oe = v.get("construction_order")
+        if oe:
+            g = oe["by_gate"] or {}
+            print(
+                f"block {b}: candidate-first minus baseline-first process means {_pctfmt(oe['diff'])} (SE "
+                f"{_pctfmt(oe['se'])}, {oe['processes']}); over {g.get('gates', 0)} gates mean {_pctfmt(g.get('mean'))} "
+                f"(t {g.get('t') or float('nan'):.2f}, p {g.get('p') or float('nan'):.4f}); permutation p "
+                f"{oe['permutation_p']:.4f}; SD of the means {_pctfmt(oe['means_sd'])}, within each order "
+                f"{_pctfmt(oe['within_order_means_sd'])}"
+            )
     for where, rs in [("all blocks", out["rates"])] + [(f"block {b}", r) for b, r in out["rates_by_block"].items()]:
+        if rs:
+            print(
+                f"{where}: gates drawn {rs.get('draws')}"
+                + ("; last look blocked by order" if rs.get("blocked_bound") else "")
+            )
         for name, r in rs.items():
             if isinstance(r, dict):
                 print(
