@@ -1018,7 +1018,7 @@ def test_the_campaign_gates_are_drawn_by_construction_order_as_the_gate_builds_t
     assert A.firsts_of([{**x, "first": None} for x in procs], p) is None  # not recorded: drawn alike
 
 
-def test_the_campaign_finds_a_construction_order_effect_and_the_blocked_bound_gains_only_there():
+def test_the_campaign_finds_a_construction_order_effect_and_the_blocked_bound_gains_only_there(monkeypatch):
     """order_effect on A/A processes whose candidate-first half runs 0.3% lower: found (diff about -0.3%, by gate
     and by permutation), and not found without it. The blocked bound (the order as a block, P - 2 df) keeps the
     level either way, and passes a 0.3% gain more often than the gate's bound only where the effect is. Catches:
@@ -1033,6 +1033,16 @@ def test_the_campaign_finds_a_construction_order_effect_and_the_blocked_bound_ga
     assert e["permutation_p"] < 0.01 and e["within_order_means_sd"] < e["means_sd"]
     n = A.order_effect(without, 400, random.Random(0))
     assert abs(n["diff"]) < 0.0015 and n["permutation_p"] > 0.01
+    # the analysis reports it per block, over the A/A gates and over every gate of the schedule (a planted gate's
+    # shift is in both orders of its processes alike)
+    planted = [{**x, "kind": "gain:0.003", "gate": "p" + x["gate"], "pairs": [(d - 0.003, o) for d, o in x["pairs"]]}
+               for x in _aa_block(random.Random(7), 0.0, processes=24, built=0.003)]  # fmt: skip
+    procs = [{**x, "schedule": [12, 4]} for x in with_ + planted]
+    monkeypatch.setattr(A, "load", lambda paths: procs)
+    out = A.analyze([], boot=2, outer=1, seed=0)["blocks"]["0"]
+    assert out["construction_order"]["processes"] == {"candidate_first": 48, "baseline_first": 48}
+    every = out["construction_order_every_gate"]
+    assert every["by_gate"]["gates"] == 10 and -0.0045 < every["diff"] < -0.0015, every
     rates = {}
     for name, procs in (("with", with_), ("without", without)):
         pool, firsts = A._pool(procs), A.firsts_of(procs, p)

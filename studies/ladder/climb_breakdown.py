@@ -4,8 +4,9 @@ and the rung-8 reports' Nsight Compute phases, beside each job's lease (logs/gpu
 - Rung 4, per report: the lease, the gate's wall time, its requests' seconds (from the lead calls to the
   last timed call; the trail calls run after) and the timed pairs' among them, each cohort's preparation and end,
   the decision and its look; per timing worker (process_prep), the steps of its account: the capture read
-  (`read_s`, before its GPU turn where `read_before_go`) and the cubin lookup's host part beside it (`prime_s`, from
-  2026-12-05), its CUDA context (`init_s`), the build's steps (`gate_s`, `input_s`,
+  (`read_s`, before its GPU turn where `read_before_go`) and the build's host part beside it (`prime_s`, from
+  2026-12-05: the cubin lookup's host part; from 2026-12-05's third session also the library path's imports),
+  its CUDA context (`init_s`), the build's steps (`gate_s`, `input_s`,
   `model_s`, `first_s` from 2026-12-04; before that one `build_s`), both sides' preparation (`prepare_s`),
   its turn on the GPU as the parent saw it (`gpu_s`) and its group's size (`at_once`).
 - Rung 8, per report and side: the capture's phases (nsight.capture: query, before the range, the range,
