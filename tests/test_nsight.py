@@ -246,6 +246,47 @@ def test_capture_times_its_phases_from_the_targets_range_marks(fake_ncu, tmp_pat
     _validate(cut)
 
 
+def test_capture_takes_the_queries_started_ahead_only_for_its_own_ncu_and_metrics(fake_ncu, tmp_path, monkeypatch):
+    """query_ahead starts ncu's version and metric queries in a thread (rung 8's process builds its gate while they
+    run); capture(ahead=...) takes their answer instead of asking again, with the same result as asking itself,
+    and asks itself where they were about other metrics or another ncu; a query that failed ahead fails the
+    capture as one failing inside it does. Catches: the queries run twice, an answer about other metrics
+    used (a counter planned that was never checked), or a failed query ahead raising out of capture."""
+    marker = tmp_path / "ran"
+    ahead = N.query_ahead(N.DEFAULT_METRICS)
+    assert ahead is not None and ahead.ncu == str(fake_ncu)
+    version, offered = ahead.result()
+    asked = []
+    real_version, real_query = N.ncu_version, N.query_metrics
+    monkeypatch.setattr(N, "ncu_version", lambda ncu: asked.append("version") or real_version(ncu))
+    monkeypatch.setattr(N, "query_metrics", lambda ncu, req: asked.append("metrics") or real_query(ncu, req))
+    res = N.capture(_target(marker), N.DEFAULT_METRICS, tmp_path / "w", timeout=60, name="candidate", ahead=ahead)
+    own = N.capture(_target(marker), N.DEFAULT_METRICS, tmp_path / "w2", timeout=60, name="candidate")
+    assert asked == ["version", "metrics"]  # the second capture's own queries only
+    assert res["available"] and res["ncu_version"] == version == own["ncu_version"]
+    assert (res["metrics"], res["unavailable"]) == (own["metrics"], own["unavailable"])
+    _validate(res)
+    asked.clear()
+    N.capture(_target(marker), N.SEED_METRICS, tmp_path / "w3", timeout=60, name="candidate", ahead=ahead)
+    assert asked == ["version", "metrics"]  # asked about other metrics: not taken
+    monkeypatch.setattr(N, "ncu_version", real_version)
+    monkeypatch.setattr(N, "query_metrics", real_query)
+    broken = tmp_path / "broken-ncu"
+    broken.write_text("#!/bin/sh\necho 'no GPU found' >&2\nexit 3\n")
+    broken.chmod(0o755)
+    monkeypatch.setenv("H3GATES_NCU", str(broken))
+    failed = N.query_ahead(N.DEFAULT_METRICS)
+    res = N.capture(_target(marker), N.DEFAULT_METRICS, tmp_path / "w4", timeout=60, ahead=failed)
+    assert (
+        res["available"] is False
+        and res["reason"].startswith("ncu could not be queried")
+        and "exited 3" in res["reason"]
+    )
+    _validate(res)
+    monkeypatch.setenv("H3GATES_NCU", str(tmp_path / "no-such-ncu"))
+    assert N.query_ahead() is None
+
+
 def test_capture_without_ncu(tmp_path, monkeypatch):
     monkeypatch.setenv("H3GATES_NCU", str(tmp_path / "no-such-ncu"))
     res = N.capture(_target(tmp_path / "ran"), N.SEED_METRICS, tmp_path, timeout=60)

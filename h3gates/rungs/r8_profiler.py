@@ -62,9 +62,9 @@ def target(ctx, side: str) -> None:
         gate.model.block_forward(block, x, 0, roles)
 
 
-def _nsight(ctx, out: Path, baseline=None) -> dict:
+def _nsight(ctx, out: Path, baseline=None, ahead=None) -> dict:
     """Both sides' captures; `baseline`: the baseline's from the shared artifact (only the candidate
-    is then captured here)."""
+    is then captured here); `ahead`: ncu's queries, started as the rung started (nsight.query_ahead)."""
     work = Path(tempfile.mkdtemp(prefix=out.stem + ".", dir=out.parent))
     sides = {} if baseline is None else {"baseline": baseline}
     for side in ("baseline", "candidate"):
@@ -74,7 +74,7 @@ def _nsight(ctx, out: Path, baseline=None) -> dict:
         progress(f"Nsight Compute over one block of the {side}")
         argv = [sys.executable, "-m", "h3gates", "profile-target", "--context", ctx.to_json(), "--side", side]
         sides[side] = nsight.capture(
-            argv, nsight.DEFAULT_METRICS, workdir=work, timeout=ctx.rung_params["ncu_timeout"], name=side
+            argv, nsight.DEFAULT_METRICS, workdir=work, timeout=ctx.rung_params["ncu_timeout"], name=side, ahead=ahead
         )
         progress(nsight.phases_line(side, sides[side].get("phases")))
     res = {"baseline": sides["baseline"], "candidate": sides["candidate"]}
@@ -103,6 +103,10 @@ def _counters(gate, ns) -> dict:
 
 
 def run(ctx, out, block=None, upstream=()):
+    from h3gates.core.jobs import runtime_device
+
+    # on a GPU, ncu's queries run while this process builds its gate and measures both sides' peak memory
+    ahead = nsight.query_ahead() if runtime_device(ctx.device) == "cuda" else None
     gate = Gate(ctx, 8, upstream=upstream)
     block = ctx.rung_params["block"]
     x = gate.capture(block).x
@@ -141,7 +145,7 @@ def run(ctx, out, block=None, upstream=()):
             except ArtifactError as e:  # the shared capture cannot be trusted here: a failing report, not a crash
                 gate.fail(str(e))
                 return gate.write(out, measured(None))
-        ns = _nsight(ctx, Path(out), shared)
+        ns = _nsight(ctx, Path(out), shared, ahead)
         if shared is not None:
             ns["baseline_from"] = ctx.baseline_artifact
         for side in ("baseline", "candidate"):
