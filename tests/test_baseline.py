@@ -447,6 +447,33 @@ job.main(sys.argv[1:])
 """
 
 
+@pytest.mark.parametrize("before", [None, "0"])
+def test_prime_host_imports_the_library_with_the_cuda_check_through_nvml_and_restores_it(tmp_path, before):
+    """r4_block.prime_host imports Comfy Kitchen with PYTORCH_NVML_BASED_CUDA_CHECK=1 (its import asks
+    torch.cuda.is_available(), which would otherwise start the CUDA driver before the worker's go, as
+    h3gates.job.preload avoids too) and gives the variable back as it was, unset or set. Catches: the variable
+    not set for the import, or left set (or unset) afterwards. A stand-in comfy_kitchen records what it saw."""
+    import subprocess
+    import sys
+
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "comfy_kitchen.py").write_text(
+        "import os, pathlib\npathlib.Path(os.environ['SEEN']).write_text(os.environ.get('PYTORCH_NVML_BASED_CUDA_CHECK', 'unset'))\n"
+    )
+    env = {k: v for k, v in __import__("os").environ.items() if k != "PYTORCH_NVML_BASED_CUDA_CHECK"}
+    env.update(PYTHONPATH=f"{fake}:{ROOT}", SEEN=str(tmp_path / "seen"))
+    if before is not None:
+        env["PYTORCH_NVML_BASED_CUDA_CHECK"] = before
+    code = (
+        "import os; from h3gates.rungs import r4_block; r4_block.prime_host('cpu'); "
+        "print(os.environ.get('PYTORCH_NVML_BASED_CUDA_CHECK', 'unset'))"
+    )
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert (tmp_path / "seen").read_text() == "1" and p.stdout.split()[-1] == (before or "unset")
+
+
 @pytest.mark.parametrize("before", [True, False])
 def test_a_first_cohort_worker_imports_its_libraries_before_its_go(tmp_path, before):
     """`python -m h3gates perf-worker` as rung 4 starts it, in a fresh process (the go and the serving stubbed):

@@ -550,6 +550,21 @@ def test_rung4_launches_its_first_cohort_before_it_builds_and_ends_it_when_it_do
     n = len(launched)
     R.run(ctx, out, 0)  # decided at this fingerprint: reused, nothing launched
     assert len(launched) == n and len(given) == 1 and "reused" in json.loads(out.read_text())["timing"]
+    # a later block whose first gated block did not pass: not timed, nothing launched
+    first = tmp_path / "results/p/c/r4_block/block0.json"
+    first.parent.mkdir(parents=True, exist_ok=True)
+    first.write_text(json.dumps({"rung": 4, "block": 0, "verdict": "fail", "reasons": ["slower"]}))
+    monkeypatch.setattr(R, "report_path", lambda profile, name, rung, block: f"results/p/c/r4_block/block{block}.json")
+    assert R.launch_ahead(ctx, 24, ["results/p/c/r4_block/block0.json"]) is None and len(launched) == n
+    # a fingerprint whose attempts are spent (undecided twice): refused, nothing launched
+    _FakeGate.kernel = "v2"
+    outcome = iter(["undecided", "undecided"])
+    monkeypatch.setattr(R, "_timed", lambda *a: {**timed(*a), "decision": next(outcome)})
+    R.run(ctx, out, 0)
+    R.run(ctx, out, 0)
+    n = len(launched)
+    R.run(ctx, out, 0)
+    assert len(launched) == n and json.loads(out.read_text())["timing"]["decision"] == "refused"
 
 
 # ------------------------------------------------------------------ the sampling engine (CPU)
@@ -795,6 +810,36 @@ def test_workers_import_at_once_and_prepare_in_turns(tmp_path):
         w.wait_loaded()
     launcher.discard()
     assert not launcher.launched and all(w.p.wait(timeout=10) == 0 for w in ahead)
+
+
+def test_a_discarded_worker_still_importing_ends_at_once_and_quietly(tmp_path, monkeypatch):
+    """Launcher.discard on workers that never had their go (rung 4's early launch where the block then is not
+    timed, r4_block.launch_ahead): one still importing is terminated after DISCARD_WAIT_S, not awaited until it
+    loads, and one that reaches its go's wait after its channel was closed ends quietly (exit 0, no traceback:
+    timing.await_go). Catches: discard waiting for every worker's imports (the rung ended seconds late), or a
+    BrokenPipeError traceback in the rung's log that looks like a ladder bug."""
+    from h3gates.rungs import timing as T
+
+    code = "import time; time.sleep({}); from h3gates.rungs import timing as T; T.await_go()"
+    err = tmp_path / "err"
+
+    def launched(sleep):
+        launcher = T.Launcher(2, lambda i, first: [sys.executable, "-c", code.format(sleep)], at_once=1)
+        with open(err, "w") as f:  # (the worker's stderr, the rung's log, in a file here)
+            real = subprocess.Popen
+            monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: real(*a, **{**k, "stderr": f, "cwd": ROOT}))
+            launcher.launch([1])
+            monkeypatch.setattr(subprocess, "Popen", real)
+        return launcher, launcher.launched[1]
+
+    launcher, w = launched(30)  # still "importing" when discarded
+    t = time.time()
+    launcher.discard()
+    assert time.time() - t < T.DISCARD_WAIT_S + 3 and w.p.returncode is not None and not launcher.launched
+    monkeypatch.setattr(T, "DISCARD_WAIT_S", 60.0)
+    launcher, w = launched(0.5)  # reaches its go's wait after the channel closed
+    launcher.discard()
+    assert w.p.returncode == 0 and "Traceback" not in err.read_text(), err.read_text()
 
 
 def test_a_cohorts_processes_end_side_by_side_and_the_gate_says_how_long(tmp_path):
@@ -1057,10 +1102,17 @@ def test_the_campaign_finds_a_construction_order_effect_and_the_blocked_bound_ga
             assert c["pass"] <= 0.0125 * 600 + 2.33 * math.sqrt(0.0125 * 600) and c["fail"] <= 16, (k, c)
     assert rates["with", True, "gain"]["pass"] > rates["with", False, "gain"]["pass"] + 30, rates
     assert rates["without", True, "gain"]["pass"] <= rates["without", False, "gain"]["pass"] + 20, rates
+    # by hand: process means 0, 0, 0.002 (baseline first) and 0, 0.002, 0.002 (candidate first); D = 0.001, the
+    # spread within each order pooled on 6 - 2 = 4 degrees of freedom
     lo, up = A.blocked_bound(
         [[0.001, -0.001]] * 3 + [[0.003, 0.001]] * 3, [["AB", "BA"]] * 6, ["baseline", "candidate"] * 3, 0.05
     )
-    assert lo < up and math.isclose(math.log(lo) + math.log(up), 2 * 0.001, abs_tol=1e-12)
+    ss = 2 * (2 * (0.002 / 3) ** 2 + (0.004 / 3) ** 2)  # each order: two means 1/3 of 0.002 off its mean, one 2/3
+    se = math.sqrt(ss / 4 * (1 / 3 + 1 / 3)) / 2
+    t = G.t_ppf(0.95, 4)
+    assert math.isclose(math.log(lo), 0.001 - t * se, rel_tol=1e-9) and math.isclose(math.log(up), 0.001 + t * se)
+    with pytest.raises(ValueError, match="both orders"):
+        A.blocked_bound([[0.001]] * 4, [["AB"]] * 4, ["baseline", "candidate"] * 2, 0.05)
 
 
 def test_the_campaign_process_sd_interval_covers_the_planted_sd():

@@ -82,7 +82,11 @@ def launch_ahead(ctx, block: int, upstream=()):
         return None
     device = runtime_device(ctx.device)
     start = _launcher(ctx, block, q, device)
-    start.launch(range(1, PG.resident_for(q, device)))
+    try:
+        start.launch(range(1, PG.resident_for(q, device)))
+    except BaseException:  # (a worker that could not start: those started end, and the error stands)
+        start.discard()
+        raise
     return start
 
 
@@ -312,7 +316,7 @@ def prime_host(device: str) -> float:
 
         import h3gates.model.h3  # noqa: F401
     finally:
-        os.environ.pop(NVML_CHECK) if nvml is None else os.environ.update({NVML_CHECK: nvml})
+        os.environ.pop(NVML_CHECK, None) if nvml is None else os.environ.update({NVML_CHECK: nvml})
     if str(device).startswith("cuda"):
         from h3gates.nvfp4.cuda import runtime as cuda_runtime
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -525,8 +526,12 @@ def await_go() -> float:
     parent's go (Worker.go), so that every worker of a cohort imports at once while only PREPARE_AT_ONCE of
     them build and capture on the GPU at a time; returns the worker's clock when the go came. A quit (or a
     closed channel) instead ends the process: a cohort launched ahead whose gate decided before it was needed."""
-    sys.stdout.write(json.dumps({"loaded": True, "t": time.time()}) + "\n")
-    sys.stdout.flush()
+    try:
+        sys.stdout.write(json.dumps({"loaded": True, "t": time.time()}) + "\n")
+        sys.stdout.flush()
+    except OSError:  # the parent closed the channel before this worker loaded (Launcher.discard): end quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (the exit's own flush must not fail again)
+        raise SystemExit(0) from None
     line = sys.stdin.readline()
     if not line or not json.loads(line).get("go"):
         raise SystemExit(0)
@@ -583,6 +588,9 @@ PREPARE_AT_ONCE = 1
 # contexts and library workspaces, what the allocator's peak does not count, PREPARE_CONTEXT_GB each, and what
 # the prepared ones and the rung's process may still cache, PREPARE_MARGIN_GB in all).
 PREPARE_MARGIN_GB = 6.0
+DISCARD_WAIT_S = (
+    1.0  # Launcher.discard: how long a worker launched and never taken may take to end before it is terminated
+)
 PREPARE_CONTEXT_GB = 1.0
 
 
@@ -634,7 +642,19 @@ class Launcher:
                 self.launched[i] = Worker(self.argv_of(i, first_of(i)), first_of(i))
 
     def discard(self) -> None:
-        close_all([self.launched.pop(i) for i in list(self.launched)])
+        """End the workers launched and never taken by a cohort. None has had its go, so none holds anything on
+        the GPU: each is told to end (one waiting for its go ends at once), and one still importing or reading
+        after DISCARD_WAIT_S is terminated rather than awaited (a rung that does not time, its bytes differing,
+        would otherwise wait for every worker's imports)."""
+        workers = [self.launched.pop(i) for i in list(self.launched)]
+        for w in workers:
+            w.ask_quit()
+        for w in workers:
+            try:
+                w.p.wait(timeout=DISCARD_WAIT_S)
+            except subprocess.TimeoutExpired:
+                w.p.terminate()
+                w.p.wait()
 
     def __call__(self, indices=None) -> list:
         indices = list(range(self.n)) if indices is None else list(indices)

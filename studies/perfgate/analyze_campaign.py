@@ -371,6 +371,8 @@ def blocked_bound(series, orders, firsts, a: float) -> tuple[float, float]:
     does (the gate's spread then holds the order's offset), wider by the degree of freedom it spends where it
     does not. -> (lower, upper) on the ratio."""
     means = [G.process_mean(s_, o) for s_, o in zip(series, orders)]
+    if None in means:  # (a schedule whose last look leaves a process one order of pairs: not what this studies)
+        raise ValueError("blocked_bound needs every process to hold pairs of both orders at the last look")
     groups: dict[str, list[float]] = {}
     for m, f in zip(means, firsts):
         groups.setdefault(f, []).append(m)
@@ -873,6 +875,8 @@ def main() -> int:
         help="a study: the simulated gates' last look bounds with the construction order as a block (blocked_bound)",
     )
     a = ap.parse_args()
+    if a.blocked_bound and a.ignore_order:
+        ap.error("--blocked-bound blocks by the construction order, which --ignore-order does not keep in the gates")
     sched = {}
     for kv in a.set:
         k, _, v = kv.partition("=")
