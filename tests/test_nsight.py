@@ -271,12 +271,26 @@ def test_capture_takes_the_queries_started_ahead_only_for_its_own_ncu_and_metric
     assert asked == ["version", "metrics"]  # asked about other metrics: not taken
     monkeypatch.setattr(N, "ncu_version", real_version)
     monkeypatch.setattr(N, "query_metrics", real_query)
+    # queries that failed ahead (once: a flaky ncu) are asked again in line, as a capture asked before
+    flaky = tmp_path / "flaky-ncu"
+    flaky.write_text(
+        f"#!/bin/sh\nif [ ! -e {tmp_path}/failed-once ]; then touch {tmp_path}/failed-once; echo busy >&2; exit 3; fi\n"
+        f'exec {fake_ncu} "$@"\n'
+    )
+    flaky.chmod(0o755)
+    monkeypatch.setenv("H3GATES_NCU", str(flaky))
+    once = N.query_ahead(N.DEFAULT_METRICS)
+    with pytest.raises(N.NcuError, match="exited 3"):
+        once.result()
+    res = N.capture(_target(marker), N.DEFAULT_METRICS, tmp_path / "w4", timeout=60, ahead=once)
+    assert res["available"] and res["ncu_version"] == version, res["reason"]
+    # and an ncu whose queries fail in line too fails the capture, as it did
     broken = tmp_path / "broken-ncu"
     broken.write_text("#!/bin/sh\necho 'no GPU found' >&2\nexit 3\n")
     broken.chmod(0o755)
     monkeypatch.setenv("H3GATES_NCU", str(broken))
     failed = N.query_ahead(N.DEFAULT_METRICS)
-    res = N.capture(_target(marker), N.DEFAULT_METRICS, tmp_path / "w4", timeout=60, ahead=failed)
+    res = N.capture(_target(marker), N.DEFAULT_METRICS, tmp_path / "w5", timeout=60, ahead=failed)
     assert (
         res["available"] is False
         and res["reason"].startswith("ncu could not be queried")

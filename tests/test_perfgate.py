@@ -823,19 +823,21 @@ def test_a_discarded_worker_still_importing_ends_at_once_and_quietly(tmp_path, m
     code = "import time; time.sleep({}); from h3gates.rungs import timing as T; T.await_go()"
     err = tmp_path / "err"
 
-    def launched(sleep):
-        launcher = T.Launcher(2, lambda i, first: [sys.executable, "-c", code.format(sleep)], at_once=1)
+    def launched(sleep, n=1):
+        launcher = T.Launcher(n + 1, lambda i, first: [sys.executable, "-c", code.format(sleep)], at_once=1)
         with open(err, "w") as f:  # (the worker's stderr, the rung's log, in a file here)
             real = subprocess.Popen
             monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: real(*a, **{**k, "stderr": f, "cwd": ROOT}))
-            launcher.launch([1])
+            launcher.launch(range(1, n + 1))
             monkeypatch.setattr(subprocess, "Popen", real)
         return launcher, launcher.launched[1]
 
-    launcher, w = launched(30)  # still "importing" when discarded
+    launcher, w = launched(30, n=3)  # three still "importing" when discarded: one wait for all of them
+    ws = list(launcher.launched.values())
     t = time.time()
     launcher.discard()
-    assert time.time() - t < T.DISCARD_WAIT_S + 3 and w.p.returncode is not None and not launcher.launched
+    took = time.time() - t
+    assert took < T.DISCARD_WAIT_S + 1.5 and all(x.p.returncode is not None for x in ws) and not launcher.launched, took
     monkeypatch.setattr(T, "DISCARD_WAIT_S", 60.0)
     launcher, w = launched(0.5)  # reaches its go's wait after the channel closed
     launcher.discard()

@@ -232,8 +232,8 @@ class Ahead:
     """capture()'s queries (ncu's version and the metrics it offers, query_metrics) started in a thread before the
     capture, so that they run while its caller does other work (rung 8's process builds its gate and measures both
     sides' peak memory first: about 3 s on the H200, where the queries took 2.4-3.0 s a capture on 2026-12-05).
-    `result()` waits for them once and gives (version, offered) or raises what they raised; capture() reads them
-    only for the ncu and the metrics they were asked about."""
+    `result()` waits for them and gives (version, offered) or raises what they raised; capture() takes an answer
+    (answer(): None where they failed) only for the ncu and the metrics they were asked about."""
 
     def __init__(self, ncu: str, requested):
         self.ncu, self.requested = ncu, tuple(requested)
@@ -252,6 +252,14 @@ class Ahead:
         if "error" in self._out:
             raise self._out["error"]
         return self._out["value"]
+
+    def answer(self) -> tuple[str, set[str]] | None:
+        """result() where the queries answered; None where they failed (capture then asks in line, as it did
+        before: a failure ahead does not fail a capture whose own queries would answer)."""
+        try:
+            return self.result()
+        except (OSError, NcuError):
+            return None
 
 
 def query_ahead(requested=DEFAULT_METRICS) -> Ahead | None:
@@ -510,8 +518,8 @@ def capture(
 ) -> dict:
     """Query, plan, profile target_argv under ncu, import and parse. Never raises for a missing, failing
     or timed-out ncu (available False, reason, stderr_tail); programming errors propagate. `ahead`: the
-    queries started before (query_ahead), used where they asked this ncu about these metrics (`query_s` is
-    then the wait for them).
+    queries started before (query_ahead), whose answer is used where they asked this ncu about these metrics
+    and answered (`query_s` is then the wait for them); otherwise capture queries itself.
 
     Writes into workdir: <name>.ncu-rep[z] (the report), <name>.ncu.log (ncu's output), <name>.stdout /
     <name>.stderr (the target's), <name>.csv (the imported CSV). env: the profiled process's environment
@@ -554,10 +562,10 @@ def capture(
         return _total(res, t0)
     res["ncu"] = ncu
     try:
-        if ahead is not None and (ahead.ncu, ahead.requested) == (ncu, tuple(requested)):
-            res["ncu_version"], offered = ahead.result()
-        else:
-            res["ncu_version"], offered = ncu_version(ncu), query_metrics(ncu, requested)
+        answer = (
+            ahead.answer() if ahead is not None and (ahead.ncu, ahead.requested) == (ncu, tuple(requested)) else None
+        )
+        res["ncu_version"], offered = answer or (ncu_version(ncu), query_metrics(ncu, requested))
         collect, res["unavailable"] = plan(requested, offered)
     except (OSError, NcuError) as e:
         ph["query_s"] = time.time() - t0  # a query that failed took its time too

@@ -643,17 +643,23 @@ class Launcher:
 
     def discard(self) -> None:
         """End the workers launched and never taken by a cohort. None has had its go, so none holds anything on
-        the GPU: each is told to end (one waiting for its go ends at once), and one still importing or reading
-        after DISCARD_WAIT_S is terminated rather than awaited (a rung that does not time, its bytes differing,
-        would otherwise wait for every worker's imports)."""
+        the GPU: each is told to end (one waiting for its go ends at once), and those still importing or reading
+        DISCARD_WAIT_S after that (one wait for all of them) are terminated rather than awaited (a rung that does
+        not time, its bytes differing, would otherwise wait for every worker's imports)."""
         workers = [self.launched.pop(i) for i in list(self.launched)]
         for w in workers:
             w.ask_quit()
+        deadline = time.monotonic() + DISCARD_WAIT_S  # one wait for all of them, not one each
         for w in workers:
             try:
-                w.p.wait(timeout=DISCARD_WAIT_S)
+                w.p.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 w.p.terminate()
+        for w in workers:
+            try:
+                w.p.wait(timeout=10)
+            except subprocess.TimeoutExpired:  # (one that does not end on SIGTERM)
+                w.p.kill()
                 w.p.wait()
 
     def __call__(self, indices=None) -> list:
