@@ -819,6 +819,7 @@ def test_overlay_promotion_is_verified_by_plain_verify(ws):
     # the first cohort's worker read its capture before its go; a later cohort's, launched while the first timed,
     # after its go (a step of its account): nothing beyond their imports runs beside a timed request
     prep = r4["process_prep"]
+    assert r4["launched_ahead"] == [1]  # the first cohort's worker, launched as the job started (launch_ahead)
     assert prep[1]["read_before_go"] and "read_s" not in prep[1]["worker"] and prep[1]["read_s"] > 0, prep[1]
     assert all(not p["read_before_go"] and p["worker"]["read_s"] > 0 for p in prep[2:]), prep[2:]
     # the build's host part beside the read (r4_block.prime_host: the library path's imports; on CUDA the cubin lookup's)

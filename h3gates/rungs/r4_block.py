@@ -172,7 +172,9 @@ def _run(ctx, out, block, upstream, ahead):
         else:
             run_id, attempt = ledger.start(key, block)
             start = ahead or _launcher(ctx, block, q, gate.device)
+            early = sorted(start.launched)  # the workers launch_ahead started before this process built its gate
             timing = _timed(gate, block, base, cand, q, attempt, lambda: ledger.looked(key, block, run_id), start)
+            timing["launched_ahead"] = early
             ledger.finish(key, block, run_id, timing["decision"], timing["interval"], timing.get("level") or 0.0)
     timing["attempts"] = ledger.history(key, block)
     timing["attempts_not_counted"] = ledger.uncounted(key, block)
