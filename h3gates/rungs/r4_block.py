@@ -70,15 +70,7 @@ def launch_ahead(ctx, block: int, upstream=()):
     from h3gates.core.jobs import runtime_device
 
     q = PG.params({k: v for k, v in ctx.rung_params.items() if k != "enforce"})
-    key = _key(ctx, provenance(ctx))
-    if PG.DecidedStore(PG.decided_path(RESULTS, ctx.profile, ctx.results_name)).get(key, block) is not None:
-        return None
-    if _first_block_not_passed(ctx, block, upstream) is not None:
-        return None
-    if (
-        len(PG.Attempts(PG.attempts_path(RESULTS, ctx.profile, ctx.results_name)).counted(key, block))
-        >= q["max_attempts"]
-    ):
+    if _course(ctx, block, upstream, _key(ctx, provenance(ctx)), q)[0] != "time":
         return None
     device = runtime_device(ctx.device)
     start = _launcher(ctx, block, q, device)
@@ -88,6 +80,20 @@ def launch_ahead(ctx, block: int, upstream=()):
         start.discard()
         raise
     return start
+
+
+def _course(ctx, block: int, upstream, key: str, q: dict):
+    """What rung 4 does at this block once its bytes are equal, checked in this order (the one place both
+    launch_ahead and _run ask): ("reused", the decided report) where this fingerprint decided already,
+    ("not timed", _first_block_not_passed's account) where the first gated block did not pass, ("refused",
+    the counted attempts) where the attempts are spent, else ("time", the counted attempts)."""
+    stored = PG.DecidedStore(PG.decided_path(RESULTS, ctx.profile, ctx.results_name)).get(key, block)
+    if stored is not None:
+        return "reused", stored
+    if (first := _first_block_not_passed(ctx, block, upstream)) is not None:
+        return "not timed", first
+    counted = PG.Attempts(PG.attempts_path(RESULTS, ctx.profile, ctx.results_name)).counted(key, block)
+    return ("refused" if len(counted) >= q["max_attempts"] else "time"), counted
 
 
 def _launcher(ctx, block: int, q: dict, device: str, local=None):
@@ -136,8 +142,9 @@ def _run(ctx, out, block, upstream, ahead):
     ledger = PG.Attempts(PG.attempts_path(RESULTS, ctx.profile, ctx.results_name))
     store = PG.DecidedStore(PG.decided_path(RESULTS, ctx.profile, ctx.results_name))
     key = attempt_key(gate)
-    stored = store.get(key, block)
-    if stored is not None:  # decided at this fingerprint already: never timed again
+    course, found = _course(ctx, block, upstream, key, q)
+    stored = found if course == "reused" else None
+    if course == "reused":  # decided at this fingerprint already: never timed again
         timing = dict(stored["timing"])
         timing["reused"] = {
             "from": str(store.path(key, block)),
@@ -146,36 +153,34 @@ def _run(ctx, out, block, upstream, ahead):
         }
         attempt = timing.get("attempt")
         progress(f"perf gate: block {block} was decided at this fingerprint ({timing['decision']}): reused, not timed")
-    elif (first := _first_block_not_passed(ctx, block, upstream)) is not None:  # timed only once the first block passes
+    elif course == "not timed":  # timed only once the first block passes
         attempt = None
         timing = {
             "decision": "not timed",
-            "reason": f"block {first['block']}, the first gated block, did not pass rung 4 ({first['verdict']}: "
-            f"{first['report']}); a later block is timed only once the first has passed",
+            "reason": f"block {found['block']}, the first gated block, did not pass rung 4 ({found['verdict']}: "
+            f"{found['report']}); a later block is timed only once the first has passed",
             "interval": [None, None],
             "attempt": None,
             "params": q,
-            "first_block": first,
+            "first_block": found,
         }
-        progress(f"perf gate: block {block} not timed: block {first['block']} did not pass rung 4")
+        progress(f"perf gate: block {block} not timed: block {found['block']} did not pass rung 4")
+    elif course == "refused":
+        attempt = None
+        timing = {
+            "decision": "refused",
+            "reason": _refusal(ledger.history(key, block), q, ctx, block),
+            "interval": [None, None],
+            "attempt": None,
+            "params": q,
+        }
     else:
-        counted = ledger.counted(key, block)
-        if len(counted) >= q["max_attempts"]:
-            attempt = None
-            timing = {
-                "decision": "refused",
-                "reason": _refusal(ledger.history(key, block), q, ctx, block),
-                "interval": [None, None],
-                "attempt": None,
-                "params": q,
-            }
-        else:
-            run_id, attempt = ledger.start(key, block)
-            start = ahead or _launcher(ctx, block, q, gate.device)
-            early = sorted(start.launched)  # the workers launch_ahead started before this process built its gate
-            timing = _timed(gate, block, base, cand, q, attempt, lambda: ledger.looked(key, block, run_id), start)
-            timing["launched_ahead"] = early
-            ledger.finish(key, block, run_id, timing["decision"], timing["interval"], timing.get("level") or 0.0)
+        run_id, attempt = ledger.start(key, block)
+        start = ahead or _launcher(ctx, block, q, gate.device)
+        early = sorted(start.launched)  # the workers launch_ahead started before this process built its gate
+        timing = _timed(gate, block, base, cand, q, attempt, lambda: ledger.looked(key, block, run_id), start)
+        timing["launched_ahead"] = early
+        ledger.finish(key, block, run_id, timing["decision"], timing["interval"], timing.get("level") or 0.0)
     timing["attempts"] = ledger.history(key, block)
     timing["attempts_not_counted"] = ledger.uncounted(key, block)
     timing["attempt_key"] = key
