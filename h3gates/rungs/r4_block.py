@@ -83,10 +83,11 @@ def launch_ahead(ctx, block: int, upstream=()):
 
 
 def _course(ctx, block: int, upstream, key: str, q: dict):
-    """What rung 4 does at this block once its bytes are equal, checked in this order (the one place both
-    launch_ahead and _run ask): ("reused", the decided report) where this fingerprint decided already,
-    ("not timed", _first_block_not_passed's account) where the first gated block did not pass, ("refused",
-    the counted attempts) where the attempts are spent, else ("time", the counted attempts)."""
+    """What rung 4 does at this block where its bytes are equal (_run asks after comparing them; launch_ahead
+    before, and its workers are discarded if the bytes then differ), checked in this order, the one place both
+    ask: ("reused", the decided report) where this fingerprint decided already, ("not timed",
+    _first_block_not_passed's account) where the first gated block did not pass, ("refused", the counted
+    attempts) where the attempts are spent, else ("time", the counted attempts)."""
     stored = PG.DecidedStore(PG.decided_path(RESULTS, ctx.profile, ctx.results_name)).get(key, block)
     if stored is not None:
         return "reused", stored
