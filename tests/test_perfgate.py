@@ -132,6 +132,38 @@ def test_an_odd_early_look_balances_the_order_effect_across_processes():
     assert G.decide(s, biased, p, 0)["decision"] == "continue"
 
 
+def test_timing_samples_every_call_of_the_pair_by_default_and_the_steady_calls_on_request():
+    """Catches: the switch call left out of the canonical statistic (the gate before 2026-12-05), or put into the
+    steady one; a report from before the key existed re-derived with the new statistic."""
+    assert G.defaults()["samples"] == "every"
+    pair = {"order": "AB", "A": [1.0, 1.0], "A_switch": 1.3, "B": [1.0, 1.0], "B_switch": 1.0, "throttled": False}
+    assert G.pair_d(pair, "steady") == pytest.approx(0.0)
+    assert G.pair_d(pair, "every") == pytest.approx(math.log(1.0 / 1.1))
+    assert G.kept([[pair]], "every")[0] == [[G.pair_d(pair, "every")]]
+    with pytest.raises(ValueError, match="timing.samples"):
+        G.side_samples(pair, "A", "switch")
+    assert "3 back-to-back timed calls, the switch call among them" in G.method_text({"calls": 2}, 6)
+    assert "one untimed switch call and 2" in G.method_text({"calls": 2, "samples": "steady"}, 6)
+
+
+def test_every_call_cancels_a_clock_swing_near_the_pair_length():
+    """Why `every` (docs/performance-gate.md, "Every call a sample"): a power-capped clock swinging with a period
+    of about 7.5 block calls (1 s at canonical size) plus independent call noise. The contrast of the two sides'
+    runs of 5 adjacent calls carries far less of the swing than that of their steady runs of 4 (5 apart), more
+    than the fifth call's 1/5 less variance of white noise explains. Catches: a statistic that leaves the switch
+    calls out, or that takes them from the wrong side."""
+    rng = random.Random(3)
+    d = {"every": [], "steady": []}
+    for _ in range(3000):
+        phase, amp = rng.uniform(0, 2 * math.pi), 0.008
+        t = [1 + amp * math.sin(2 * math.pi * k / 7.5 + phase) + rng.gauss(0, 0.003) for k in range(10)]
+        pair = {"order": "AB", "A_switch": t[0], "A": t[1:5], "B_switch": t[5], "B": t[6:10]}
+        for s in d:
+            d[s].append(G.pair_d(pair, s))
+    sd = {s: statistics.stdev(v) for s, v in d.items()}
+    assert sd["every"] < 0.8 * sd["steady"]  # white noise alone: sqrt(4 / 5) = 0.89
+
+
 def test_the_pair_statistic_is_the_log_of_the_mean_call_ratio():
     assert G.pair_stat([1.0, 1.2, 0.8], [0.9, 1.0, 1.1]) == pytest.approx(0.0)
     assert G.pair_stat([2.0, 2.0], [1.0, 3.0]) == pytest.approx(0.0)  # the mean of the calls, not of per-call ratios
@@ -335,7 +367,7 @@ def test_lag1_never_joins_pairs_across_a_gap():
     assert G.lag1(x, 0.0, [[0, 1, 2, 3]]) == 0.0  # every neighbour in another segment
     pair = lambda o, t=False, req=0: {"order": o, "A": [1.0], "B": [1.01], "throttled": t, "request": req}  # noqa: E731
     raw = [[pair("AB"), pair("BA"), pair("AB", True), pair("BA"), pair("AB", req=1), pair("BA", req=1)]]
-    series, orders, segments, dropped = G.kept(raw)  # (moved from h3gates.rungs.timing: derive recomputes with it)
+    series, orders, segments, dropped = G.kept(raw, "steady")  # (moved from h3gates.rungs.timing: derive recomputes with it)
     assert dropped == 1 and len(series[0]) == 5
     assert segments[0][0] == segments[0][1] != segments[0][2] != segments[0][3]  # the drop and the request split
 
@@ -1085,7 +1117,7 @@ def test_the_campaign_finds_a_construction_order_effect_and_the_blocked_bound_ga
     planted = [{**x, "kind": "gain:0.003", "gate": "p" + x["gate"], "pairs": [(d - 0.003, o) for d, o in x["pairs"]]}
                for x in _aa_block(random.Random(7), 0.0, processes=24, built=0.003)]  # fmt: skip
     procs = [{**x, "schedule": [12, 4]} for x in with_ + planted]
-    monkeypatch.setattr(A, "load", lambda paths: procs)
+    monkeypatch.setattr(A, "load", lambda paths, samples: procs)
     out = A.analyze([], boot=2, outer=1, seed=0)["blocks"]["0"]
     assert out["construction_order"]["processes"] == {"candidate_first": 48, "baseline_first": 48}
     every = out["construction_order_every_gate"]
@@ -1227,7 +1259,7 @@ def test_the_campaign_analysis_warns_where_the_schedules_mix(monkeypatch):
     procs = _aa_block(random.Random(6), 0.0, processes=24)
     for i, x in enumerate(procs):
         x["schedule"] = [12, 4] if i % 3 else None
-    monkeypatch.setattr(A, "load", lambda paths: procs)
+    monkeypatch.setattr(A, "load", lambda paths, samples: procs)
     assert "warning" not in A.analyze([], boot=2, outer=1, seed=0)
     procs[1]["schedule"] = [6, 9]
     w = A.analyze([], boot=2, outer=1, seed=0)["warning"]
@@ -1245,7 +1277,7 @@ def test_the_campaign_analysis_leaves_out_a_process_short_of_its_pairs_and_says_
         x["schedule"] = [12, 4]
     procs[-1]["pairs"] = procs[-1]["pairs"][:3]
     procs[-1]["gate"] = "f/campaign_x.json:0"
-    monkeypatch.setattr(A, "load", lambda paths: procs)
+    monkeypatch.setattr(A, "load", lambda paths, samples: procs)
     out = A.analyze([], boot=2, outer=1, seed=0)
     assert out["left_out"]["processes"] == 1 and out["left_out"]["gates"] == ["f/campaign_x.json:0"]
     assert out["blocks"]["0"]["processes"] == 24 and out["rates"]["processes"] == 24
@@ -1273,7 +1305,7 @@ def test_the_campaign_analysis_gives_the_same_rates_whatever_the_jobs(monkeypatc
     cases (the parallel run would then draw other gates than the sequential one)."""
     A = _analysis()
     procs = _aa_block(random.Random(6), 0.001, processes=24)
-    monkeypatch.setattr(A, "load", lambda paths: procs)
+    monkeypatch.setattr(A, "load", lambda paths, samples: procs)
     one, two = A.analyze([], boot=6, outer=3, seed=2), A.analyze([], boot=6, outer=3, seed=2, jobs=2)
     assert one["rates"] == two["rates"] and one["blocks"] == two["blocks"]
     alone = A.rates([x for x in procs], A.canonical(), 6, 3, 2, A.CASES[1:2], "all")
@@ -1292,7 +1324,7 @@ def test_the_campaign_bootstrap_keeps_the_level_on_independent_normal_pairs(monk
          "pairs": [(rng.gauss(0, 0.0045), o) for o in G.orders(9, g, i, 1)]}
         for g in range(3) for i in range(6)
     ]  # fmt: skip
-    monkeypatch.setattr(A, "load", lambda paths: procs)
+    monkeypatch.setattr(A, "load", lambda paths, samples: procs)
     out = A.analyze([], boot=150, outer=8, seed=3)
     aa, gain = out["rates"]["a_a"], out["rates"]["gain_0.3pct"]
     # 1200 simulated gates each; the level is 1.25%, and a rate of 1200 gates has a Monte-Carlo SD of 0.32%:
@@ -1334,7 +1366,7 @@ def test_the_campaign_bootstrap_runs_the_gates_cohorts_and_other_schedules(monke
     A._gate(pool, [1] * 16, G.params({**p, "processes": 16, "resident": 8}), 0.0, rng)
     assert seen[0][:2] == (0, 8) and draws == [[1, 3]] * 8 + [[4]] * 8
     procs = [{"kind": "aa", "block": 0, "gate": "g", "decision": "undecided", "plant": None, "pairs": q} for q in pool]
-    monkeypatch.setattr(A, "load", lambda paths: procs)
+    monkeypatch.setattr(A, "load", lambda paths, samples: procs)
     with pytest.raises(SystemExit, match="max_pairs 6 is more than the 4 pairs"):
         A.analyze([], boot=1, outer=1, schedule={"max_pairs": 6})
 
@@ -1355,7 +1387,7 @@ def test_the_campaign_analysis_pools_each_plant_sizing_and_sets_the_gates_beside
     procs += [proc("gain:0.003", "g1", 0.997, "pass", {"in_block_factor": 1.32, "block_ratio": 0.997})] * 6
     procs += [proc("slower:0.003", "s1", 1.003, "fail", {"in_block_factor": 1.32, "block_ratio": 1.003})] * 6
     procs += [proc("gain:0.003", "g0", 0.995, "pass", {"block_ratio": 0.995})] * 6  # sized alone
-    monkeypatch.setattr(A, "load", lambda paths: procs)
+    monkeypatch.setattr(A, "load", lambda paths, samples: procs)
     out = A.analyze([], boot=20, outer=2, seed=1)
     pl = out["plants"]
     assert set(pl["pooled"]) == {"1.32"} and pl["pooled"]["1.32"]["n"] == 12
@@ -1380,13 +1412,13 @@ def test_a_planted_gate_with_a_copy_off_its_target_is_left_out_of_the_campaign_a
     copies are all off alike passed, or a guard so tight that a sound gate is dropped."""
     A = _analysis()
     ev = ROOT / "studies/perfgate/evidence"
-    bad = A.mis_sized(A.load([ev / "campaign_2026-12-04"]))
+    bad = A.mis_sized(A.load([ev / "campaign_2026-12-04"], "every"))
     assert list(bad) == ["campaign_2026-12-04/campaign_gain3-b0.json:0"]
     assert bad["campaign_2026-12-04/campaign_gain3-b0.json:0"]["processes_off"] == [2, 3, 6, 7, 8]
     earlier = [ev / f"campaign_2026-12-{d}" for d in ("02", "02b", "02c", "03", "03b", "03c", "03d")]
-    assert A.mis_sized(A.load(earlier)) == {}
+    assert A.mis_sized(A.load(earlier, "every")) == {}
     # and the four planted gates of 2026-12-04b, each prepared one process at a time (campaign.launcher), pass it
-    later = A.load([ev / "campaign_2026-12-04b"])
+    later = A.load([ev / "campaign_2026-12-04b"], "every")
     assert sum(bool((x.get("plant") or {}).get("planted_ratio")) for x in later) == 48 and A.mis_sized(later) == {}
     sys.path.insert(0, str(ROOT / "studies/perfgate"))
     try:
@@ -1407,7 +1439,7 @@ def test_a_planted_gate_with_a_copy_off_its_target_is_left_out_of_the_campaign_a
     procs += [proc("mixed", i, 0.987 if i in (2, 3) else 0.9977) for i in range(12)]
     procs += [proc("alike", i, 0.987) for i in range(12)]  # every copy 5.7x its target: one size, the wrong one
     procs += [proc("cpu", i, 1.0) for i in range(12)]  # no cost measured: not judged
-    monkeypatch.setattr(A, "load", lambda paths: procs)
+    monkeypatch.setattr(A, "load", lambda paths, samples: procs)
     out = A.analyze([], boot=2, outer=1, seed=0)
     gone = out["left_out_plants"]["gates"]
     assert sorted(gone) == ["alike", "mixed"] and gone["mixed"]["processes_off"] == [2, 3]
@@ -1634,7 +1666,7 @@ def test_the_committed_campaign_holds_nine_planted_gains_and_losses_and_every_ca
     candidate whose gates (fc2_algo's sweep, stream_a's packages) never ran."""
     A = _analysis()
     ev = ROOT / "studies/perfgate/evidence"
-    assert A.mis_sized(A.load([ev / "campaign_2026-12-04c"])) == {}
+    assert A.mis_sized(A.load([ev / "campaign_2026-12-04c"], "every")) == {}
     sys.path.insert(0, str(ROOT / "studies/perfgate"))
     try:
         import campaign as K
@@ -1662,7 +1694,7 @@ def test_the_campaign_focus_is_the_analysis_case_with_its_own_boot(monkeypatch, 
          "pairs": [(rng.gauss(0, 0.0045), o) for o in G.orders(4, g, i, 1)]}
         for b, n in ((0, 24), (24, 12)) for g in range(n // 12) for i in range(12)
     ]  # fmt: skip
-    monkeypatch.setattr(A, "load", lambda paths: procs)
+    monkeypatch.setattr(A, "load", lambda paths, samples: procs)
     whole = A.analyze([], boot=20, outer=4, seed=1)
     one = A.focus([], 0, "a_a", boot=20, outer=4, seed=1)
     assert {k: one[k] for k in whole["rates_by_block"]["0"]["a_a"]} == whole["rates_by_block"]["0"]["a_a"]
@@ -1730,3 +1762,49 @@ def test_the_verdicts_fix_after_a_rung4_refusal_that_did_not_decide():
     )
     assert _attempts_fix(row("pass", **{"0": und})) is None
     assert "block 24 again" in _attempts_fix(row("fail", **{"0": {**und, "decision": "pass"}, "24": und}))
+
+
+def test_every_recorded_gate_decided_again_from_its_raw_pairs():
+    """analyze_campaign.redecide replays each committed 12 x 4 gate look by look. Under `steady` (the statistic
+    they ran with) it must give every recorded decision back, which pins the replay; under `every` (the gate's
+    statistic since 2026-12-05) the shipped candidates keep their verdicts and no A/A gate decides. Catches a
+    replay that uses another look's pairs or processes, and a statistic change that flips a real verdict."""
+    A = _analysis()
+    ev = ROOT / "studies/perfgate/evidence"
+    folders = sorted(f for f in ev.glob("campaign_2026-12-0*") if f.name not in ("campaign_2026-12-01", "campaign_2026-12-02"))
+    got = {}
+    for samples in ("steady", "every"):
+        p = G.params({**A.canonical(), "samples": samples})
+        got[samples] = A.redecide(folders, p)
+    assert len(got["steady"]) >= 45
+    assert all(r["decision"] == r["recorded"] for r in got["steady"]), [
+        r for r in got["steady"] if r["decision"] != r["recorded"]
+    ]
+    by = {}
+    for r in got["every"]:
+        by.setdefault(r["kind"], set()).add(r["decision"])
+    assert by["modulate_fusion"] == by["swiglu_fusion"] == {"pass"}
+    assert by["qkv_ring"] == by["stream_a"] == {"fail"}
+    assert by["aa"] == {"undecided"}
+    assert all(r["decision"] == "pass" for r in got["every"] if r["kind"].startswith("gain"))
+
+
+def test_a_report_from_before_timing_samples_is_re_derived_with_the_steady_calls():
+    """A rung-4 report whose params predate `timing.samples` sampled the steady calls: the re-derivation of its
+    decision (h3gates.core.derive.recompute_gate) must use them, not the new default, or an honest old report
+    would read as forged. Catches the default applied to a report that does not name its statistic."""
+    from h3gates.core import derive
+
+    rng = random.Random(5)
+
+    def pair(order, k):
+        a = [1.0 + rng.gauss(0, 0.002) for _ in range(4)]
+        b = [0.99 + rng.gauss(0, 0.002) for _ in range(4)]
+        return {"order": order, "A": a, "B": b, "A_switch": 1.0, "B_switch": 1.5, "throttled": False, "request": 0}
+
+    procs = [{"pairs": [pair(o, k) for k, o in enumerate(["AB", "BA", "BA", "AB"])]} for _ in range(6)]
+    p = {k: v for k, v in G.params({"processes": 6, "min_pairs": 4, "max_pairs": 4, "early_pairs": 0}).items()}
+    del p["samples"]
+    timing = {"processes": procs, "params": p, "look": 0}
+    assert derive.recompute_gate(timing) == "pass"  # the steady calls: 1% faster
+    assert derive.recompute_gate({**timing, "params": {**p, "samples": "every"}}) == "fail"  # the 1.5 s switch calls

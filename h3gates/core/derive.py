@@ -168,7 +168,8 @@ def recompute_gate(timing: dict) -> str | None:
     if not procs or not p or look is None:
         return None
     raw = [proc.get("pairs") or [] for proc in procs]
-    series, orders, segments, dropped = PG.kept(raw)
+    # a report from before timing.samples existed sampled the steady calls alone
+    series, orders, segments, dropped = PG.kept(raw, p.get("samples", "steady"))
     d = PG.decide(series, orders, p, look, dropped=dropped, segments=segments)
     if timing.get("decision") == "invalid":  # the timed block was not the checked one: no decision stands
         return "invalid"

@@ -9,8 +9,9 @@ Baseline (A) and candidate (B) are timed in P fresh processes (`processes` on a 
 CPU), the construction order alternating (half build and capture the candidate first). All P prepare at
 once; then the parent grants one process a request at a time, so no two time at once, and each look's
 requests go round the processes. In a request the process runs lead calls (untimed) and then its pairs:
-each side one untimed switch call and `calls` back-to-back timed calls; d = log(mean B call / mean A
-call). A pair's order is AB or BA, balanced and random within each process (each consecutive two pairs
+each side one switch call (the first after the other side's) and `calls` back-to-back steady calls, each
+timed; d = log(mean B call / mean A call) over every call of the pair (`samples: every`; `steady` leaves the
+switch calls out, as the gate did until 2026-12-05). A pair's order is AB or BA, balanced and random within each process (each consecutive two pairs
 hold one of each, which first drawn from a seeded generator).
 
 The decision (a t bound over the process means)
@@ -134,6 +135,27 @@ def pair_stat(a_times, b_times) -> float:
     return math.log(statistics.fmean(b_times) / statistics.fmean(a_times))
 
 
+SAMPLES = ("every", "steady")
+
+
+def side_samples(pair: dict, side: str, samples: str) -> list[float]:
+    """The calls of one side of a raw pair that are samples (`timing.samples`): `every` call the side ran in the
+    pair, its switch call (the first after the other side's) and its `calls` steady ones; `steady` the steady
+    ones alone (the gate until 2026-12-05). Why `every`: the H200's power-capped clock swings with a period of
+    about 1 s, about 7.5 block calls at canonical size, and the contrast of two runs of 4 calls 5 apart sits near
+    its worst there, while two adjacent runs of 5 cancel most of it (docs/performance-gate.md, "Every call a
+    sample")."""
+    if samples not in SAMPLES:
+        raise ValueError(f"timing.samples must be one of {SAMPLES}, got {samples!r}")
+    steady = list(pair[side])
+    return steady if samples == "steady" else [pair[f"{side}_switch"], *steady]
+
+
+def pair_d(pair: dict, samples: str) -> float:
+    """d of one raw pair under `timing.samples`."""
+    return pair_stat(side_samples(pair, "A", samples), side_samples(pair, "B", samples))
+
+
 # ------------------------------------------------------------------ Student's t, without scipy
 def _betacf(a: float, b: float, x: float) -> float:
     """Continued fraction of the regularized incomplete beta (Lentz's method)."""
@@ -216,11 +238,12 @@ def process_mean(ds: list[float], os_: list[str]) -> float | None:
     return (statistics.fmean(ab) + statistics.fmean(ba)) / 2 if ab and ba else None
 
 
-def kept(raw: list[list[dict]]):
+def kept(raw: list[list[dict]], samples: str):
     """The kept pairs of each timing process's raw pairs (h3gates.rungs.timing.gate records them; the
     re-derivation of a rung-4 verdict, h3gates.core.derive, recomputes from them). Per process: the kept
-    pairs' d, their orders, their segment labels (a new segment at each request and after each dropped
-    pair: the lag-1 estimate never joins pairs across a gap), and the dropped count."""
+    pairs' d (pair_d under `samples`, timing.samples), their orders, their segment labels (a new segment at
+    each request and after each dropped pair: the lag-1 estimate never joins pairs across a gap), and the
+    dropped count."""
     series, orders, segments, dropped = [], [], [], 0
     for r in raw:
         s, o, g, seg, prev_req = [], [], [], 0, None
@@ -230,7 +253,7 @@ def kept(raw: list[list[dict]]):
             if x["throttled"]:
                 dropped, seg = dropped + 1, seg + 1
                 continue
-            s.append(pair_stat(x["A"], x["B"]))
+            s.append(pair_d(x, samples))
             o.append(x["order"])
             g.append(seg)
         series.append(s)
@@ -468,6 +491,14 @@ def timing_seconds(
     return out
 
 
+def sampled(p: dict) -> str:
+    """What a pair's side samples, in words (timing.samples)."""
+    p = params(p)
+    if p["samples"] == "steady":
+        return f"one untimed switch call and {p['calls']} back-to-back timed calls"
+    return f"{p['calls'] + 1} back-to-back timed calls, the switch call among them"
+
+
 def method_text(p: dict, processes: int, resident: int | None = None) -> str:
     p = params(p)
     looks = looks_schedule(p)
@@ -478,8 +509,8 @@ def method_text(p: dict, processes: int, resident: int | None = None) -> str:
     )
     return (
         f"t bound over the crossover-balanced means of {processes} fresh processes (construction order alternating, "
-        f"{prepared}, timed in turns), {processes - 1} degrees of freedom; each pair one untimed switch call and "
-        f"{p['calls']} back-to-back timed calls per side, sides in balanced random order; looks at {list(looks)} pairs per "
+        f"{prepared}, timed in turns), {processes - 1} degrees of freedom; each pair {sampled(p)} per side, sides in "
+        f"balanced random order; looks at {list(looks)} pairs per "
         f"process; one-sided levels {[round(x, 6) for x in levels(p)]} per bound per look = (1 - {p['confidence']}) / "
         f"(2 bounds x {p['max_attempts']} attempts) split over the looks"
         + (f" ({p['early_share']:g} of it to the early look)" if p["early_pairs"] else "")

@@ -854,7 +854,7 @@ def gate_cohorts(n: int, resident: int, start, p: dict, attempt: int, say=progre
                     if last and c < len(groups) - 1:
                         continue  # the last look waits for every cohort
                     used = [i for i in range(n) if len(raw[i]) >= npairs]
-                    series, orders, segments, dropped = PG.kept([raw[i] for i in used])
+                    series, orders, segments, dropped = PG.kept([raw[i] for i in used], p["samples"])
                     d = PG.decide(series, orders, p, look, dropped=dropped, segments=segments)
                     history.append(
                         {
@@ -901,7 +901,7 @@ def gate_cohorts(n: int, resident: int, start, p: dict, attempt: int, say=progre
     if decision == "continue":
         decision, reason = "undecided", f"undecided at the last look ({looks[-1]} pairs per process): {reason}"
     every = [x for r in raw for x in r]
-    series, orders, _, _ = PG.kept(raw)
+    series, orders, _, _ = PG.kept(raw, p["samples"])
     return {
         "decision": decision,
         "reason": reason,

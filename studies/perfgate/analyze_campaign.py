@@ -67,8 +67,9 @@ def _pairs_of_report(t: dict) -> list[tuple[float, str]]:
     return [(math.log(b / a), o) for a, b, o in zip(t["baseline_s"], t["candidate_s"], t["order"])]
 
 
-def load(paths) -> list[dict]:
-    """Every process of every gate: {kind, block, gate, pairs [(d, order)], segments (a label per kept pair,
+def load(paths, samples: str) -> list[dict]:
+    """Every process of every gate: {kind, block, gate, pairs [(d, order)] (d under timing.samples `samples`:
+    perfgate.pair_d), segments (a label per kept pair,
     new at each request and after a dropped pair: perfgate.kept), schedule ([processes, max_pairs] of the gate's
     timing parameters, campaign pieces only), plant}."""
     files = []
@@ -84,7 +85,7 @@ def load(paths) -> list[dict]:
             for gi, g in enumerate(d["gates"]):
                 for i, proc in enumerate(g["processes"]):
                     raw = [{"throttled": False, **x} for x in proc["pairs"]]
-                    series, orders, segments, _ = G.kept([raw])
+                    series, orders, segments, _ = G.kept([raw], samples)
                     pairs = list(zip(series[0], orders[0]))
                     plant = ((g.get("ready") or [{}] * (i + 1))[i] or {}).get("plant")
                     out.append(
@@ -114,6 +115,47 @@ def load(paths) -> list[dict]:
                 }
             )
     return out
+
+
+def redecide(paths, p: dict) -> list[dict]:
+    """Every recorded gate of the schedule `p` (its processes and pairs per process) decided again from its raw
+    pairs under `p` (its samples and levels), look by look as the gate ran (h3gates.rungs.timing.gate_cohorts: a
+    look uses the pairs of the requests up to it, of the processes holding the look's pairs, each cut to them):
+    the first decided look's decision, or `continue` where the recorded gate stopped before the replay decides
+    (it decided at an earlier look and timed no further), or `undecided` at the last look."""
+    looks = G.looks_schedule(p)
+    out = []
+    for f in _campaign_files(paths):
+        d = json.loads(f.read_text())
+        for gi, g in enumerate(d.get("gates") or []):
+            gp = g.get("params") or {}
+            if [gp.get("processes"), gp.get("max_pairs")] != [p["processes"], p["max_pairs"]]:
+                continue
+            raw = [[{"throttled": False, **x} for x in proc["pairs"]] for proc in g["processes"]]
+            r = {"gate": f"{f.parent.name}/{f.name}:{gi}", "kind": g["kind"], "block": g["block"],
+                 "recorded": g["decision"], "recorded_ratio": g.get("ratio"), "decision": "continue"}  # fmt: skip
+            for look, npairs in enumerate(looks):
+                upto = [[x for x in pr if (x.get("request") or 0) <= look] for pr in raw]
+                used = [pr[:npairs] for pr in upto if len(pr) >= npairs]
+                if len(used) < 2:
+                    break
+                series, orders, segments, dropped = G.kept(used, p["samples"])
+                dec = G.decide(series, orders, p, look, dropped=dropped, segments=segments)
+                r.update(look=look, processes=len(used), ratio=dec.get("ratio"),
+                         interval=[dec.get("lower"), dec.get("upper")], decision=dec["decision"])  # fmt: skip
+                if dec["decision"] in G.DECIDED:
+                    break
+                if look == len(looks) - 1:
+                    r["decision"] = "undecided"
+            out.append(r)
+    return out
+
+
+def _campaign_files(paths) -> list[Path]:
+    files = []
+    for p in map(Path, paths):
+        files += sorted(p.glob("campaign_*.json")) if p.is_dir() else [p]
+    return files
 
 
 def process_component(procs: list[dict], r: float = 0.0) -> dict | None:
@@ -691,7 +733,7 @@ def firsts_of(aa: list[dict], p: dict) -> list[str] | None:
 def aa_pool(paths, p: dict):
     """-> (every process of the folders, the A/A processes the schedule `p` can draw from, those left out
     because a pair was dropped); refuses A/A processes measured under a schedule of fewer pairs."""
-    procs = load(paths)
+    procs = load(paths, p["samples"])
     aa = [x for x in procs if x["kind"] == "aa" and len(x["pairs"]) >= 2]
     if aa and p["max_pairs"] > max(len(x["pairs"]) for x in aa):
         raise SystemExit(
@@ -830,7 +872,12 @@ def analyze(
         k[g["decision"] if g["decision"] in ("pass", "fail") else "undecided"] += 1
         k["planted"] += [r for r in g["planted"] if r is not None]  # the copy alone, measured by each process
         k["block_ratio"] += [r for r in g["block_ratio"] if r is not None]  # the whole block (campaign._block_ratio)
+    out["redecided"] = redecide(paths, p)
     return out
+
+
+def _f4(x) -> str:
+    return "n/a" if x is None else f"{x:.4f}"
 
 
 def _pctfmt(x) -> str:
@@ -981,6 +1028,13 @@ def main() -> int:
         print(f"planted {k} gates: {v}")
     for k, g in out["gates"].items():
         print(f"{k:24s} n {g['n']} pass {g['pass']} fail {g['fail']} undecided {g['undecided']}")
+    for r in out["redecided"]:
+        lo, hi = r.get("interval") or (None, None)
+        print(
+            f"decided again under samples={out['schedule']['samples']}: {r['gate']} {r['kind']} block {r['block']}: "
+            f"{r['decision']} at look {r.get('look')} ({r.get('processes')} processes), ratio {_f4(r.get('ratio'))} "
+            f"[{_f4(lo)}, {_f4(hi)}]; recorded {r['recorded']} {_f4(r.get('recorded_ratio'))}"
+        )
     return 0
 
 

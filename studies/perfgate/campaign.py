@@ -393,7 +393,7 @@ def done(paths) -> dict:
 
     p = A.canonical()
     held: dict = {b: {"gain": set(), "slower": set(), "aa_processes": 0, "real": {}} for b in BLOCKS}
-    procs = A.load(paths)
+    procs = A.load(paths, p["samples"])
     bad = A.mis_sized(procs)  # a planted gate with a copy off its target counts for nothing
     for x in procs:
         b = held.get(x["block"])

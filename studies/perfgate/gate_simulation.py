@@ -44,10 +44,14 @@ def canonical() -> dict:
     return G.params(cfg["timing"])
 
 
-def measured(source: Path | list[Path] = RUN, block: int | None = None) -> tuple[list[list[float]], dict]:
+def measured(
+    source: Path | list[Path] = RUN, block: int | None = None, samples: str | None = None
+) -> tuple[list[list[float]], dict]:
     """Per measured A/A process (of at least 4 pairs: the canonical 12 x 4 schedule's and longer), its pairs'
     residuals around their order's mean, in time order (source: campaign JSONs, or folders of them: every gate
-    of kind aa, or every gate where no kind is recorded; `block`: that block's gates only)."""
+    of kind aa, or every gate where no kind is recorded; `block`: that block's gates only; `samples`: the pair
+    statistic's calls, timing.samples, the canonical gate's by default)."""
+    samples = samples or canonical()["samples"]
     files = []
     for src in [source] if isinstance(source, Path) else source:
         files += sorted(src.glob("campaign_*.json")) if src.is_dir() else [src]
@@ -60,7 +64,7 @@ def measured(source: Path | list[Path] = RUN, block: int | None = None) -> tuple
             for i, proc in enumerate(g["processes"]):
                 procs.setdefault((str(f), gi, i), [])
                 for p in proc["pairs"]:
-                    procs[(str(f), gi, i)].append((G.pair_stat(p["A"], p["B"]), p["order"]))
+                    procs[(str(f), gi, i)].append((G.pair_d(p, samples), p["order"]))
                     calls.add(len(p["A"]))
     means = {o: statistics.fmean(x for s in procs.values() for x, oo in s if oo == o) for o in ("AB", "BA")}
     resid = [[x - means[o] for x, o in s] for s in procs.values() if len(s) >= 4]
