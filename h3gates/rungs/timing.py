@@ -7,8 +7,9 @@ state a deployment runs them in, in P fresh processes.
   replay must equal the eager run's byte for byte, or the gate falls back to `eager` and says why. On a
   CPU, or where a side cannot be captured, `eager`: the block as the stand-in runs it (its host
   synchronizations included).
-- A request: `lead` untimed calls, then for each pair and each side in the pair's order one untimed call
-  (the switch call, recorded but not a sample) and `calls` back-to-back timed calls (CUDA events around
+- A request: `lead` untimed calls, then for each pair and each side in the pair's order its switch call (the
+  first after the other side's: a sample under `timing.samples: every`, the default, recorded but not a sample
+  under `steady`) and `calls` back-to-back steady calls, all timed (CUDA events around
   each call on a GPU, perf_counter on a CPU), then TRAIL untimed calls, all queued back to back; the host
   waits for the last timed call only and answers while the trail still runs.
 - Processes: this process (it built the baseline first) and P - 1 workers (`python -m h3gates

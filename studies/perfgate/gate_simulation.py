@@ -161,10 +161,11 @@ def main() -> int:
         help="another schedule beside the canonical one, as timing keys: processes=12,min_pairs=5,max_pairs=5",
     )
     ap.add_argument("--no-ar1", action="store_true")
+    ap.add_argument("--samples", choices=G.SAMPLES, help="the pair statistic's calls (timing.samples; canonical's by default)")
     a = ap.parse_args()
     t0 = time.time()
-    p = canonical()
-    resid, info = measured([x.resolve() for x in a.source], a.block)
+    p = {**canonical(), **({"samples": a.samples} if a.samples else {})}
+    resid, info = measured([x.resolve() for x in a.source], a.block, p["samples"])
     # pairs measured at another number of calls a side than the canonical pair's: the spread is scaled by
     # sqrt(measured / canonical) (per-call noise independent within a pair; conservative where the pair spread
     # is drift shared by both sides); the run-3 pairs had 8 calls, the 2026-12-02 campaign's the canonical 4
