@@ -367,7 +367,9 @@ def test_lag1_never_joins_pairs_across_a_gap():
     assert G.lag1(x, 0.0, [[0, 1, 2, 3]]) == 0.0  # every neighbour in another segment
     pair = lambda o, t=False, req=0: {"order": o, "A": [1.0], "B": [1.01], "throttled": t, "request": req}  # noqa: E731
     raw = [[pair("AB"), pair("BA"), pair("AB", True), pair("BA"), pair("AB", req=1), pair("BA", req=1)]]
-    series, orders, segments, dropped = G.kept(raw, "steady")  # (moved from h3gates.rungs.timing: derive recomputes with it)
+    series, orders, segments, dropped = G.kept(
+        raw, "steady"
+    )  # (moved from h3gates.rungs.timing: derive recomputes with it)
     assert dropped == 1 and len(series[0]) == 5
     assert segments[0][0] == segments[0][1] != segments[0][2] != segments[0][3]  # the drop and the request split
 
@@ -688,6 +690,36 @@ def test_the_gate_grants_requests_in_turns_and_counts_the_attempt_at_its_first_l
     assert t["decision"] == "undecided" and len(t["process_means"]) == 6 and t["process_sd"] is not None
     assert t["order_effect"] is not None and [p["first"] for p in t["processes"]] == ["baseline", "candidate"] * 3
     json.dumps(t)  # the record is JSON
+
+
+class _SlowSwitch(_Recorder):
+    """A _Recorder whose candidate side's switch call is 5% slower than its steady calls, which equal the baseline's."""
+
+    def run(self, orders, calls, lead, trail):
+        pairs, host = super().run(orders, calls, lead, trail)
+        return [{**x, "B": x["A"], "B_switch": 1.05} for x in pairs], host
+
+
+def test_the_gate_decides_with_the_configured_statistic():
+    """The gate itself (timing.gate, as rung 4 and the campaign run it) takes d from the calls timing.samples
+    names: with the candidate's steady calls equal to the baseline's and its switch call 5% slower, `steady`
+    reads a ratio of exactly 1 and `every` about 1.01, and each report's mean is kept()'s under its own
+    statistic. Catches gate_cohorts deciding with a statistic other than the configured one."""
+    from h3gates.rungs import timing as T
+
+    got = {}
+    for samples in G.SAMPLES:
+        _Recorder.log, _Recorder.leads = [], []
+        t = T.gate([_SlowSwitch(i) for i in range(6)], {"early_pairs": 0, "min_pairs": 4, "max_pairs": 4, "samples": samples}, 1,
+                   say=lambda m: None)  # fmt: skip
+        raw = [p["pairs"] for p in t["processes"]]
+        series, orders, _, _ = G.kept(raw, samples)
+        means = [G.process_mean(s, o) for s, o in zip(series, orders)]
+        assert t["statistics"]["mean"] == pytest.approx(statistics.fmean(means), abs=1e-12)
+        assert t["params"]["samples"] == samples
+        got[samples] = t["ratio"]
+    assert got["steady"] == pytest.approx(1.0, abs=1e-12)
+    assert got["every"] == pytest.approx(1.01, rel=1e-3)  # (4 + 1.05) / 5 over the baseline's 5 calls of 1
 
 
 class _Cohort(_Recorder):
@@ -1771,7 +1803,9 @@ def test_every_recorded_gate_decided_again_from_its_raw_pairs():
     replay that uses another look's pairs or processes, and a statistic change that flips a real verdict."""
     A = _analysis()
     ev = ROOT / "studies/perfgate/evidence"
-    folders = sorted(f for f in ev.glob("campaign_2026-12-0*") if f.name not in ("campaign_2026-12-01", "campaign_2026-12-02"))
+    folders = sorted(
+        f for f in ev.glob("campaign_2026-12-0*") if f.name not in ("campaign_2026-12-01", "campaign_2026-12-02")
+    )
     got = {}
     for samples in ("steady", "every"):
         p = G.params({**A.canonical(), "samples": samples})
@@ -1780,6 +1814,13 @@ def test_every_recorded_gate_decided_again_from_its_raw_pairs():
     assert all(r["decision"] == r["recorded"] for r in got["steady"]), [
         r for r in got["steady"] if r["decision"] != r["recorded"]
     ]
+    # the same look's ratio to the last digit (an undecided A/A gate would match any replay's decision)
+    assert all(r["ratio"] == pytest.approx(r["recorded_ratio"], rel=1e-12, abs=1e-15) for r in got["steady"])
+    # the H100 gates ran under `every` (in cohorts of 2): replayed under it, each comes back to the last digit
+    h100 = A.redecide([ev / "campaign_h100_2026-12-05"], G.params({**A.canonical(), "samples": "every"}))
+    assert len(h100) == 4 and all(
+        r["decision"] == r["recorded"] and r["ratio"] == pytest.approx(r["recorded_ratio"], rel=1e-12) for r in h100
+    )
     by = {}
     for r in got["every"]:
         by.setdefault(r["kind"], set()).add(r["decision"])

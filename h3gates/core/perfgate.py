@@ -9,10 +9,11 @@ Baseline (A) and candidate (B) are timed in P fresh processes (`processes` on a 
 CPU), the construction order alternating (half build and capture the candidate first). All P prepare at
 once; then the parent grants one process a request at a time, so no two time at once, and each look's
 requests go round the processes. In a request the process runs lead calls (untimed) and then its pairs:
-each side one switch call (the first after the other side's) and `calls` back-to-back steady calls, each
-timed; d = log(mean B call / mean A call) over every call of the pair (`samples: every`; `steady` leaves the
-switch calls out, as the gate did until 2026-12-05). A pair's order is AB or BA, balanced and random within each process (each consecutive two pairs
-hold one of each, which first drawn from a seeded generator).
+each side one switch call (the first of its run in the pair) and `calls` back-to-back steady calls, each
+timed; d = log(mean B call / mean A call) over every call of the pair (`samples: every`; `steady` leaves
+the switch calls out, as the gate did until 2026-12-05). A pair's order is AB or BA, balanced and random
+within each process (each consecutive two pairs hold one of each, which first drawn from a seeded
+generator).
 
 The decision (a t bound over the process means)
 -----------------------------------------------
@@ -140,11 +141,12 @@ SAMPLES = ("every", "steady")
 
 def side_samples(pair: dict, side: str, samples: str) -> list[float]:
     """The calls of one side of a raw pair that are samples (`timing.samples`): `every` call the side ran in the
-    pair, its switch call (the first after the other side's) and its `calls` steady ones; `steady` the steady
-    ones alone (the gate until 2026-12-05). Why `every`: the H200's power-capped clock swings with a period of
-    about 1 s, about 7.5 block calls at canonical size, and the contrast of two runs of 4 calls 5 apart sits near
-    its worst there, while two adjacent runs of 5 cancel most of it (docs/performance-gate.md, "Every call a
-    sample")."""
+    pair, its switch call (the first of its run: after the other side's calls where the side runs second in the
+    pair, after its own where it runs first, since the pairs alternate AB/BA and the lead calls run the first
+    pair's first side) and its `calls` steady ones; `steady` the steady ones alone (the gate until 2026-12-05).
+    Why `every`: the H200's power-capped clock swings with a period of about 1 s, about 7.5 block calls at
+    canonical size, and the contrast of two runs of 4 calls 5 apart sits near its worst there, while two adjacent
+    runs of 5 cancel most of it (docs/performance-gate.md, "Every call a sample")."""
     if samples not in SAMPLES:
         raise ValueError(f"timing.samples must be one of {SAMPLES}, got {samples!r}")
     steady = list(pair[side])

@@ -1,11 +1,13 @@
-"""Plot of rung 4's performance gate: each pair's candidate/baseline ratio per process, the bounds at each
+"""Plot of rung 4's performance gate: each pair's candidate/baseline ratio per process (under the report's
+timing.samples), the bounds at each
 look, 1 - min_gain, and the decision with whether it was enforced."""
 
 from __future__ import annotations
 
 import math
-import statistics
 from pathlib import Path
+
+from h3gates.core import perfgate as PG
 
 
 def ratio_plot(timings, out_png) -> None:
@@ -23,8 +25,9 @@ def ratio_plot(timings, out_png) -> None:
             "" if gate.get("enforced", True) else " (not enforced)"
         )
         x0 = 0
+        samples = (t.get("params") or {}).get("samples", "steady")  # the report's statistic (older ones: steady)
         for i, proc in enumerate(t.get("processes") or []):
-            r = [math.exp(math.log(statistics.fmean(p["B"]) / statistics.fmean(p["A"]))) for p in proc["pairs"]]
+            r = [math.exp(PG.pair_d(p, samples)) for p in proc["pairs"]]
             ax.plot(
                 range(x0 + 1, x0 + len(r) + 1), r, "o", ms=3, alpha=0.8, label=f"process {i} ({proc['first']} first)"
             )

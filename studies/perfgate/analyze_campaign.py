@@ -342,7 +342,9 @@ def block_component(here: list[dict], p: dict, outer: int, seed) -> dict:
     vs = [c["process_var"] for c in reps if c]
     lo, hi = (_pct(vs, 0.025), _pct(vs, 0.975)) if vs else (None, None)
     r = variogram_lag1(here)
-    at_r = process_component(here, r) if r is not None and r > 0 else None
+    # capped at perfgate.R_MAX as the gate's guard caps it: the variogram's estimate on four pairs a process can
+    # reach 1 and beyond (the H100's 24 processes at block 49, 2026-12-05), where (1 + r) / (1 - r) breaks
+    at_r = process_component(here, min(r, G.R_MAX)) if r is not None and r > 0 else None
     anova = anova_interval(here)
     kj = est and {
         "process_sd": est["process_sd"],

@@ -161,7 +161,9 @@ def main() -> int:
         help="another schedule beside the canonical one, as timing keys: processes=12,min_pairs=5,max_pairs=5",
     )
     ap.add_argument("--no-ar1", action="store_true")
-    ap.add_argument("--samples", choices=G.SAMPLES, help="the pair statistic's calls (timing.samples; canonical's by default)")
+    ap.add_argument(
+        "--samples", choices=G.SAMPLES, help="the pair statistic's calls (timing.samples; canonical's by default)"
+    )
     a = ap.parse_args()
     t0 = time.time()
     p = {**canonical(), **({"samples": a.samples} if a.samples else {})}
