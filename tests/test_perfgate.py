@@ -132,28 +132,39 @@ def test_an_odd_early_look_balances_the_order_effect_across_processes():
     assert G.decide(s, biased, p, 0)["decision"] == "continue"
 
 
-def test_timing_samples_every_call_of_the_pair_by_default_and_the_steady_calls_on_request():
-    """Catches: the switch call left out of the canonical statistic (the gate before 2026-12-05), or put into the
-    steady one; a report from before the key existed re-derived with the new statistic."""
-    assert G.defaults()["samples"] == "every"
-    pair = {"order": "AB", "A": [1.0, 1.0], "A_switch": 1.3, "B": [1.0, 1.0], "B_switch": 1.0, "throttled": False}
+def test_timing_samples_every_call_after_its_own_side_by_default():
+    """`own` (the default): every call that follows a call of its own side is a sample, the first call after the
+    other side's never (ladder.md); `every` takes the switch calls too, `steady` none of them. Catches: a switch
+    call after the other side's sampled under `own`, a first run's switch call after its own side left out, the
+    request's lead calls not counted as the first pair's own side, or the statistics swapped."""
+    assert G.defaults()["samples"] == "own"
+    pair = {"order": "AB", "A": [1.0, 1.0], "A_switch": 1.3, "B": [1.0, 1.0], "B_switch": 1.6, "throttled": False}
     assert G.pair_d(pair, "steady") == pytest.approx(0.0)
-    assert G.pair_d(pair, "every") == pytest.approx(math.log(1.0 / 1.1))
-    assert G.kept([[pair]], "every")[0] == [[G.pair_d(pair, "every")]]
+    assert G.pair_d(pair, "every") == pytest.approx(math.log(1.2 / 1.1))
+    assert G.pair_d(pair, "own") == pytest.approx(math.log(1.0 / 1.1))  # A's switch (after A), not B's (after A)
+    assert G.pair_d(pair, "own", first_own=False) == pytest.approx(0.0)  # A's switch after B's calls: left out
+    # a request's lead calls run its first pair's first side; a later pair's first run follows the pair before it
+    raw = [{**pair, "order": o, "request": q} for o, q in [("AB", 0), ("BA", 0), ("BA", 0), ("AB", 1), ("AB", 1)]]
+    assert G.own_first(raw) == [True, True, False, True, False]
+    assert G.kept([raw], "own")[0][0][:2] == [G.pair_d(raw[0], "own"), G.pair_d(raw[1], "own")]
+    assert G.kept([raw], "own")[0][0][2] == pytest.approx(0.0)  # B's switch after A's calls, A's after B's
     with pytest.raises(ValueError, match="timing.samples"):
         G.side_samples(pair, "A", "switch")
-    assert "3 back-to-back timed calls, the switch call among them" in G.method_text({"calls": 2}, 6)
+    assert "3 back-to-back timed calls, the switch call among them" in G.method_text(
+        {"calls": 2, "samples": "every"}, 6
+    )
     assert "one untimed switch call and 2" in G.method_text({"calls": 2, "samples": "steady"}, 6)
+    assert "the first after the other side's is not" in G.method_text({"calls": 2}, 6)
 
 
 def test_every_call_cancels_a_clock_swing_near_the_pair_length():
-    """Why `every` (docs/performance-gate.md, "Every call a sample"): a power-capped clock swinging with a period
+    """Why `every` (docs/performance-gate.md, "The switch calls as samples"): a power-capped clock swinging with a period
     of about 7.5 block calls (1 s at canonical size) plus independent call noise. The contrast of the two sides'
     runs of 5 adjacent calls carries far less of the swing than that of their steady runs of 4 (5 apart), more
     than the fifth call's 1/5 less variance of white noise explains. Catches: a statistic that leaves the switch
     calls out, or that takes them from the wrong side."""
     rng = random.Random(3)
-    d = {"every": [], "steady": []}
+    d = {"every": [], "steady": [], "own": []}
     for _ in range(3000):
         phase, amp = rng.uniform(0, 2 * math.pi), 0.008
         t = [1 + amp * math.sin(2 * math.pi * k / 7.5 + phase) + rng.gauss(0, 0.003) for k in range(10)]
@@ -162,6 +173,7 @@ def test_every_call_cancels_a_clock_swing_near_the_pair_length():
             d[s].append(G.pair_d(pair, s))
     sd = {s: statistics.stdev(v) for s, v in d.items()}
     assert sd["every"] < 0.8 * sd["steady"]  # white noise alone: sqrt(4 / 5) = 0.89
+    assert sd["own"] < 0.85 * sd["steady"]  # a first run of 5 against a second of 4; white noise alone: 0.95
 
 
 def test_the_pair_statistic_is_the_log_of_the_mean_call_ratio():
@@ -720,6 +732,7 @@ def test_the_gate_decides_with_the_configured_statistic():
         got[samples] = t["ratio"]
     assert got["steady"] == pytest.approx(1.0, abs=1e-12)
     assert got["every"] == pytest.approx(1.01, rel=1e-3)  # (4 + 1.05) / 5 over the baseline's 5 calls of 1
+    assert 1.0 < got["own"] < got["every"]  # B's slow switch call only where B runs first, after its own side
 
 
 class _Cohort(_Recorder):
@@ -1798,7 +1811,7 @@ def test_the_verdicts_fix_after_a_rung4_refusal_that_did_not_decide():
 
 def test_every_recorded_gate_decided_again_from_its_raw_pairs():
     """analyze_campaign.redecide replays each committed 12 x 4 gate look by look. Under `steady` (the statistic
-    they ran with) it must give every recorded decision back, which pins the replay; under `every` (the gate's
+    they ran with) it must give every recorded decision back, which pins the replay; under `own` (the gate's
     statistic since 2026-12-05) the shipped candidates keep their verdicts and no A/A gate decides. Catches a
     replay that uses another look's pairs or processes, and a statistic change that flips a real verdict."""
     A = _analysis()
@@ -1807,7 +1820,7 @@ def test_every_recorded_gate_decided_again_from_its_raw_pairs():
         f for f in ev.glob("campaign_2026-12-0*") if f.name not in ("campaign_2026-12-01", "campaign_2026-12-02")
     )
     got = {}
-    for samples in ("steady", "every"):
+    for samples in ("steady", "own"):
         p = G.params({**A.canonical(), "samples": samples})
         got[samples] = A.redecide(folders, p)
     assert len(got["steady"]) >= 45
@@ -1822,12 +1835,13 @@ def test_every_recorded_gate_decided_again_from_its_raw_pairs():
         r["decision"] == r["recorded"] and r["ratio"] == pytest.approx(r["recorded_ratio"], rel=1e-12) for r in h100
     )
     by = {}
-    for r in got["every"]:
+    for r in got["own"]:
         by.setdefault(r["kind"], set()).add(r["decision"])
     assert by["modulate_fusion"] == by["swiglu_fusion"] == {"pass"}
     assert by["qkv_ring"] == by["stream_a"] == {"fail"}
     assert by["aa"] == {"undecided"}
-    assert all(r["decision"] == "pass" for r in got["every"] if r["kind"].startswith("gain"))
+    assert all(r["decision"] == "pass" for r in got["own"] if r["kind"].startswith("gain"))
+    assert all(r["decision"] == "fail" for r in got["own"] if r["kind"].startswith("slower"))
 
 
 def test_a_report_from_before_timing_samples_is_re_derived_with_the_steady_calls():

@@ -820,13 +820,14 @@ def test_overlay_promotion_is_verified_by_plain_verify(ws):
     # after its go (a step of its account): nothing beyond their imports runs beside a timed request
     prep = r4["process_prep"]
     assert r4["launched_ahead"] == [1]  # the first cohort's worker, launched as the job started (launch_ahead)
-    # every call of a pair a sample (timing.samples, the default): the decision's d holds the switch calls
+    # every call after one of its own side a sample (timing.samples: own, the default): the decision's d holds the
+    # switch calls that follow their own side's calls
     from h3gates.core import derive
     from h3gates.core import perfgate as PG
 
-    assert r4["params"]["samples"] == "every" and "the switch call among them" in r4["method"], r4["method"]
+    assert r4["params"]["samples"] == "own" and "the first after the other side's is not" in r4["method"], r4["method"]
     raw = [p["pairs"] for p in r4["processes"]]
-    assert PG.kept(raw, "every")[0] != PG.kept(raw, "steady")[0]
+    assert PG.kept(raw, "own")[0] != PG.kept(raw, "steady")[0]
     assert derive.recompute_gate(r4) == r4["decision"]
     assert prep[1]["read_before_go"] and "read_s" not in prep[1]["worker"] and prep[1]["read_s"] > 0, prep[1]
     assert all(not p["read_before_go"] and p["worker"]["read_s"] > 0 for p in prep[2:]), prep[2:]

@@ -10,8 +10,9 @@ CPU), the construction order alternating (half build and capture the candidate f
 once; then the parent grants one process a request at a time, so no two time at once, and each look's
 requests go round the processes. In a request the process runs lead calls (untimed) and then its pairs:
 each side one switch call (the first of its run in the pair) and `calls` back-to-back steady calls, each
-timed; d = log(mean B call / mean A call) over every call of the pair (`samples: every`; `steady` leaves
-the switch calls out, as the gate did until 2026-12-05). A pair's order is AB or BA, balanced and random
+timed; d = log(mean B call / mean A call) over every call of the pair that follows a call of its own side
+(`samples: own`: the first call after the other side's is not a sample); `every` takes every call, `steady`
+leaves every switch call out, as the gate did until 2026-12-05. A pair's order is AB or BA, balanced and random
 within each process (each consecutive two pairs hold one of each, which first drawn from a seeded
 generator).
 
@@ -136,26 +137,46 @@ def pair_stat(a_times, b_times) -> float:
     return math.log(statistics.fmean(b_times) / statistics.fmean(a_times))
 
 
-SAMPLES = ("every", "steady")
+SAMPLES = ("own", "every", "steady")
 
 
-def side_samples(pair: dict, side: str, samples: str) -> list[float]:
+def own_first(pairs: list[dict]) -> list[bool]:
+    """Per raw pair of one process, in time order: whether its first run's switch call followed a call of its own
+    side (a request's lead calls run its first pair's first side; a later pair's first run follows the pair before
+    it, whose second side it is in most pairs, since each two consecutive pairs hold one AB and one BA). The
+    second run's switch call always follows the other side's calls."""
+    out, req, prev = [], object(), None
+    for x in pairs:
+        if x.get("request") != req:
+            req, prev = x.get("request"), x["order"][0]
+        out.append(prev == x["order"][0])
+        prev = x["order"][1]
+    return out
+
+
+def side_samples(pair: dict, side: str, samples: str, first_own: bool = True) -> list[float]:
     """The calls of one side of a raw pair that are samples (`timing.samples`): `every` call the side ran in the
     pair, its switch call (the first of its run: after the other side's calls where the side runs second in the
     pair, after its own where it runs first, since the pairs alternate AB/BA and the lead calls run the first
-    pair's first side) and its `calls` steady ones; `steady` the steady ones alone (the gate until 2026-12-05).
-    Why `every`: the H200's power-capped clock swings with a period of about 1 s, about 7.5 block calls at
-    canonical size, and the contrast of two runs of 4 calls 5 apart sits near its worst there, while two adjacent
-    runs of 5 cancel most of it (docs/performance-gate.md, "Every call a sample")."""
+    pair's first side) and its `calls` steady ones; `steady` the steady ones alone (the gate until 2026-12-05);
+    `own` (the default) every call that follows a call of its own side: the steady ones, and the switch call where
+    it follows its own side's calls (`first_own`, own_first: the first run's in most pairs), never the first call
+    after the other side's (ladder.md: "the first call after an idle gap or a side switch is not a sample").
+    Why not `steady`: the H200's power-capped clock swings with a period of about 1 s, about 7.5 block calls at
+    canonical size, and the contrast of two runs of 4 calls 5 apart sits near its worst there, while a first run
+    of 5 against a second of 4 (`own`), or two adjacent runs of 5 (`every`), cancel most of it
+    (docs/performance-gate.md, "The switch calls as samples")."""
     if samples not in SAMPLES:
         raise ValueError(f"timing.samples must be one of {SAMPLES}, got {samples!r}")
     steady = list(pair[side])
-    return steady if samples == "steady" else [pair[f"{side}_switch"], *steady]
+    if samples == "steady" or (samples == "own" and not (first_own and pair["order"][0] == side)):
+        return steady
+    return [pair[f"{side}_switch"], *steady]
 
 
-def pair_d(pair: dict, samples: str) -> float:
-    """d of one raw pair under `timing.samples`."""
-    return pair_stat(side_samples(pair, "A", samples), side_samples(pair, "B", samples))
+def pair_d(pair: dict, samples: str, first_own: bool = True) -> float:
+    """d of one raw pair under `timing.samples` (`first_own`: own_first's flag for the pair; `own` only)."""
+    return pair_stat(side_samples(pair, "A", samples, first_own), side_samples(pair, "B", samples, first_own))
 
 
 # ------------------------------------------------------------------ Student's t, without scipy
@@ -249,13 +270,13 @@ def kept(raw: list[list[dict]], samples: str):
     series, orders, segments, dropped = [], [], [], 0
     for r in raw:
         s, o, g, seg, prev_req = [], [], [], 0, None
-        for x in r:
+        for x, own in zip(r, own_first(r)):
             if x.get("request") != prev_req:
                 seg, prev_req = seg + 1, x.get("request")
             if x["throttled"]:
                 dropped, seg = dropped + 1, seg + 1
                 continue
-            s.append(pair_d(x, samples))
+            s.append(pair_d(x, samples, own))
             o.append(x["order"])
             g.append(seg)
         series.append(s)
@@ -498,6 +519,11 @@ def sampled(p: dict) -> str:
     p = params(p)
     if p["samples"] == "steady":
         return f"one untimed switch call and {p['calls']} back-to-back timed calls"
+    if p["samples"] == "own":
+        return (
+            f"one switch call and {p['calls']} back-to-back timed calls, every call that follows one of its own side "
+            "a sample (the first after the other side's is not)"
+        )
     return f"{p['calls'] + 1} back-to-back timed calls, the switch call among them"
 
 

@@ -27,7 +27,7 @@ def ratio_plot(timings, out_png) -> None:
         x0 = 0
         samples = (t.get("params") or {}).get("samples", "steady")  # the report's statistic (older ones: steady)
         for i, proc in enumerate(t.get("processes") or []):
-            r = [math.exp(PG.pair_d(p, samples)) for p in proc["pairs"]]
+            r = [math.exp(PG.pair_d(p, samples, own)) for p, own in zip(proc["pairs"], PG.own_first(proc["pairs"]))]
             ax.plot(
                 range(x0 + 1, x0 + len(r) + 1), r, "o", ms=3, alpha=0.8, label=f"process {i} ({proc['first']} first)"
             )

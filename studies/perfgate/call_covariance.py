@@ -5,8 +5,9 @@ the committed A/A gates of the canonical 12 x 4 schedule this reads, from the ra
 
 - the covariance of the ten positions' log call times (each pair's own mean removed, which leaves every
   contrast whose weights sum to zero unchanged, so the sides' difference is not touched), per block and pooled;
-- the SD of a pair's d under each statistic, `steady` (calls 2-5 against 7-10) and `every` (1-5 against
-  6-10), from that covariance and directly from the pairs, per block and per gate;
+- the SD of a pair's d under each statistic, `steady` (calls 2-5 against 7-10), `every` (1-5 against 6-10) and
+  `own` (1-5 against 7-10 where the first run follows its own side, as in most pairs; 2-5 against 7-10 where
+  not), from that covariance and directly from the pairs, per block and per gate;
 - the autocorrelation of the calls over whole requests (the pairs' calls in time order, the request's mean
   of its steady calls removed), whose swing with a period of about 7.5 calls (1 s at 132 ms a call) is what
   the `steady` contrast, two runs of 4 five calls apart, sits near the worst of;
@@ -37,6 +38,7 @@ from h3gates.core import perfgate as G  # noqa: E402
 
 STEADY = [0, -0.25, -0.25, -0.25, -0.25, 0, 0.25, 0.25, 0.25, 0.25]
 EVERY = [-0.2] * 5 + [0.2] * 5
+OWN = [-0.2] * 5 + [0, 0.25, 0.25, 0.25, 0.25]  # a pair whose first run follows its own side (most pairs)
 MAX_LAG = 24
 
 
@@ -64,16 +66,22 @@ def switch_against_steady(gs: list[dict]) -> list[dict]:
     """Per gate: the switch calls' own mean d less the steady calls' (both per pair), its SE over the pairs."""
     out = []
     for g in gs:
-        pairs = [pr for proc in g["processes"] for pr in proc["pairs"] if not pr.get("throttled")]
-        diff = [math.log(pr["B_switch"] / pr["A_switch"]) - G.pair_d(pr, "steady") for pr in pairs]
+        pairs = [
+            (pr, own)
+            for proc in g["processes"]
+            for pr, own in zip(proc["pairs"], G.own_first(proc["pairs"]))
+            if not pr.get("throttled")
+        ]
+        diff = [math.log(pr["B_switch"] / pr["A_switch"]) - G.pair_d(pr, "steady") for pr, _ in pairs]
         out.append(
             {
                 "gate": g["gate"],
                 "kind": g["kind"],
                 "block": g["block"],
                 "pairs": len(pairs),
-                "steady_d": statistics.fmean(G.pair_d(pr, "steady") for pr in pairs),
-                "every_d": statistics.fmean(G.pair_d(pr, "every") for pr in pairs),
+                "steady_d": statistics.fmean(G.pair_d(pr, "steady") for pr, _ in pairs),
+                "own_d": statistics.fmean(G.pair_d(pr, "own", own) for pr, own in pairs),
+                "every_d": statistics.fmean(G.pair_d(pr, "every") for pr, _ in pairs),
                 "switch_less_steady": statistics.fmean(diff),
                 "se": statistics.stdev(diff) / math.sqrt(len(diff)),
             }
@@ -130,10 +138,20 @@ def study(paths) -> dict:
     gs = gates(paths)
     rows = {}
     per_gate = []
+    direct: dict = {}
     for g in gs:
-        pairs = [pr for proc in g["processes"] for pr in proc["pairs"] if not pr.get("throttled")]
-        rows.setdefault(g["block"], []).extend(positions(pr) for pr in pairs)
-        sd = {s: statistics.stdev(G.pair_d(pr, s) for pr in pairs) for s in G.SAMPLES}
+        pairs = [
+            (pr, own)
+            for proc in g["processes"]
+            for pr, own in zip(proc["pairs"], G.own_first(proc["pairs"]))
+            if not pr.get("throttled")
+        ]
+        rows.setdefault(g["block"], []).extend(positions(pr) for pr, _ in pairs)
+        d = {s: [G.pair_d(pr, s, own) for pr, own in pairs] for s in G.SAMPLES}
+        for s, v in d.items():
+            direct.setdefault(g["block"], {}).setdefault(s, []).extend(v)
+            direct.setdefault("pooled", {}).setdefault(s, []).extend(v)
+        sd = {s: statistics.stdev(v) for s, v in d.items()}
         per_gate.append({"gate": g["gate"], "block": g["block"], "pairs": len(pairs), "pair_d_sd": sd})
     out = {"gates": len(gs), "by_block": {}, "per_gate": per_gate}
     for b, r in [*sorted(rows.items()), ("pooled", [x for v in rows.values() for x in v])]:
@@ -141,18 +159,33 @@ def study(paths) -> dict:
         out["by_block"][str(b)] = {
             "pairs": len(r),
             "covariance_pct2": [[round(1e4 * v, 5) for v in row] for row in cov],
-            "pair_d_sd_from_covariance": {"steady": contrast_sd(cov, STEADY), "every": contrast_sd(cov, EVERY)},
+            "pair_d_sd_from_covariance": {
+                "steady": contrast_sd(cov, STEADY),
+                "every": contrast_sd(cov, EVERY),
+                "own (a first run after its own side)": contrast_sd(cov, OWN),
+            },
+            # each pair's d as the gate takes it (own: own_first per pair), its SD about the pooled mean
+            "pair_d_sd_direct": {s: statistics.stdev(v) for s, v in direct[b].items()},
         }
     out["every_below_steady_in_gates"] = sum(g["pair_d_sd"]["every"] < g["pair_d_sd"]["steady"] for g in per_gate)
+    out["own_below_steady_in_gates"] = sum(g["pair_d_sd"]["own"] < g["pair_d_sd"]["steady"] for g in per_gate)
     out["sd_ratio_every_over_steady"] = {
         "median": statistics.median(g["pair_d_sd"]["every"] / g["pair_d_sd"]["steady"] for g in per_gate),
         "white_noise": math.sqrt(4 / 5),
+    }
+    out["sd_ratio_own_over_steady"] = {
+        "median": statistics.median(g["pair_d_sd"]["own"] / g["pair_d_sd"]["steady"] for g in per_gate),
+        "white_noise": math.sqrt(0.45 / 0.5),
     }
     out["request_autocorrelation"] = request_acf(gs)
     out["sine_gain"] = {
         "white_noise": {"steady": sum(c * c for c in STEADY), "every": sum(c * c for c in EVERY)},
         "by_period_calls": {
-            str(t): {"steady": round(sine_gain(STEADY, t), 4), "every": round(sine_gain(EVERY, t), 4)}
+            str(t): {
+                "steady": round(sine_gain(STEADY, t), 4),
+                "every": round(sine_gain(EVERY, t), 4),
+                "own": round(sine_gain(OWN, t), 4),
+            }
             for t in (3, 5, 6, 7, 7.5, 8, 9, 10, 12, 15, 20, 40)
         },
         "most_every_exceeds_steady": max(
@@ -171,17 +204,24 @@ def main() -> int:
     r = study(a.paths)
     Path(a.out).write_text(json.dumps(r, indent=1))
     for b, v in r["by_block"].items():
-        sd = v["pair_d_sd_from_covariance"]
-        print(f"block {b}: {v['pairs']} pairs, pair d SD steady {sd['steady']:.3%} every {sd['every']:.3%}")
+        sd = v["pair_d_sd_direct"]
+        print(
+            f"block {b}: {v['pairs']} pairs, pair d SD steady {sd['steady']:.3%} own {sd['own']:.3%} every "
+            f"{sd['every']:.3%} (from the positions' covariance: steady "
+            f"{v['pair_d_sd_from_covariance']['steady']:.3%} every {v['pair_d_sd_from_covariance']['every']:.3%})"
+        )
     print(
         f"every below steady in {r['every_below_steady_in_gates']} of {r['gates']} A/A gates; median SD ratio "
-        f"{r['sd_ratio_every_over_steady']['median']:.3f} (white noise {r['sd_ratio_every_over_steady']['white_noise']:.3f})"
+        f"{r['sd_ratio_every_over_steady']['median']:.3f} (white noise {r['sd_ratio_every_over_steady']['white_noise']:.3f}); "
+        f"own below steady in {r['own_below_steady_in_gates']}, median ratio {r['sd_ratio_own_over_steady']['median']:.3f} "
+        f"(white noise {r['sd_ratio_own_over_steady']['white_noise']:.3f})"
     )
     ex, at = r["sine_gain"]["most_every_exceeds_steady"]
     print(f"sine of random phase: every's squared gain exceeds steady's by at most {ex:.3f} (period {at} calls)")
     for g in r["switch_against_steady"]:
         print(
-            f"{g['gate']} {g['kind']} block {g['block']}: steady d {g['steady_d']:+.3%}, every d {g['every_d']:+.3%}, "
+            f"{g['gate']} {g['kind']} block {g['block']}: steady d {g['steady_d']:+.3%}, own d {g['own_d']:+.3%}, "
+            f"every d {g['every_d']:+.3%}, "
             f"switch less steady {g['switch_less_steady']:+.3%} (SE {g['se']:.3%})"
         )
     acf = r["request_autocorrelation"]["acf"]

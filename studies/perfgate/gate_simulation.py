@@ -63,8 +63,8 @@ def measured(
                 continue
             for i, proc in enumerate(g["processes"]):
                 procs.setdefault((str(f), gi, i), [])
-                for p in proc["pairs"]:
-                    procs[(str(f), gi, i)].append((G.pair_d(p, samples), p["order"]))
+                for p, own in zip(proc["pairs"], G.own_first(proc["pairs"])):
+                    procs[(str(f), gi, i)].append((G.pair_d(p, samples, own), p["order"]))
                     calls.add(len(p["A"]))
     means = {o: statistics.fmean(x for s in procs.values() for x, oo in s if oo == o) for o in ("AB", "BA")}
     resid = [[x - means[o] for x, o in s] for s in procs.values() if len(s) >= 4]
