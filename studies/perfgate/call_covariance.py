@@ -62,16 +62,21 @@ def gates(paths, kind: str | None = "aa") -> list[dict]:
     return out
 
 
+def kept_pairs(g: dict) -> list[tuple[dict, bool]]:
+    """A gate's pairs not dropped for throttling, each with own_first's flag (taken over every pair it ran)."""
+    return [
+        (pr, own)
+        for proc in g["processes"]
+        for pr, own in zip(proc["pairs"], G.own_first(proc["pairs"]))
+        if not pr.get("throttled")
+    ]
+
+
 def switch_against_steady(gs: list[dict]) -> list[dict]:
     """Per gate: the switch calls' own mean d less the steady calls' (both per pair), its SE over the pairs."""
     out = []
     for g in gs:
-        pairs = [
-            (pr, own)
-            for proc in g["processes"]
-            for pr, own in zip(proc["pairs"], G.own_first(proc["pairs"]))
-            if not pr.get("throttled")
-        ]
+        pairs = kept_pairs(g)
         diff = [math.log(pr["B_switch"] / pr["A_switch"]) - G.pair_d(pr, "steady") for pr, _ in pairs]
         out.append(
             {
@@ -140,12 +145,7 @@ def study(paths) -> dict:
     per_gate = []
     direct: dict = {}
     for g in gs:
-        pairs = [
-            (pr, own)
-            for proc in g["processes"]
-            for pr, own in zip(proc["pairs"], G.own_first(proc["pairs"]))
-            if not pr.get("throttled")
-        ]
+        pairs = kept_pairs(g)
         rows.setdefault(g["block"], []).extend(positions(pr) for pr, _ in pairs)
         d = {s: [G.pair_d(pr, s, own) for pr, own in pairs] for s in G.SAMPLES}
         for s, v in d.items():
