@@ -9,10 +9,10 @@ state a deployment runs them in, in P fresh processes.
   synchronizations included).
 - A request: `lead` untimed calls, then for each pair and each side in the pair's order its switch call (the
   first of the side's run, after the other side's calls where it runs second in the pair: a sample under
-  `timing.samples: every`, the default, recorded but not a sample under `steady`) and `calls` back-to-back
-  steady calls, all timed (CUDA events around each call on a GPU, perf_counter on a CPU), then TRAIL untimed
-  calls, all queued back to back; the host waits for the last timed call only and answers while the trail
-  still runs.
+  `timing.samples: own`, the default, only where it follows its own side's calls, always under `every`, never
+  under `steady`) and `calls` back-to-back steady calls, all timed (CUDA events around each call on a GPU,
+  perf_counter on a CPU), then TRAIL untimed calls, all queued back to back; the host waits for the last
+  timed call only and answers while the trail still runs.
 - Processes: this process (it built the baseline first) and P - 1 workers (`python -m h3gates
   perf-worker`, or a study's own worker speaking the same protocol), alternately building and capturing
   the candidate first. They prepare before any timing (PREPARE_AT_ONCE at a time); timing starts when
