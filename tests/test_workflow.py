@@ -451,7 +451,8 @@ def test_an_undecided_gate_names_its_next_attempt_and_the_forcerun_times_it(ws):
     # attempt 1 of modulate_fusion's own fingerprint, undecided on the unenforced CI gate)
     _plant(ws, "modulate_fusion")
     overlay = ws / "config/undecided.yaml"
-    overlay.write_text(yaml.safe_dump({"timing": {**ENFORCED_TIMING, "confidence": 0.999999}}))
+    # the overlay also picks the gate's statistic (timing.samples: steady, not the default own): the report says so
+    overlay.write_text(yaml.safe_dump({"timing": {**ENFORCED_TIMING, "confidence": 0.999999, "samples": "steady"}}))
     name = _name(ws, "modulate_fusion")
     rep_path = ws / RES / name / "r4_block/block0.json"
     args = ["promote_modulate_fusion", "--configfile", "config/undecided.yaml"]
@@ -460,6 +461,7 @@ def test_an_undecided_gate_names_its_next_attempt_and_the_forcerun_times_it(ws):
         assert p.returncode != 0 and not (ws / RES / "promotion" / f"{name}.env").exists()
         t = json.loads(rep_path.read_text())["timing"]
         assert t["decision"] == "undecided" and t["attempt"] == attempt, t["reason"]
+        assert t["params"]["samples"] == "steady" and "one untimed switch call" in t["method"], t["method"]
         table = p.stderr[p.stderr.index("h3gates verdicts (profile ci):") :]
         fix = next(line.strip() for line in table.splitlines() if line.strip().startswith("fix:"))
         if attempt == 1:
