@@ -215,12 +215,23 @@ class LogHandler(LogHandlerBase):
         return f"{v}, restored from the run cache" if restored else v
 
 
+REFUSED = re.compile(r"^h3gates [\w-]+: REFUSED$")  # h3gates.core.errors.exit_status: a refusal, its reasons, its fix
+
+
 def last_line(logs: list[str]) -> str:
-    """The last line of a failed job's log (its exception or refusal), or ''."""
+    """What a failed job's log says last: its refusal's first reason and its fix where the job refused (as
+    h3gates.core.errors.exit_status prints one: a header, `  - reason` lines, `  fix: ...`), else its last line
+    (an exception), or ''."""
     try:
         lines = [x.strip() for x in Path(logs[0]).read_text(errors="replace").splitlines() if x.strip()]
     except (OSError, IndexError):
         return ""
+    heads = [i for i, x in enumerate(lines) if REFUSED.match(x)]
+    if heads:
+        said = lines[heads[-1] + 1 :]
+        reasons = [x[2:] for x in said if x.startswith("- ")]
+        fix = next((x for x in said if x.startswith("fix: ")), None)
+        return "REFUSED: " + "; ".join(x[:300] for x in [*(reasons[:1] or ["(no reason)"]), *([fix] if fix else [])])
     return lines[-1][:300] if lines else ""
 
 

@@ -119,3 +119,30 @@ def test_the_baseline_targets_are_the_baseline_rules_outputs_and_nothing_more(tm
     stats = dict(re.findall(r"^(\w+)\s+(\d+)$", p.stdout, re.M))
     assert set(stats) == {"baseline_artifact", "baseline_captures", "total"}, stats
     assert int(stats["total"]) == len(targets) == len(set(targets))
+
+
+def test_a_failed_jobs_console_line_names_its_refusal_and_fix(tmp_path):
+    """The console's FAILED line for a job that refused (h3gates.core.errors.exit_status: a header, its reasons,
+    its fix) carries the first reason and the fix, not only the log's last line (the fix alone, without what
+    it fixes); a job that crashed gets its last line (the exception). Catches: the reason dropped from the
+    console, or a crash's traceback read as a refusal."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        from snakemake_logger_plugin_h3gates import last_line
+    finally:
+        sys.path.remove(str(ROOT))
+    log = tmp_path / "r4.log"
+    log.write_text(
+        "perf gate: 12 fresh processes (graph mode)\nTraceback (most recent call last):\n  ...\n"
+        "torch.OutOfMemoryError: CUDA out of memory.\nh3gates rung: REFUSED\n"
+        "  - rung 4: a timing worker (candidate first) ran out of GPU memory while a cohort of 4 prepared\n"
+        "  fix: prepare at most 3 timing processes at once on this GPU\n\n"
+    )
+    line = last_line([str(log)])
+    assert line == (
+        "REFUSED: rung 4: a timing worker (candidate first) ran out of GPU memory while a cohort of 4 prepared; "
+        "fix: prepare at most 3 timing processes at once on this GPU"
+    ), line
+    log.write_text("Traceback (most recent call last):\n  ...\nRuntimeError: timing worker exited with 1\n")
+    assert last_line([str(log)]) == "RuntimeError: timing worker exited with 1"
+    assert last_line([str(tmp_path / "none.log")]) == "" and last_line([]) == ""

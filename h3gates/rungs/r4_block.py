@@ -301,9 +301,10 @@ def process_prep(ready: list) -> list:
 def worker(ctx, block: int, first: str, mode: str, read_before_go: bool = False) -> None:
     """`python -m h3gates perf-worker`: this block's two sides in a process of their own, built (build) and
     captured in the order `first`, serving pairs to the rung's process."""
-    account, gate, base, cand, extra = build(ctx, block, read_before_go)
-    q = PG.params({k: v for k, v in ctx.rung_params.items() if k != "enforce"})
-    sides = T.prepare(base, cand, gate.device, mode, q["warmup"], first)
+    with T.out_of_memory_said():  # (the rung then refuses with the cohort size this GPU holds)
+        account, gate, base, cand, extra = build(ctx, block, read_before_go)
+        q = PG.params({k: v for k, v in ctx.rung_params.items() if k != "enforce"})
+        sides = T.prepare(base, cand, gate.device, mode, q["warmup"], first)
     account.lap("prepare_s")  # both sides' phases, the pool and the cache's release
     T.serve(sides, gate.device, {**extra, "worker": account.steps})
 

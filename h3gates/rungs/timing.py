@@ -36,6 +36,7 @@ sample).
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -47,6 +48,7 @@ import time
 import torch
 
 from h3gates.core import perfgate as PG
+from h3gates.core.errors import Refusal
 from h3gates.core.jobs import progress
 from h3gates.nvfp4.cuda.sync import sync
 from h3gates.nvfp4.gemm import AlphaTape
@@ -475,7 +477,11 @@ class Worker:
             raise RuntimeError(
                 f"timing worker ({self.first} first) exited with {self.p.wait()} before answering (see the log above)"
             )
-        return json.loads(line)
+        out = json.loads(line)
+        if out.get("error") == OUT_OF_MEMORY:  # (its traceback is in the log: its stderr is the rung's)
+            self.p.wait()
+            raise WorkerOutOfMemory(self.first, out)
+        return out
 
     def _send(self, req: dict) -> None:
         self.p.stdin.write(json.dumps(req) + "\n")
@@ -521,6 +527,75 @@ class Worker:
         except subprocess.TimeoutExpired:
             self.p.kill()
             self.p.wait()
+
+
+OUT_OF_MEMORY = "out_of_memory"  # a worker's line where its preparation ran the GPU out of memory (out_of_memory_said)
+
+
+class WorkerOutOfMemory(RuntimeError):
+    """A timing worker said it ran out of GPU memory (out_of_memory_said) and ended; Launcher turns it into a
+    Refusal that names the `timing.resident` this GPU holds."""
+
+    def __init__(self, first: str, line: dict):
+        self.first, self.detail, self.memory_gb = first, line.get("detail", ""), line.get("memory_gb") or {}
+        super().__init__(f"timing worker ({first} first) ran out of GPU memory: {self.detail}")
+
+
+@contextlib.contextmanager
+def out_of_memory_said():
+    """Around a worker's build and preparation: where they run the GPU out of memory, one line on the protocol
+    channel says so (with the GPU's total and free memory and what this process reserved), so that the rung's
+    process refuses with the cohort size that fits (Launcher) instead of a bare exit status; the exception
+    still ends the worker (its traceback to the log)."""
+    try:
+        yield
+    except torch.OutOfMemoryError as e:
+        line = {"error": OUT_OF_MEMORY, "detail": str(e).split(". ")[0][:300]}
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            free, total = torch.cuda.mem_get_info()
+            line["memory_gb"] = {
+                "total": round(total / 1e9, 2),
+                "free": round(free / 1e9, 2),
+                "reserved": round(torch.cuda.memory_reserved() / 1e9, 2),
+            }
+        try:
+            sys.stdout.write(json.dumps(line) + "\n")
+            sys.stdout.flush()
+        except OSError:  # (a parent gone: the exception below says it in the log)
+            pass
+        raise
+
+
+def memory_refusal(e: BaseException, cohort: int, processes: int, prepared: list[dict]) -> Refusal:
+    """A cohort's preparation that ran the GPU out of memory (a worker's WorkerOutOfMemory, or the rung's own
+    torch.OutOfMemoryError), as a Refusal whose fix is the `timing.resident` this GPU held: the number of the
+    cohort's processes prepared (and held) when it happened, `prepared` their ready records. (An H100's 80 GB
+    hold 3 canonical processes at 18.1 GB each beside a fourth preparing, not 4: studies/perfgate/evidence/
+    campaign_h100_2026-12-05/oom_resident4.log.)"""
+    who = f"a timing worker ({e.first} first)" if isinstance(e, WorkerOutOfMemory) else "the rung's own process"
+    detail = e.detail if isinstance(e, WorkerOutOfMemory) else str(e).split(". ")[0][:300]
+    held = [((r or {}).get("memory_gb") or {}).get("reserved") for r in prepared]
+    held = [h for h in held if h]
+    mem = getattr(e, "memory_gb", {}) or {}
+    facts = [f"{len(prepared)} of its {cohort} processes prepared"]
+    if held:
+        facts.append(f"holding {max(held):.1f} GB each")
+    if mem.get("total"):
+        facts.append(f"a {mem['total']:.0f} GB GPU, {mem.get('free', 0):.1f} GB free")
+    reason = f"rung 4: {who} ran out of GPU memory while a cohort of {cohort} prepared ({', '.join(facts)}): {detail}"
+    k = len(prepared)
+    if k >= 1:
+        fix = (
+            f"prepare at most {k} timing processes at once on this GPU: a config file given after the profile's "
+            f"(--configfile config/canonical.yaml gpu.yaml) with `timing: {{resident: {k}}}`; the gate still times "
+            f"{processes} processes, in cohorts of {k} (docs/hardware.md)"
+        )
+    else:
+        fix = (
+            "not even one timing process's preparation fits what is free on this GPU: end what else holds its memory "
+            "(nvidia-smi), or time this profile on a GPU with more memory (docs/hardware.md)"
+        )
+    return Refusal([reason], fix)
 
 
 def await_go() -> float:
@@ -704,9 +779,12 @@ class Launcher:
                     f"the timing processes ran their sides in different modes: {[p.ready for p in procs]} "
                     "(a side captured in one process and not in another)"
                 )
-        except BaseException:  # the local sides or a worker failed: no process of this cohort is left running
+        except BaseException as e:  # the local sides or a worker failed: no process of this cohort is left running
+            ready = [p.ready for p in procs if getattr(p, "ready", None) is not None]
             close_all(procs + [w for w in workers if w not in procs])
             self.discard()
+            if isinstance(e, (WorkerOutOfMemory, torch.OutOfMemoryError)):
+                raise memory_refusal(e, len(indices), self.n, ready) from e
             raise
         return procs
 

@@ -286,34 +286,35 @@ def worker(block: int, first: str, a: str, b: str, mode: str, warmup: int) -> No
     device = X.SharedContext.of(C.load_config([ROOT / c for c in CONFIGS])).device  # the configured one
     # the GPU work waits for the parent's turn (timing.PREPARE_AT_ONCE at a time), then the CUDA context
     account = T.Account(device)
-    cfg, sides, x = _setup(block)
-    build_s = account.lap("build_s")
-    dev = sides.device
-    lib = lambda: sides.model.block_forward(block, x, 0, sides.reference)  # noqa: E731
-    for _ in range(3):
-        lib()
-    block_ms = _median_ms(lib, 7, dev)
-    warm_s = account.lap("warm_s")  # the library path's first calls (module loads) and its median
-    plant = {"bytes": 0}
-    g = plant_of(a, b)
-    if g is not None:  # calibrate: bytes for g/(1-g) of the block, then measure what they cost
-        probe = 1 << 28
-        per_byte = _copy_ms(probe, lib, dev) / probe if dev == "cuda" else 0.0
-        want = g / (1 - g) * block_ms  # what the copy should cost the block
-        plant["bytes"] = int(want / IN_BLOCK / per_byte) if per_byte else 0
-        got = _copy_ms(plant["bytes"], lib, dev)
-        plant.update(
-            g=g,
-            target_ms=want,
-            in_block_factor=IN_BLOCK,
-            copy_ms=got,
-            block_ms=block_ms,
-            planted_ratio=block_ms / (block_ms + got),
-        )
-    account.lap("plant_s")  # the plant's calibration (about 0 where none is planted)
-    fa = (lambda r: lambda: sides.model.block_forward(block, x, 0, r))(_roles(a, sides, cfg, plant))
-    fb = (lambda r: lambda: sides.model.block_forward(block, x, 0, r))(_roles(b, sides, cfg, plant))
-    prepared = T.prepare(fa, fb, dev, mode, warmup, first)
+    with T.out_of_memory_said():  # (the gate then refuses with the cohort size this GPU holds)
+        cfg, sides, x = _setup(block)
+        build_s = account.lap("build_s")
+        dev = sides.device
+        lib = lambda: sides.model.block_forward(block, x, 0, sides.reference)  # noqa: E731
+        for _ in range(3):
+            lib()
+        block_ms = _median_ms(lib, 7, dev)
+        warm_s = account.lap("warm_s")  # the library path's first calls (module loads) and its median
+        plant = {"bytes": 0}
+        g = plant_of(a, b)
+        if g is not None:  # calibrate: bytes for g/(1-g) of the block, then measure what they cost
+            probe = 1 << 28
+            per_byte = _copy_ms(probe, lib, dev) / probe if dev == "cuda" else 0.0
+            want = g / (1 - g) * block_ms  # what the copy should cost the block
+            plant["bytes"] = int(want / IN_BLOCK / per_byte) if per_byte else 0
+            got = _copy_ms(plant["bytes"], lib, dev)
+            plant.update(
+                g=g,
+                target_ms=want,
+                in_block_factor=IN_BLOCK,
+                copy_ms=got,
+                block_ms=block_ms,
+                planted_ratio=block_ms / (block_ms + got),
+            )
+        account.lap("plant_s")  # the plant's calibration (about 0 where none is planted)
+        fa = (lambda r: lambda: sides.model.block_forward(block, x, 0, r))(_roles(a, sides, cfg, plant))
+        fb = (lambda r: lambda: sides.model.block_forward(block, x, 0, r))(_roles(b, sides, cfg, plant))
+        prepared = T.prepare(fa, fb, dev, mode, warmup, first)
     account.lap("prepare_s")
     if g is not None:  # the planted ratio the whole block shows, measured apart from the gate (below)
         plant["block_ratio"] = _block_ratio(prepared, dev)
