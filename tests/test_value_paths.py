@@ -6,6 +6,7 @@ combined, reports the value x placement matrix and fails on a declared cell no c
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 from types import SimpleNamespace
@@ -232,4 +233,34 @@ def test_value_cases_put_every_tensor_on_the_device_asked_for(role):
     mod = registry.load_implementation("modulate_fusion", "cpu").ModulateFusedProducer
     for _, inp, _ in P.value_cases(role, "meta", mod.paths)[:4]:
         assert {t.device.type for t in vars(inp).values() if isinstance(t, torch.Tensor)} == {"meta"}
-    assert {x.device.type for _, x, _ in P.gemm_value_cases(40, 64, "meta")[:4]} == {"meta"}
+    assert {x.device.type for _, x, _ in itertools.islice(P.gemm_value_cases(40, 64, "meta"), 4)} == {"meta"}
+
+
+def test_whole_shape_gemm_value_cases_are_made_one_at_a_time_on_a_tiled_background():
+    """At canonical size a GEMM value case is 37,810 x 14,336 (1 GB): the cases are made one at a time (a
+    generator: each made as the one before is done with), and a `combined` background of more than
+    BACKGROUND_ROWS rows repeats a seeded block of that many rows instead of drawing every row on the host
+    (33 s a case on a 2-core CPU; fc2_algo's canonical rung 1 stalled on the H200 making all 104 at once).
+    Smaller backgrounds are drawn whole, as before. Catches: the cases made all at once again, a tiled
+    background that is not the seeded block, or a plant lost in a tiled background."""
+    import inspect
+
+    rows, k = 3 * P.BACKGROUND_ROWS + 40, 64
+    cases = P.gemm_value_cases(rows, k, "cpu")
+    assert inspect.isgenerator(cases)
+    seen = 0
+    for cid, x, plant in cases:
+        if not cid.endswith("_combined") or plant.value != "around 6":
+            continue
+        seen += 1
+        b = P.BACKGROUND_ROWS
+        away = [r for r in range(x.shape[0]) if r % b != plant.row % b]  # (the plant's row in each period left out)
+        same = torch.equal(x[away][: b - 1].view(torch.int16), x[away][b - 1 : 2 * (b - 1)].view(torch.int16))
+        assert x.shape[0] == rows and torch.isfinite(x[away]).all() and x[away].abs().sum() > 0, cid
+        assert same, f"{cid}: the background does not repeat its seeded block"
+        want = P.C.SPECIALS[10].values(plant.width).to(x.dtype)
+        assert torch.equal(x[plant.row, plant.col : plant.col + plant.width], want), cid
+    assert seen == 4  # first, last, partial K, middle
+    small = dict((cid, x) for cid, x, _ in P.gemm_value_cases(250, k, "cpu"))  # drawn whole: no period
+    x = small["gemm_value_around_6_first_tile_combined"]
+    assert x.shape[0] == 250 and not torch.equal(x[1:100], x[129:228])

@@ -223,10 +223,22 @@ def _geometry(units, cols: int, fits) -> int:
     raise ValueError(f"no value-case geometry for units {[u.name for u in units]} at {cols} columns")
 
 
-def _background(shape, context, dtype, seed) -> torch.Tensor:
+# A `combined` background of more rows than this repeats a seeded random block of this many rows (drawn on the
+# host, tiled on the device): a whole-shape GEMM value case at canonical size is 37,810 x 14,336 (fc2), whose
+# host draw took 33 s on a 2-core CPU, 52 such cases a role, and the cases were made all at once before any
+# ran (113 GB; the H200's canonical rung 1 of fc2_algo stalled there for minutes, 2026-12-05). Every row of
+# a tile still holds random finite values around the plant; a smaller background is drawn whole, as before.
+BACKGROUND_ROWS = 4 * V.TILE
+
+
+def _background(shape, context, dtype, seed, device="cpu") -> torch.Tensor:
     if context == "alone":
-        return torch.zeros(shape, dtype=dtype)
-    return (torch.randn(shape, generator=_gen(seed)) * 0.75).to(dtype)
+        return torch.zeros(shape, dtype=dtype, device=device)
+    rows, cols = shape
+    block = (torch.randn((min(rows, BACKGROUND_ROWS), cols), generator=_gen(seed)) * 0.75).to(dtype)
+    if rows <= BACKGROUND_ROWS:
+        return block.to(device)
+    return block.to(device).repeat(-(-rows // BACKGROUND_ROWS), 1)[:rows].contiguous()
 
 
 def _plant(x: torch.Tensor, sp: C.Special, row: int, col: int, cols: int) -> Plant:
@@ -377,8 +389,9 @@ def value_reach(inp, plant: Plant, placements) -> tuple[str | None, list[str]]:
     return context, [p.name for p in placements if p.at(inp, plant.row, plant.col)]
 
 
-def gemm_value_cases(rows: int, k: int, device) -> list[tuple[str, torch.Tensor, Plant]]:
-    """(case id, activation, plant) of a GEMM override at rows x k: every special value in the first,
+def gemm_value_cases(rows: int, k: int, device):
+    """(case id, activation, plant) of a GEMM override at rows x k, one at a time (each made on `device` as
+    the one before it is done with: a canonical role's are a GB each): every special value in the first,
     a middle and the last 128-row tile and in a partial K block (an activation of k - 8 columns, which
     the packed layout pads to k), alone and combined. A role shape of fewer than three tiles gets its
     middle tile from a 401-row activation."""
@@ -391,11 +404,11 @@ def gemm_value_cases(rows: int, k: int, device) -> list[tuple[str, torch.Tensor,
             positions.append(("partial K block", g_rows, g_k - 8, g_rows // 2, g_k - 16))
         if n >= 3:
             positions.append(("middle tile", g_rows, g_k, (n // 2) * V.TILE + V.TILE // 2, 16))
-    out = []
     for i, sp in enumerate(C.SPECIALS):
         for j, (where, g_rows, g_k, r, c) in enumerate(positions):
             for context in CONTEXTS:
-                x = _background((g_rows, g_k), context, sp.dtype, 12000 + 97 * i + 7 * j + (context == "combined"))
+                seed = 12000 + 97 * i + 7 * j + (context == "combined")
+                x = _background((g_rows, g_k), context, sp.dtype, seed, device)
                 plant = _plant(x, sp, r, c, g_k)
-                out.append((f"gemm_value_{_slug(sp.name)}_{_slug(where)}_{context}", x.to(device), plant))
-    return out
+                yield f"gemm_value_{_slug(sp.name)}_{_slug(where)}_{context}", x, plant
+                del x

@@ -27,7 +27,7 @@ for step in "$@"; do
       if [ -z "$tg" ]; then echo "baselines: no targets listed (studies/ladder/baseline_targets.py failed): skipped"; continue; fi
       [ "${BASE_CLEAN:-0}" = 1 ] && rm -rf results logs .snakemake
       t0=$(date +%s.%N)
-      timeout "${BASE_TIMEOUT:-400}" python3 -m snakemake --cores 4 --resources gpu=3 $tg --configfile $cf > "$OUT/baselines.log" 2>&1
+      timeout "${BASE_TIMEOUT:-400}" python3 -m snakemake --cores 4 --resources gpu=3 --configfile $cf -- $tg > "$OUT/baselines.log" 2>&1
       echo "snakemake baselines rc=$? wall $(python3 -c "import time; print(round(time.time() - $t0, 1))") s"; grep -E "made|Error" "$OUT/baselines.log" | tail -8
       python3 studies/ladder/lease_timeline.py logs/gpu_leases.jsonl --json "$OUT/lease_timeline_baselines.json" | tail -3 ;;
     onemore)  # ONEMORE's canonical ladder (promote target) on ONEMORE_GPUS GPUs, timed (ONEMORE_CLEAN=1: its reports removed first;
