@@ -215,13 +215,15 @@ class LogHandler(LogHandlerBase):
         return f"{v}, restored from the run cache" if restored else v
 
 
+PROGRESS = re.compile(r"^\[h3gates \d\d:\d\d:\d\d\.\d{3}\] ")  # h3gates.core.jobs.progress: a long gate's line
 REFUSED = re.compile(r"^h3gates [\w-]+: REFUSED$")  # h3gates.core.errors.exit_status: a refusal, its reasons, its fix
 
 
 def last_line(logs: list[str]) -> str:
     """What a failed job's log says last: its refusal's first reason and its fix where the job refused (as
-    h3gates.core.errors.exit_status prints one: a header, `  - reason` lines, `  fix: ...`), else its last line
-    (an exception), or ''."""
+    h3gates.core.errors.exit_status prints one: a header, `  - reason` lines, `  fix: ...`); that it stopped
+    with no error where its last line is a progress line (a job killed, or the run's timeout); else its last
+    line (an exception), or ''."""
     try:
         lines = [x.strip() for x in Path(logs[0]).read_text(errors="replace").splitlines() if x.strip()]
     except (OSError, IndexError):
@@ -232,6 +234,8 @@ def last_line(logs: list[str]) -> str:
         reasons = [x[2:] for x in said if x.startswith("- ")]
         fix = next((x for x in said if x.startswith("fix: ")), None)
         return "REFUSED: " + "; ".join(x[:300] for x in [*(reasons[:1] or ["(no reason)"]), *([fix] if fix else [])])
+    if lines and PROGRESS.match(lines[-1]):  # no error after the job's last progress line: it was stopped
+        return f"stopped with no error in its log (killed or timed out?) after: {PROGRESS.sub('', lines[-1])[:260]}"
     return lines[-1][:300] if lines else ""
 
 

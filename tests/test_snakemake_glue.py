@@ -124,8 +124,9 @@ def test_the_baseline_targets_are_the_baseline_rules_outputs_and_nothing_more(tm
 def test_a_failed_jobs_console_line_names_its_refusal_and_fix(tmp_path):
     """The console's FAILED line for a job that refused (h3gates.core.errors.exit_status: a header, its reasons,
     its fix) carries the first reason and the fix, not only the log's last line (the fix alone, without what
-    it fixes); a job that crashed gets its last line (the exception). Catches: the reason dropped from the
-    console, or a crash's traceback read as a refusal."""
+    it fixes); a job that crashed gets its last line (the exception); one whose log ends on a progress line
+    (killed, as a device call's timeout did on 2026-12-05) says it stopped with no error. Catches: the reason
+    dropped from the console, a crash's traceback read as a refusal, or a kill shown as a bare progress line."""
     sys.path.insert(0, str(ROOT))
     try:
         from snakemake_logger_plugin_h3gates import last_line
@@ -145,4 +146,8 @@ def test_a_failed_jobs_console_line_names_its_refusal_and_fix(tmp_path):
     ), line
     log.write_text("Traceback (most recent call last):\n  ...\nRuntimeError: timing worker exited with 1\n")
     assert last_line([str(log)]) == "RuntimeError: timing worker exited with 1"
+    log.write_text("[h3gates 17:56:33.797] rung 1 GEMM cases: 200 done (role fc2: x)\n")  # killed mid-gate
+    assert last_line([str(log)]) == (
+        "stopped with no error in its log (killed or timed out?) after: rung 1 GEMM cases: 200 done (role fc2: x)"
+    )
     assert last_line([str(tmp_path / "none.log")]) == "" and last_line([]) == ""
