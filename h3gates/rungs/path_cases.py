@@ -370,22 +370,22 @@ def value_reach(inp, plant: Plant, placements) -> tuple[str | None, list[str]]:
     """What a value case reaches, from its input: (context, placements) where the materialized
     activation holds the plant's pattern bit for bit (a NaN as any NaN) (context None, [] where it does not, or where the
     rest is not all zero (`alone`) or all finite with a nonzero (`combined`))."""
-    x = materialize(inp).detach().cpu()
+    x = materialize(inp).detach()  # (where it is: a whole-shape GEMM case's is a GB on the GPU; only counts leave it)
     sp = C.special(plant.value)
-    got = x[plant.row, plant.col : plant.col + plant.width]
+    got = x[plant.row, plant.col : plant.col + plant.width].cpu()
     want = sp.values(plant.width)
     nan = torch.isnan(want)  # a NaN is a NaN whatever its payload (torch's casts and kernels differ)
     if got.dtype != want.dtype or not (
         torch.equal(torch.isnan(got), nan) and torch.equal(got.view(torch.int16)[~nan], want.view(torch.int16)[~nan])
     ):
         return None, []
-    others = x.clone()
-    others[plant.row, plant.block[0] : plant.block[1]] = 0
+    # the rest: everything but the plant's block and its anchor block (disjoint, in its row), counted in place
+    held = [x[plant.row, plant.block[0] : plant.block[1]]]
     if plant.anchor:
-        others[plant.anchor[0], plant.anchor[1] : plant.anchor[2]] = 0
-    if not bool(torch.isfinite(others).all()):
+        held.append(x[plant.anchor[0], plant.anchor[1] : plant.anchor[2]])
+    if int((~torch.isfinite(x)).sum()) != sum(int((~torch.isfinite(h)).sum()) for h in held):
         return None, []
-    context = "combined" if bool(others.count_nonzero()) else "alone"
+    context = "combined" if int(x.count_nonzero()) > sum(int(h.count_nonzero()) for h in held) else "alone"
     return context, [p.name for p in placements if p.at(inp, plant.row, plant.col)]
 
 
