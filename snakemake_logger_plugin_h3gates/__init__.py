@@ -229,8 +229,8 @@ def last_line(logs: list[str]) -> str:
     except (OSError, IndexError):
         return ""
     heads = [i for i, x in enumerate(lines) if REFUSED.match(x)]
-    if heads:
-        said = lines[heads[-1] + 1 :]
+    said = lines[heads[-1] + 1 :] if heads else []
+    if heads and all(x.startswith(("- ", "fix: ")) for x in said):  # the log ends with the refusal (not a worker's)
         reasons = [x[2:] for x in said if x.startswith("- ")]
         fix = next((x for x in said if x.startswith("fix: ")), None)
         return "REFUSED: " + "; ".join(x[:300] for x in [*(reasons[:1] or ["(no reason)"]), *([fix] if fix else [])])

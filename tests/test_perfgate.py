@@ -889,6 +889,65 @@ def test_workers_import_at_once_and_prepare_in_turns(tmp_path):
     assert not launcher.launched and all(w.p.wait(timeout=10) == 0 for w in ahead)
 
 
+def test_a_cohort_that_runs_the_gpu_out_of_memory_is_refused_with_the_resident_it_held(tmp_path, monkeypatch):
+    """A worker whose preparation raises torch.OutOfMemoryError (an H100's 80 GB and a canonical cohort of 4:
+    studies/perfgate/evidence/campaign_h100_2026-12-05/oom_resident4.log) says so on its channel
+    (timing.out_of_memory_said) and ends; the rung refuses with how many of the cohort were prepared when it
+    happened, rounded down to the even `timing.resident` the schema allows, and no process of the cohort is left
+    running. Where fewer than two fit, no resident helps, and the fix says so. Catches: the bare "exited with 1"
+    of before, a fix that names no cohort size, the one that failed, or one the schema refuses (an odd one), or
+    a cohort's workers left holding the GPU after the refusal."""
+    from h3gates.core.config import load_config
+    from h3gates.core.errors import ConfigError, Refusal
+    from h3gates.rungs import timing as T
+
+    code = (
+        "import json, sys, time, torch\n"
+        "from h3gates.rungs import timing as T\n"
+        "T.await_go()\n"
+        "with T.out_of_memory_said():\n"
+        "    if int(sys.argv[1]) >= BAD:\n"
+        "        raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 2.02 GiB. GPU 0 has a total')\n"
+        "print(json.dumps({'modes': {'A': 'eager', 'B': 'eager'}, 'reasons': {'A': None, 'B': None},"
+        " 'memory_gb': {'peak_reserved': 22.3, 'reserved': 18.1}}), flush=True)\n"
+        "for line in sys.stdin:\n    if json.loads(line).get('quit'): break\n"
+    )
+    err = tmp_path / "err"
+    real = subprocess.Popen
+
+    def refused(bad: int, cohort: int):
+        argv = lambda i, first: [sys.executable, "-c", code.replace("BAD", str(bad)), str(i)]  # noqa: E731
+        launcher = T.Launcher(6, argv, at_once=1)
+        made = []
+        with open(err, "w") as f:  # (the workers' stderr, the rung's log, in a file here)
+            monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: real(*a, **{**k, "stderr": f, "cwd": ROOT}))
+            monkeypatch.setattr(T, "close_all", lambda procs, _c=T.close_all: made.extend(procs) or _c(procs))
+            with pytest.raises(Refusal) as e:
+                launcher(range(cohort))
+            monkeypatch.undo()
+        assert made and all(p.p.poll() is not None for p in made), "a worker of the refused cohort still runs"
+        return e.value
+
+    e = refused(bad=3, cohort=6)  # workers 0-2 prepared (18.1 GB each), worker 3 runs out
+    assert (
+        "ran out of GPU memory while a cohort of 6 prepared (3 of its 6 processes prepared, holding 18.1 GB"
+        in (e.reasons[0])
+    ), e.reasons
+    assert "CUDA out of memory. Tried to allocate 2.02 GiB" in e.reasons[0], e.reasons
+    # 3 held, and the schema's resident is even (the construction orders balance): 2, which a config takes
+    assert "`timing: {resident: 2}`" in e.fix and "cohorts of 2" in e.fix, e.fix
+    base = ROOT / "config" / "config.yaml"
+    over = tmp_path / "gpu.yaml"
+    over.write_text("timing:\n  resident: 2\n")
+    assert load_config([base, over])["timing"]["resident"] == 2
+    over.write_text("timing:\n  resident: 3\n")  # what the count alone would have said
+    with pytest.raises(ConfigError):
+        load_config([base, over])
+    assert "Traceback" in err.read_text() and "OutOfMemoryError" in err.read_text()  # the worker's own, in the log
+    e = refused(bad=1, cohort=3)
+    assert "1 of its 3 processes prepared" in e.reasons[0] and "not even two" in e.fix and "resident:" not in e.fix
+
+
 def test_a_discarded_worker_still_importing_ends_at_once_and_quietly(tmp_path, monkeypatch):
     """Launcher.discard on workers that never had their go (rung 4's early launch where the block then is not
     timed, r4_block.launch_ahead): one still importing is terminated after DISCARD_WAIT_S, not awaited until it
@@ -1810,9 +1869,10 @@ def test_the_verdicts_fix_after_a_rung4_refusal_that_did_not_decide():
 
 
 def test_every_recorded_gate_decided_again_from_its_raw_pairs():
-    """analyze_campaign.redecide replays each committed 12 x 4 gate look by look. Under `steady` (the statistic
-    they ran with) it must give every recorded decision back, which pins the replay; under `own` (the gate's
-    statistic since 2026-12-05) the shipped candidates keep their verdicts and no A/A gate decides. Catches a
+    """analyze_campaign.redecide replays each committed 12 x 4 gate look by look. Under the statistic each ran
+    with (`steady`, or `own` since 2026-12-05's sixth session) it must give every recorded decision and ratio
+    back, which pins the replay; under `own` (the gate's statistic since 2026-12-05) the shipped candidates keep
+    their verdicts and no A/A gate decides. Catches a
     replay that uses another look's pairs or processes, and a statistic change that flips a real verdict."""
     A = _analysis()
     ev = ROOT / "studies/perfgate/evidence"
@@ -1823,12 +1883,12 @@ def test_every_recorded_gate_decided_again_from_its_raw_pairs():
     for samples in ("steady", "own"):
         p = G.params({**A.canonical(), "samples": samples})
         got[samples] = A.redecide(folders, p)
-    assert len(got["steady"]) >= 45
-    assert all(r["decision"] == r["recorded"] for r in got["steady"]), [
-        r for r in got["steady"] if r["decision"] != r["recorded"]
-    ]
+    # each gate replayed under the statistic it ran with (steady until 2026-12-05, own since: campaign_2026-12-05b)
+    mine = [r for s in got for r in got[s] if r["recorded_samples"] == s]
+    assert len(mine) == len(got["own"]) >= 47 and sum(r["recorded_samples"] == "own" for r in mine) >= 2
+    assert all(r["decision"] == r["recorded"] for r in mine), [r for r in mine if r["decision"] != r["recorded"]]
     # the same look's ratio to the last digit (an undecided A/A gate would match any replay's decision)
-    assert all(r["ratio"] == pytest.approx(r["recorded_ratio"], rel=1e-12, abs=1e-15) for r in got["steady"])
+    assert all(r["ratio"] == pytest.approx(r["recorded_ratio"], rel=1e-12, abs=1e-15) for r in mine)
     # the H100 gates ran under `every` (in cohorts of 2): replayed under it, each comes back to the last digit
     h100 = A.redecide([ev / "campaign_h100_2026-12-05"], G.params({**A.canonical(), "samples": "every"}))
     assert len(h100) == 4 and all(

@@ -137,12 +137,12 @@ def test_a_failed_jobs_console_line_names_its_refusal_and_fix(tmp_path):
         "perf gate: 12 fresh processes (graph mode)\nTraceback (most recent call last):\n  ...\n"
         "torch.OutOfMemoryError: CUDA out of memory.\nh3gates rung: REFUSED\n"
         "  - rung 4: a timing worker (candidate first) ran out of GPU memory while a cohort of 4 prepared\n"
-        "  fix: prepare at most 3 timing processes at once on this GPU\n\n"
+        "  fix: prepare at most 2 timing processes at once on this GPU\n\n"
     )
     line = last_line([str(log)])
     assert line == (
         "REFUSED: rung 4: a timing worker (candidate first) ran out of GPU memory while a cohort of 4 prepared; "
-        "fix: prepare at most 3 timing processes at once on this GPU"
+        "fix: prepare at most 2 timing processes at once on this GPU"
     ), line
     log.write_text("Traceback (most recent call last):\n  ...\nRuntimeError: timing worker exited with 1\n")
     assert last_line([str(log)]) == "RuntimeError: timing worker exited with 1"

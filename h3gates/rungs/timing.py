@@ -264,6 +264,8 @@ class Side:
                 static = self.fn()
             g.replay()
             torch.cuda.synchronize()
+        except torch.OutOfMemoryError:  # not the side's nature but the GPU's room: the rung refuses (memory_refusal)
+            raise
         except Exception as e:  # noqa: BLE001 (a side that synchronizes or allocates in a way a graph cannot hold)
             torch.cuda.synchronize()
             return (
@@ -479,7 +481,11 @@ class Worker:
             )
         out = json.loads(line)
         if out.get("error") == OUT_OF_MEMORY:  # (its traceback is in the log: its stderr is the rung's)
-            self.p.wait()
+            try:
+                self.p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
             raise WorkerOutOfMemory(self.first, out)
         return out
 
@@ -550,7 +556,7 @@ def out_of_memory_said():
     try:
         yield
     except torch.OutOfMemoryError as e:
-        line = {"error": OUT_OF_MEMORY, "detail": str(e).split(". ")[0][:300]}
+        line = {"error": OUT_OF_MEMORY, "detail": _oom_detail(e)}
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             free, total = torch.cuda.mem_get_info()
             line["memory_gb"] = {
@@ -566,25 +572,35 @@ def out_of_memory_said():
         raise
 
 
-def memory_refusal(e: BaseException, cohort: int, processes: int, prepared: list[dict]) -> Refusal:
+def _oom_detail(e: BaseException) -> str:
+    """torch's out-of-memory message to its first two sentences ("CUDA out of memory. Tried to allocate ...")."""
+    return ". ".join(str(e).split(". ")[:2])[:300]
+
+
+def memory_refusal(e: BaseException, cohort: int, processes: int, prepared: list[dict], at_once: int = 1) -> Refusal:
     """A cohort's preparation that ran the GPU out of memory (a worker's WorkerOutOfMemory, or the rung's own
     torch.OutOfMemoryError), as a Refusal whose fix is the `timing.resident` this GPU held: the number of the
-    cohort's processes prepared (and held) when it happened, `prepared` their ready records. (An H100's 80 GB
-    hold 3 canonical processes at 18.1 GB each beside a fourth preparing, not 4: studies/perfgate/evidence/
-    campaign_h100_2026-12-05/oom_resident4.log.)"""
+    cohort's processes prepared (and held) when it happened, `prepared` their ready records, rounded down to
+    the even number the schema allows (`at_once`: how many were preparing together then, said in the reason; the
+    advice is safe either way: that many held fit). (An H100's 80 GB hold 3 canonical processes at 18.1 GB each
+    beside a fourth preparing, not 4: studies/perfgate/evidence/campaign_h100_2026-12-05/oom_resident4.log.)"""
     who = f"a timing worker ({e.first} first)" if isinstance(e, WorkerOutOfMemory) else "the rung's own process"
-    detail = e.detail if isinstance(e, WorkerOutOfMemory) else str(e).split(". ")[0][:300]
-    held = [((r or {}).get("memory_gb") or {}).get("reserved") for r in prepared]
-    held = [h for h in held if h]
+    detail = e.detail if isinstance(e, WorkerOutOfMemory) else _oom_detail(e)
+    held = sorted(h for r in prepared if (h := ((r or {}).get("memory_gb") or {}).get("reserved")))
     mem = getattr(e, "memory_gb", {}) or {}
+    if not mem and torch.cuda.is_available() and torch.cuda.is_initialized():  # (the rung's own process)
+        free, total = torch.cuda.mem_get_info()
+        mem = {"total": total / 1e9, "free": free / 1e9}
     facts = [f"{len(prepared)} of its {cohort} processes prepared"]
     if held:
-        facts.append(f"holding {max(held):.1f} GB each")
+        facts.append(f"holding {held[len(held) // 2]:.1f} GB each (median)")
+    if at_once > 1:
+        facts.append(f"{at_once} preparing at once")
     if mem.get("total"):
         facts.append(f"a {mem['total']:.0f} GB GPU, {mem.get('free', 0):.1f} GB free")
     reason = f"rung 4: {who} ran out of GPU memory while a cohort of {cohort} prepared ({', '.join(facts)}): {detail}"
-    k = len(prepared)
-    if k >= 1:
+    k = len(prepared) - len(prepared) % 2  # (timing.resident: even, at least 2: the construction orders balance)
+    if k >= 2:
         fix = (
             f"prepare at most {k} timing processes at once on this GPU: a config file given after the profile's "
             f"(--configfile config/canonical.yaml gpu.yaml) with `timing: {{resident: {k}}}`; the gate still times "
@@ -592,8 +608,9 @@ def memory_refusal(e: BaseException, cohort: int, processes: int, prepared: list
         )
     else:
         fix = (
-            "not even one timing process's preparation fits what is free on this GPU: end what else holds its memory "
-            "(nvidia-smi), or time this profile on a GPU with more memory (docs/hardware.md)"
+            "not even two timing processes (the least cohort: timing.resident is even) fit what is free on this GPU: "
+            "end what else holds its memory (nvidia-smi), or time this profile on a GPU with more memory "
+            "(docs/hardware.md)"
         )
     return Refusal([reason], fix)
 
@@ -744,6 +761,7 @@ class Launcher:
         todo = [i for i in indices if not (self.local and i == 0)]
         procs: list = []
         workers: list = []
+        group: list = []  # the workers preparing together when it failed (memory_refusal)
         try:
             self.launch(todo)  # every worker imports while the local sides (if any) prepare
             workers = [self.launched.pop(i) for i in todo]
@@ -784,7 +802,7 @@ class Launcher:
             close_all(procs + [w for w in workers if w not in procs])
             self.discard()
             if isinstance(e, (WorkerOutOfMemory, torch.OutOfMemoryError)):
-                raise memory_refusal(e, len(indices), self.n, ready) from e
+                raise memory_refusal(e, len(indices), self.n, ready, at_once=max(1, len(group))) from e
             raise
         return procs
 

@@ -133,7 +133,8 @@ def redecide(paths, p: dict) -> list[dict]:
                 continue
             raw = [[{"throttled": False, **x} for x in proc["pairs"]] for proc in g["processes"]]
             r = {"gate": f"{f.parent.name}/{f.name}:{gi}", "kind": g["kind"], "block": g["block"],
-                 "recorded": g["decision"], "recorded_ratio": g.get("ratio"), "decision": "continue"}  # fmt: skip
+                 "recorded": g["decision"], "recorded_ratio": g.get("ratio"),
+                 "recorded_samples": gp.get("samples", "steady"), "decision": "continue"}  # fmt: skip
             for look, npairs in enumerate(looks):
                 upto = [[x for x in pr if (x.get("request") or 0) <= look] for pr in raw]
                 used = [pr[:npairs] for pr in upto if len(pr) >= npairs]
