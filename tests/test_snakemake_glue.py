@@ -132,12 +132,24 @@ def test_a_failed_jobs_console_line_names_its_refusal_and_fix(tmp_path):
         from snakemake_logger_plugin_h3gates import last_line
     finally:
         sys.path.remove(str(ROOT))
+    import contextlib
+    import io
+
+    from h3gates.core.errors import Refusal, exit_status
+
+    def refuse():
+        raise Refusal(
+            ["rung 4: a timing worker (candidate first) ran out of GPU memory while a cohort of 4 prepared"],
+            "prepare at most 2 timing processes at once on this GPU",
+        )
+
+    said = io.StringIO()  # the refusal as a job prints it (the rule's log is its stderr)
+    with contextlib.redirect_stderr(said):
+        assert exit_status("rung", refuse) == 1
     log = tmp_path / "r4.log"
     log.write_text(
         "perf gate: 12 fresh processes (graph mode)\nTraceback (most recent call last):\n  ...\n"
-        "torch.OutOfMemoryError: CUDA out of memory.\nh3gates rung: REFUSED\n"
-        "  - rung 4: a timing worker (candidate first) ran out of GPU memory while a cohort of 4 prepared\n"
-        "  fix: prepare at most 2 timing processes at once on this GPU\n\n"
+        "torch.OutOfMemoryError: CUDA out of memory.\n" + said.getvalue() + "\n"
     )
     line = last_line([str(log)])
     assert line == (
