@@ -556,20 +556,23 @@ def out_of_memory_said():
     try:
         yield
     except torch.OutOfMemoryError as e:
-        line = {"error": OUT_OF_MEMORY, "detail": _oom_detail(e)}
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            free, total = torch.cuda.mem_get_info()
-            line["memory_gb"] = {
-                "total": round(total / 1e9, 2),
-                "free": round(free / 1e9, 2),
-                "reserved": round(torch.cuda.memory_reserved() / 1e9, 2),
-            }
+        line = {"error": OUT_OF_MEMORY, "detail": _oom_detail(e), "memory_gb": _memory_gb()}
         try:
             sys.stdout.write(json.dumps(line) + "\n")
             sys.stdout.flush()
         except OSError:  # (a parent gone: the exception below says it in the log)
             pass
         raise
+
+
+def _memory_gb() -> dict:
+    """The GPU's total and free memory and what this process reserved, in GB, where it holds a CUDA context
+    (none is made for the question); else {}."""
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return {}
+    free, total = torch.cuda.mem_get_info()
+    return {"total": round(total / 1e9, 2), "free": round(free / 1e9, 2),
+            "reserved": round(torch.cuda.memory_reserved() / 1e9, 2)}  # fmt: skip
 
 
 def _oom_detail(e: BaseException) -> str:
@@ -587,10 +590,7 @@ def memory_refusal(e: BaseException, cohort: int, processes: int, prepared: list
     who = f"a timing worker ({e.first} first)" if isinstance(e, WorkerOutOfMemory) else "the rung's own process"
     detail = e.detail if isinstance(e, WorkerOutOfMemory) else _oom_detail(e)
     held = sorted(h for r in prepared if (h := ((r or {}).get("memory_gb") or {}).get("reserved")))
-    mem = getattr(e, "memory_gb", {}) or {}
-    if not mem and torch.cuda.is_available() and torch.cuda.is_initialized():  # (the rung's own process)
-        free, total = torch.cuda.mem_get_info()
-        mem = {"total": total / 1e9, "free": free / 1e9}
+    mem = getattr(e, "memory_gb", None) or _memory_gb()  # (the rung's own process: its own view)
     facts = [f"{len(prepared)} of its {cohort} processes prepared"]
     if held:
         facts.append(f"holding {held[len(held) // 2]:.1f} GB each (median)")
@@ -691,9 +691,7 @@ PREPARE_CONTEXT_GB = 1.0
 def gpu_free_gb() -> float | None:
     """The GPU's free memory now, in GB, as the driver sees it (every process's allocations counted), where this
     process already holds a CUDA context (none is made for the question); else None."""
-    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
-        return None
-    return torch.cuda.mem_get_info()[0] / 1e9
+    return _memory_gb().get("free")  # (to 10 MB)
 
 
 def group_size(peaks: list[float], free_gb: float | None, at_once: int, left: int) -> int:
