@@ -1677,6 +1677,41 @@ def test_the_gate_simulation_runs_at_the_canonical_level(tmp_path):
     assert set(r) >= {"pass", "fail", "undecided", "pass_95"}
 
 
+def test_the_gate_simulation_scales_a_longer_pairs_spread_by_the_statistics_own_sample_count(tmp_path):
+    """Pairs measured at 8 steady calls a side are scaled to the canonical 4 by the samples each statistic keeps:
+    sqrt(2) for `steady`, sqrt((1/5 + 1/4) / (1/9 + 1/8)) for `own` (the first run's switch call kept), and 1 where
+    the measured pairs have the canonical count."""
+    sys.path.insert(0, str(ROOT / "studies/perfgate"))
+    try:
+        import gate_simulation as S
+    finally:
+        sys.path.remove(str(ROOT / "studies/perfgate"))
+    assert S.canonical()["calls"] == 4
+
+    def campaign(calls):
+        rng = random.Random(calls)
+        pairs = [
+            {
+                "order": o,
+                "request": r // 2,
+                **{s: [0.13 + rng.gauss(0, 1e-3) for _ in range(calls)] for s in "AB"},
+                **{f"{s}_switch": 0.13 for s in "AB"},
+            }
+            for r, o in enumerate(["AB", "BA"] * 3)
+        ]
+        f = tmp_path / f"campaign_{calls}.json"
+        f.write_text(json.dumps({"gates": [{"kind": "aa", "block": 0, "processes": [{"pairs": pairs}] * 2}]}))
+        return f
+
+    for calls, samples, want in (
+        (8, "steady", math.sqrt(2)),
+        (8, "every", math.sqrt((2 / 5) / (2 / 9))),
+        (8, "own", math.sqrt((1 / 5 + 1 / 4) / (1 / 9 + 1 / 8))),
+        (4, "own", 1.0),
+    ):
+        assert S.measured(campaign(calls), None, samples)[1]["spread_scale"] == pytest.approx(want), (calls, samples)
+
+
 def test_rung8_sets_the_measured_gain_beside_the_kernel_time(tmp_path):
     """Rung 8 reads rung 4's reports: a gain mostly made of kernel time is explained; one that Nsight's
     kernels do not show is noted as not kernel time (the eager gate's host-side gains)."""

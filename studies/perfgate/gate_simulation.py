@@ -56,7 +56,7 @@ def measured(
     for src in [source] if isinstance(source, Path) else source:
         files += sorted(src.glob("campaign_*.json")) if src.is_dir() else [src]
     procs: dict[tuple, list[tuple[float, str]]] = {}
-    calls = set()
+    calls, weights, target = set(), [], canonical()["calls"]
     for f in files:
         for gi, g in enumerate(json.loads(f.read_text())["gates"]):
             if g.get("kind", "aa") != "aa" or (block is not None and g.get("block") != block):
@@ -66,6 +66,7 @@ def measured(
                 for p, own in zip(proc["pairs"], G.own_first(proc["pairs"])):
                     procs[(str(f), gi, i)].append((G.pair_d(p, samples, own), p["order"]))
                     calls.add(len(p["A"]))
+                    weights.append((_inverse_counts(p, samples, own), _inverse_counts(p, samples, own, target)))
     means = {o: statistics.fmean(x for s in procs.values() for x, oo in s if oo == o) for o in ("AB", "BA")}
     resid = [[x - means[o] for x, o in s] for s in procs.values() if len(s) >= 4]
     flat = [x for s in resid for x in s]
@@ -75,10 +76,22 @@ def measured(
         "sd": statistics.stdev(flat),
         "order_means": means,
         "lag1": G.lag1(resid, 0.0),
-        "files": [str(f.relative_to(ROOT)) for f in files],
+        "files": [str(f.relative_to(ROOT) if f.is_relative_to(ROOT) else f) for f in files],
         "calls": sorted(calls),
+        # the pair spread's scale to the canonical pair's samples: sqrt(mean(1/nA + 1/nB) as measured over the same
+        # at the canonical steady count, each pair's switch calls kept as the statistic keeps them); 1 where the
+        # measured pairs have the canonical count
+        "spread_scale": math.sqrt(statistics.fmean(c for _, c in weights) / statistics.fmean(m for m, _ in weights)),
     }
     return resid, info
+
+
+def _inverse_counts(pair: dict, samples: str, first_own: bool, steady: int | None = None) -> float:
+    """1/nA + 1/nB: the samples each side of a raw pair gives the statistic (`steady`: as if each side had run that
+    many steady calls), the factor per-call noise enters a pair's d with."""
+    if steady is not None:
+        pair = {**pair, "A": [1.0] * steady, "B": [1.0] * steady}
+    return sum(1 / len(G.side_samples(pair, side, samples, first_own)) for side in ("A", "B"))
 
 
 def circular(src: list[list[float]], n: int, rng, block: int = 5, which: int | None = None) -> list[float]:
@@ -168,10 +181,11 @@ def main() -> int:
     t0 = time.time()
     p = {**canonical(), **({"samples": a.samples} if a.samples else {})}
     resid, info = measured([x.resolve() for x in a.source], a.block, p["samples"])
-    # pairs measured at another number of calls a side than the canonical pair's: the spread is scaled by
-    # sqrt(measured / canonical) (per-call noise independent within a pair; conservative where the pair spread
-    # is drift shared by both sides); the run-3 pairs had 8 calls, the 2026-12-02 campaign's the canonical 4
-    scale = math.sqrt(info["calls"][0] / p["calls"]) if len(info["calls"]) == 1 else float("nan")
+    # pairs measured at another number of calls a side than the canonical pair's: the spread is scaled by the
+    # ratio of the samples per side, counted under the statistic (measured's spread_scale: per-call noise
+    # independent within a pair; conservative where the pair spread is drift shared by both sides); the run-3
+    # pairs had 8 calls, the 2026-12-02 campaign's the canonical 4
+    scale = info["spread_scale"]
     src = [[x * scale for x in s] for s in resid]
     oe = (info["order_means"]["AB"] - info["order_means"]["BA"]) / 2
 
