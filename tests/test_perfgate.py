@@ -645,10 +645,14 @@ def test_run_pairs_discards_the_switch_call_and_times_calls_per_side(fake_clock)
     sides = T.prepare(a, b, "cpu", "graph", 1, "baseline")
     assert sides["A"].mode == "eager" and "no GPU" in sides["A"].reason
     pairs, host = T.run_pairs(sides, ["AB", "BA"], 3, "cpu", T.Monitor("cpu"))
-    assert host["start"] <= host["queued"] <= host["done"] and host["lead"] == host["trail"] == 0  # none on a CPU
+    # on a CPU one lead call of the first side (a request's first switch call follows its own side, as own_first
+    # takes it) and no trail
+    assert host["start"] <= host["queued"] <= host["done"] and (host["lead"], host["trail"]) == (1, 0)
     assert [p["order"] for p in pairs] == ["AB", "BA"] and all(len(p["A"]) == 3 and len(p["B"]) == 3 for p in pairs)
     assert all(p["A_switch"] > 0 and not p["throttled"] for p in pairs)
-    assert a.calls == 1 + 1 + 2 * 4  # prepare's eager run, one warm-up, then 4 calls per pair (one switch + 3)
+    # prepare's eager run, one warm-up, the lead call, then 4 calls per pair (one switch + 3)
+    assert a.calls == 1 + 1 + 1 + 2 * 4 and b.calls == 1 + 1 + 2 * 4
+    assert T.run_pairs(sides, ["BA"], 3, "cpu", T.Monitor("cpu"))[1]["lead"] == 1 and b.calls == 2 + 8 + 1 + 4
 
 
 class _Recorder:

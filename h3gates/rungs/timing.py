@@ -324,7 +324,8 @@ def run_pairs(
     second side's first calls up to 10% slower). The `lead` untimed calls are queued first (the GPU is busy
     within a millisecond of the request), then NVML is read, then the pairs, then `trail` untimed calls that
     keep the GPU busy while the host answers and the next process starts. NVML is read again once the last
-    timed call has finished (reasons and the cumulative violation counters)."""
+    timed call has finished (reasons and the cumulative violation counters). On a CPU one lead call (at most)
+    and no trail: a request's first switch call follows a call of its own side there too (own_first)."""
     host = {"start": time.time()}
     out = [{"order": o} for o in orders]
     was = gc.isenabled()
@@ -352,6 +353,10 @@ def run_pairs(
             ev[-1][-1][1].synchronize()  # the last timed call (every earlier event is done too); the trail runs on
             times = iter([[a.elapsed_time(b) / 1e3 for a, b in e] for e in ev])
         else:
+            lead = min(lead, 1)  # one untimed call of the first side: the first switch call follows its own side, as
+            for _ in range(lead):  # own_first takes a request's first pair's to (the GPU's lead calls); no trail
+                sides[orders[0][0]].call()
+            trail = 0
             m0 = monitor.sample()
             host["queued"] = time.time()
             times = iter([_timed_calls(sides[s], calls + 1, device) for o in orders for s in o])
@@ -366,7 +371,7 @@ def run_pairs(
     finally:
         if was:
             gc.enable()
-    host.update(lead=lead if device == "cuda" else 0, trail=trail if device == "cuda" else 0)
+    host.update(lead=lead, trail=trail)
     return out, host
 
 
