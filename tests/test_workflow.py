@@ -474,6 +474,51 @@ def test_an_undecided_gate_names_its_next_attempt_and_the_forcerun_times_it(ws):
             assert "this fingerprint's attempts are spent" in fix, fix
 
 
+OUT_OF_MEMORY_IN_THE_TIMING_WORKERS = """
+
+
+_real_build = build
+
+
+def build(params, reference, base):
+    # fault: every rung-4 timing worker runs out of GPU memory while it builds its block's sides (as a canonical
+    # cohort did on an H100's 80 GB: studies/perfgate/evidence/campaign_h100_2026-12-05/); rungs 1-3 and the rung's
+    # own process build as the kernel does
+    import sys
+
+    if "perf-worker" in sys.argv:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.02 GiB. GPU 0 has a total capacity of 79")
+    return _real_build(params, reference, base)
+"""
+
+
+def test_a_timing_cohort_that_runs_out_of_memory_is_refused_with_its_fix_on_the_console(ws):
+    """Rung 4's out-of-memory refusal through snakemake (a CPU has no GPU to fill: the fault raises torch's
+    OutOfMemoryError in the timing workers alone): the rung's job refuses with the cohort it prepared and the fix,
+    the console's FAILED line carries both, the job's log the worker's traceback, and nothing that looks like a
+    report, a pass token or a flag is left. Catches: the bare "timing worker exited with 1" of before (the worker's
+    line unread), a refusal the console drops, a worker's half-made report."""
+    _plant(ws, "modulate_fusion", append=OUT_OF_MEMORY_IN_THE_TIMING_WORKERS, config={"timing": ENFORCED_TIMING})
+    p = snakemake(ws, "promote_modulate_fusion")
+    name = _name(ws, "modulate_fusion")
+    assert p.returncode != 0
+    failed = [x for x in p.stderr.splitlines() if x.startswith("FAILED ")]
+    assert len(failed) == 1, p.stderr[-3000:]
+    line = re.sub(r"\s+", " ", failed[0])
+    assert line.startswith(f"FAILED r4 block {name} block 0: REFUSED: rung 4: a timing worker ("), line
+    # every worker failed, so of the cohort of 4 only the rung's own process was prepared: no resident helps
+    assert "ran out of GPU memory while a cohort of 4 prepared (1 of its 4 processes prepared" in line, line
+    assert "CUDA out of memory. Tried to allocate 2.02 GiB" in line and "; fix: not even two timing processes" in line
+    assert line.endswith(f"; log: logs/ci/{name}/r4_block_block0.log"), line
+    log = (ws / "logs/ci" / name / "r4_block_block0.log").read_text()
+    assert "torch.OutOfMemoryError" in log and "timing worker exited with" not in log, log[-3000:]
+    assert not (ws / RES / name / "r4_block/block0.json").exists()
+    assert not (ws / RES / name / "tokens/r4.pass").exists()
+    assert not (ws / RES / "promotion" / f"{name}.env").exists()
+    st = _status(ws)["modulate_fusion"]
+    assert [st[r]["state"] for r in (1, 2, 3, 4)] == ["pass", "pass", "pass", "missing"], st
+
+
 def test_fault_exact_but_slower_refused_by_performance_gate_at_rung_4(ws):
     # the wait is fixed work, not time.sleep nor a per-process calibration: a loaded CPU (CI runs two tests on
     # two cores) slows the block's own work by a factor that differs between processes; a sleep would not slow
