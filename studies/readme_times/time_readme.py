@@ -64,14 +64,17 @@ def run_once(clone: Path, cmd: str, env: dict, log: Path) -> dict:
     with log.open("w") as fh:
         rc = subprocess.run(cmd, shell=True, cwd=clone, env=env, stdout=fh, stderr=subprocess.STDOUT).returncode
     wall = time.monotonic() - t0
-    return {"wall_s": round(wall, 2), "rc": rc, "loadavg_before": before, "loadavg_after": loadavg()}
+    lines = len(log.read_text(errors="replace").splitlines())  # what the command printed (stdout and stderr)
+    return {"wall_s": round(wall, 2), "rc": rc, "lines": lines, "loadavg_before": before, "loadavg_after": loadavg()}
 
 
 def summary(runs: list[dict]) -> dict:
     w = [r["wall_s"] for r in runs if r["rc"] == 0]
     if not w:
         return {"n": 0}
-    return {"n": len(w), "median_s": round(statistics.median(w), 1), "min_s": min(w), "max_s": max(w)}
+    lines = [r["lines"] for r in runs if r["rc"] == 0]
+    return {"n": len(w), "median_s": round(statistics.median(w), 1), "min_s": min(w), "max_s": max(w),
+            "lines_max": max(lines)}  # fmt: skip
 
 
 def main() -> int:
@@ -80,28 +83,49 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--pytest-rounds", type=int, default=1)
     ap.add_argument("--only", nargs="*", choices=list(COMMANDS), help="these commands (default: all)")
+    ap.add_argument(
+        "--against",
+        metavar="REV",
+        help="also time each command in a clone at REV, side by side: in every round both clones, the first of "
+        "the two alternating by round (runs under '<name>@REV', ratios HEAD / REV per round in 'ratios')",
+    )
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     work = Path(tempfile.mkdtemp(prefix="h3gates-times-"))
-    clone = work / "h3gates"
-    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    clones = {"": work / "h3gates"}
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clones[""])], check=True)
+    if a.against:
+        clones[f"@{a.against}"] = work / "against"
+        subprocess.run(["git", "clone", "-q", str(ROOT), str(clones[f"@{a.against}"])], check=True)
+        subprocess.run(["git", "checkout", "-q", a.against], cwd=clones[f"@{a.against}"], check=True)
     env = {**os.environ, "XDG_CONFIG_HOME": str(work / "config")}
-    runs: dict[str, list[dict]] = {k: [] for k in a.only or COMMANDS}
-    runs["pytest"] = []
     names = list(a.only or COMMANDS)
+    runs: dict[str, list[dict]] = {f"{k}{c}": [] for k in names for c in clones}
+    runs["pytest"] = []
     for r in range(max(a.rounds, a.pytest_rounds)):
         order = names[r % len(names) :] + names[: r % len(names)]
         if r < a.pytest_rounds:
             order.append("pytest")
         for name in order if r < a.rounds else ["pytest"]:
             cmd = PYTEST[0] if name == "pytest" else COMMANDS[name][0]
-            res = run_once(clone, cmd, env, a.out / f"{name}.{r}.log")
-            res["round"] = r
-            runs[name].append(res)
-            print(f"round {r} {name}: {res['wall_s']} s rc={res['rc']} load {res['loadavg_before']}", flush=True)
+            sides = list(clones) if name != "pytest" else [""]
+            for c in sides[r % len(sides) :] + sides[: r % len(sides)]:
+                res = run_once(clones[c], cmd, env, a.out / f"{name}{c}.{r}.log")
+                res["round"] = r
+                runs[f"{name}{c}"].append(res)
+                print(
+                    f"round {r} {name}{c}: {res['wall_s']} s rc={res['rc']} {res['lines']} lines load {res['loadavg_before']}",
+                    flush=True,
+                )
+    ratios = {}
+    for name in names if a.against else []:
+        pairs = zip(runs[name], runs[f"{name}@{a.against}"])
+        ratios[name] = [round(x["wall_s"] / y["wall_s"], 4) for x, y in pairs if x["rc"] == 0 and y["rc"] == 0]
     doc = {
         "commit": commit,
+        "against": a.against,
+        "ratios": ratios,
         "date": time.strftime("%Y-%m-%d"),
         "machine": {
             "cores": os.cpu_count(),
@@ -117,6 +141,8 @@ def main() -> int:
     (a.out / "times.json").write_text(json.dumps(doc, indent=1) + "\n")
     for k, s in doc["summary"].items():
         print(f"{k}: {s}")
+    for k, v in ratios.items():
+        print(f"{k}: HEAD / {a.against} per round {v}, median {statistics.median(v) if v else None}")
     shutil.rmtree(work, ignore_errors=True)
     return 0 if all(r["rc"] == 0 for v in runs.values() for r in v) else 1
 
