@@ -6,7 +6,8 @@ power per attempt, with a between-process component (CPU, a minute or two).
 The measured samples (--source): by default the A/A gates of studies/perfgate/evidence/campaign_2026-12-02/
 (the canonical protocol with the no-idle handover: six fresh processes per gate, CUDA graphs, 4 steady calls
 per side); the older run 3 (studies/perfgate/evidence/campaign_2026-12-01/run3_aa_block24.json, two processes,
-8 calls a side, scaled by sqrt(2)) also reads. Each pair's d residual around its order's mean, per measured
+8 calls a side, its spread scaled to the canonical pair's by the samples a side gives the statistic: sqrt(2) for
+steady, less for own and every, whose switch calls count at both sizes) also reads. Each pair's d residual around its order's mean, per measured
 process, in time order. A simulated gate draws for each of its P processes a series by a circular block
 bootstrap (blocks of 5 consecutive pairs of one measured process, wrapping around its end, so every pair is
 drawn equally often: the moving-block bootstrap under-samples the ends and biased the old A/A ratio to
