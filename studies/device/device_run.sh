@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run on the H200 device machine from the repository root, with .devsite/ (pack-site core) carried.
 # Usage: bash studies/device/device_run.sh STEP...   (studies/device/README.md says what each step runs)
-# Steps: warmgpu gputests digests tests cachetests qkvstudy gemmparts buildprobe onegpu onemore gpucheck ci4cuda r1cuda canon2 canonx2 canon r8swiglu perfgate
+# Steps: edits warmgpu gputests digests tests cachetests qkvstudy gemmparts buildprobe onegpu onemore gpucheck ci4cuda r1cuda canon2 canonx2 canon r8swiglu perfgate
 #        blocktime jobprofile warmimports evidence ncu profile canonical4 tune model ladder ncuquery ladderci fc2;
 #        with BUNDLE=name the outputs also come back as one $OUT/name.tgz
 set -uo pipefail
@@ -45,6 +45,24 @@ for step in "$@"; do
       python3 studies/ladder/lease_timeline.py logs/gpu_leases.jsonl --json "$OUT/lease_timeline_all.json" | tail -${ONEMORE_TAIL:-24}
       python3 studies/ladder/climb_breakdown.py results/canonical --leases logs/gpu_leases.jsonl --json "$OUT/breakdown_$c.json" | tail -24
       mkdir -p /tmp/om && rm -rf /tmp/om/* && cp -r results/canonical logs /tmp/om/ 2>/dev/null; find /tmp/om -name "*.pt" -size +4M -delete; (cd /tmp && tar czf "$OUT/onemore_$c.tgz" om) ;;
+    edits)  # issue 31's incremental bars after EDIT_CANDIDATE's climb (its reports present, promoted): its promote target
+            # with nothing changed, after a comment-only edit of EDIT_FILE (no job), after a failing edit (the module raises at
+            # import: rung 1's job fails), after its revert (rung 1's report restored from the run cache, the promotion made
+            # again, no GPU lease), each timed, with the jobs the console counted and the GPU leases taken
+            # (EDIT_CONFIGS: config/canonical.yaml by default; on a CPU e.g. EDIT_CONFIGS=config/config.yaml EDIT_FILE=kernels/modulate_fusion/cpu.py)
+      c=${EDIT_CANDIDATE:-swiglu_fusion}; cf=${EDIT_CONFIGS:-config/canonical.yaml}; f=${EDIT_FILE:-kernels/$c/cuda.py}
+      cp "$f" /tmp/edit_original; printf 'edit\trc\twall_s\tjobs\tgpu_leases\n' > "$OUT/edits.tsv"
+      leases() { cat logs/gpu_leases.jsonl 2>/dev/null | wc -l; }
+      edit_run() {
+        local n0 t0 rc; n0=$(leases); t0=$(date +%s.%N)
+        python3 -m snakemake promote_$c --cores 4 --resources gpu=1 --configfile $cf > "$OUT/edits_$1.log" 2>&1; rc=$?
+        printf '%s\t%s\t%s\t%s\t%s\n' "$1" $rc "$(python3 -c "import time; print(round(time.time() - $t0, 2))")" \
+          "$(grep -cE '^\[[0-9:]+\] +[0-9]+/[0-9]+ ' "$OUT/edits_$1.log")" $(( $(leases) - n0 )) | tee -a "$OUT/edits.tsv"
+      }
+      edit_run unchanged
+      printf '\n# a comment, and nothing else\n' >> "$f"; edit_run comment; cp /tmp/edit_original "$f"
+      printf '\nraise RuntimeError("planted: a failing edit")\n' >> "$f"; edit_run failing; cp /tmp/edit_original "$f"
+      edit_run revert; grep -E "FAILED|^OK|REFUSED" "$OUT/edits_failing.log" "$OUT/edits_revert.log" | cut -c1-240 ;;
     ci4cuda)  # the CI profile on CUDA through rung 4 of modulate_fusion: the per-block capture jobs, rungs 3-4 reading them
       rm -rf results/ci logs/ci .snakemake; mkdir -p "$OUT/ci4cuda"; printf 'device: cuda\n' > /tmp/cuda.yaml
       timeout "${CI4_TIMEOUT:-180}" python3 -m snakemake --cores 2 --resources gpu=1 --configfile config/ci.yaml /tmp/cuda.yaml -- results/ci/modulate_fusion/tokens/r4.pass \
