@@ -353,10 +353,11 @@ def run_pairs(
             ev[-1][-1][1].synchronize()  # the last timed call (every earlier event is done too); the trail runs on
             times = iter([[a.elapsed_time(b) / 1e3 for a, b in e] for e in ev])
         else:
-            lead = min(lead, 1)  # one untimed call of the first side: the first switch call follows its own side, as
-            for _ in range(lead):  # own_first takes a request's first pair's to (the GPU's lead calls); no trail
+            # one untimed call of the first side, so that the request's first switch call follows a call of its own
+            # side, as own_first takes it (on a GPU the lead calls do that); no trail
+            lead, trail = min(lead, 1), 0
+            for _ in range(lead):
                 sides[orders[0][0]].call()
-            trail = 0
             m0 = monitor.sample()
             host["queued"] = time.time()
             times = iter([_timed_calls(sides[s], calls + 1, device) for o in orders for s in o])
