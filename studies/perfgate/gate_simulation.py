@@ -3,15 +3,15 @@ AR(1) series, at the canonical level (config/canonical.yaml as it is: max_attemp
 bounds x 2 attempts) per attempt, split 10/90 over the early and the last look): false pass / fail and
 power per attempt, with a between-process component (CPU, a minute or two).
 
-The measured samples (--source): by default the A/A gates of studies/perfgate/evidence/campaign_2026-12-02/
-(the canonical protocol with the no-idle handover: six fresh processes per gate, CUDA graphs, 4 steady calls
-per side); the older run 3 (studies/perfgate/evidence/campaign_2026-12-01/run3_aa_block24.json, two processes,
-8 calls a side, its spread scaled to the canonical pair's by the samples a side gives the statistic: sqrt(2) for
-steady, less for own and every, whose switch calls count at both sizes) also reads. Each pair's d residual around its order's mean, per measured
-process, in time order. A simulated gate draws for each of its P processes a series by a circular block
-bootstrap (blocks of 5 consecutive pairs of one measured process, wrapping around its end, so every pair is
-drawn equally often: the moving-block bootstrap under-samples the ends and biased the old A/A ratio to
-~0.9999), adds a process offset drawn from N(0, process_sd^2), the measured order effect by each pair's order,
+The measured samples (--source): by default the A/A gates of studies/perfgate/evidence/campaign_2026-12-02/ (the
+canonical protocol with the no-idle handover: six fresh processes per gate, CUDA graphs, 4 steady calls per side);
+the older run 3 (studies/perfgate/evidence/campaign_2026-12-01/run3_aa_block24.json, two processes, 8 calls a
+side, its spread scaled to the canonical pair's by the samples a side gives the statistic: sqrt(2) for steady,
+less for own and every, whose switch calls count at both sizes) also reads. Each pair's d residual around its
+order's mean, per measured process, in time order. A simulated gate draws for each of its P processes a series by
+a circular block bootstrap (blocks of 5 consecutive pairs of one measured process, wrapping around its end, so
+every pair is drawn equally often: the moving-block bootstrap under-samples the ends and biased the old A/A ratio
+to ~0.9999), adds a process offset drawn from N(0, process_sd^2), the measured order effect by each pair's order,
 and the planted log ratio. --variant runs other schedules beside the canonical one (more processes, more pairs).
 
     python studies/perfgate/gate_simulation.py --out FILE [--trials 4000] [--process-sd 0 0.0005 0.001 0.0015]
