@@ -703,6 +703,9 @@ def test_the_gate_grants_requests_in_turns_and_counts_the_attempt_at_its_first_l
     # the GPU busy over the handover to the next process
     assert _Recorder.leads == [(T.FIRST_LEAD, T.TRAIL)] + [(T.LEAD, T.TRAIL)] * 11 and T.TRAIL > 0
     assert t["protocol"]["handover_gaps_s"] == [0.5] * 11 and len(t["processes"][0]["requests"]) == 2
+    # the report's protocol is what the requests ran (a CPU's requests run one lead call and no trail: test_run_pairs_...)
+    assert {k: t["protocol"][k] for k in ("lead", "first_lead", "trail")} == {
+        "lead": T.LEAD, "first_lead": T.FIRST_LEAD, "trail": T.TRAIL}  # fmt: skip
     assert t["decision"] == "undecided" and len(t["process_means"]) == 6 and t["process_sd"] is not None
     assert t["order_effect"] is not None and [p["first"] for p in t["processes"]] == ["baseline", "candidate"] * 3
     json.dumps(t)  # the record is JSON

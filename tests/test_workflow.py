@@ -566,6 +566,11 @@ ModulateFusedProducer.produce = _slow
     # the groups are sized from the free memory: tests/test_perfgate.py)
     assert prep[0]["prep"]["at_once"] == 1 and all(p["prep"]["at_once"] == len(prep) - 1 for p in prep[1:]), prep
     # and how long each cohort took from its last look to its processes' end (timing.close_all: side by side)
+    # the untimed calls the CPU's requests ran, as the report records them: one lead call of the first side (so a
+    # request's first switch call follows its own side, as timing.samples own takes it), no trail
+    assert {k: rep["timing"]["protocol"][k] for k in ("lead", "first_lead", "trail")} == {
+        "lead": 1, "first_lead": 1, "trail": 0}, rep["timing"]["protocol"]  # fmt: skip
+    assert all(h["lead"] == 1 for p in rep["timing"]["processes"] for h in p["requests"])
     ends = rep["timing"]["cohort_end_s"]
     assert len(ends) == len(rep["timing"]["cohorts"]) and all(0 <= e < 30 for e in ends), ends
     # the block after the first is compared byte for byte but not timed: the first gated block failed (issue 31)

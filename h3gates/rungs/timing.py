@@ -1055,7 +1055,7 @@ def gate_cohorts(n: int, resident: int, start, p: dict, attempt: int, say=progre
         "cohorts": [[i for i in g if i in timed] for g in groups if any(i in timed for i in g)],
         "infos": [infos[i] for i in timed],
         "ready": [ready[i] for i in timed],
-        "protocol": {"lead": LEAD, "first_lead": FIRST_LEAD, "trail": TRAIL, "handover_gaps_s": _gaps(hosts)},
+        "protocol": {**_protocol(hosts), "handover_gaps_s": _gaps(hosts)},
         "cohort_prepare_s": prep_s,
         "cohort_end_s": end_s,
         "timed_s": _timed_s(every),
@@ -1066,6 +1066,15 @@ def gate_cohorts(n: int, resident: int, start, p: dict, attempt: int, say=progre
 def _order_effect(s, o) -> float | None:
     ab, ba = [x for x, k in zip(s, o) if k == "AB"], [x for x, k in zip(s, o) if k == "BA"]
     return (statistics.fmean(ab) - statistics.fmean(ba)) / 2 if ab and ba else None
+
+
+def _protocol(hosts: list[list[dict]]) -> dict:
+    """The untimed calls the requests ran, as run_pairs recorded them: a cohort's first request's lead (FIRST_LEAD
+    on a GPU), the other requests' (LEAD) and the trail (TRAIL); on a CPU one lead call and no trail. The constants
+    where a request recorded none."""
+    leads = [h.get("lead", LEAD) for hs in hosts for h in hs] or [LEAD]
+    trails = [h.get("trail", TRAIL) for hs in hosts for h in hs] or [TRAIL]
+    return {"lead": min(leads), "first_lead": max(leads), "trail": max(trails)}
 
 
 def _gaps(hosts: list[list[dict]]) -> list[float]:
