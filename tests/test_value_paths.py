@@ -258,7 +258,7 @@ def test_whole_shape_gemm_value_cases_are_made_one_at_a_time_on_a_tiled_backgrou
         same = torch.equal(x[away][: b - 1].view(torch.int16), x[away][b - 1 : 2 * (b - 1)].view(torch.int16))
         assert x.shape[0] == rows and torch.isfinite(x[away]).all() and x[away].abs().sum() > 0, cid
         assert same, f"{cid}: the background does not repeat its seeded block"
-        want = P.C.SPECIALS[10].values(plant.width).to(x.dtype)
+        want = P.C.special(plant.value).values(plant.width).to(x.dtype)
         assert torch.equal(x[plant.row, plant.col : plant.col + plant.width], want), cid
     assert seen == 4  # first, last, partial K, middle
     small = dict((cid, x) for cid, x, _ in P.gemm_value_cases(250, k, "cpu"))  # drawn whole: no period
