@@ -445,6 +445,7 @@ def test_the_climb_breakdown_reads_a_committed_climb_and_the_new_accounts(tmp_pa
         17.6, abs=0.1
     )
     assert b["lease_s_by_rung"]["rung 4"] == 513.0 and all(not x["sides"] for x in b["rung8"])  # phases came later
+    assert "modulate_fusion block 24: pass at look 1;" in CB.table(b)  # counted from 1, as the gate's reasons count
     # the 2026-12-05 climb's: the split build, the first cohort's read before its go, rung 8's phases
     ev = ROOT / "studies/ladder/evidence/canonical_onegpu_2026-12-05"
     with tarfile.open(ev / "reports_and_logs_call2.tgz") as t:

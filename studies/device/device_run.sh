@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run on the H200 device machine from the repository root, with .devsite/ (pack-site core) carried.
 # Usage: bash studies/device/device_run.sh STEP...   (studies/device/README.md says what each step runs)
-# Steps: edits warmgpu gputests digests tests cachetests qkvstudy gemmparts buildprobe onegpu onemore gpucheck ci4cuda r1cuda canon2 canonx2 canon r8swiglu perfgate
+# Steps: r4only edits warmgpu gputests digests tests cachetests qkvstudy gemmparts buildprobe onegpu onemore gpucheck ci4cuda r1cuda canon2 canonx2 canon r8swiglu perfgate
 #        blocktime jobprofile warmimports evidence ncu profile canonical4 tune model ladder ncuquery ladderci fc2;
 #        with BUNDLE=name the outputs also come back as one $OUT/name.tgz
 set -uo pipefail
@@ -180,6 +180,15 @@ PY
       python3 studies/ladder/climb_breakdown.py results/canonical --leases logs/gpu_leases.jsonl --json "$OUT/breakdown_$tag.json" | tail -24
       mkdir -p /tmp/og && rm -rf /tmp/og/* && cp -r results/canonical logs /tmp/og/ 2>/dev/null; find /tmp/og \( -name "*.pt" -size +4M -o -name "*.ncu-rep" \) -delete
       (cd /tmp && tar czf "$OUT/onegpu_$tag.tgz" og) ;;
+    r4only)  # R4_CANDIDATE's canonical rungs 1-4 only (its r4 pass token: the captures, rungs 1-3, rung 4 at blocks 0/24/49),
+             # no rung 5-8 baseline (issue 30's verdict within one call); R4_CONFIGS over canonical.yaml, e.g. config/fc2_algo.yaml
+      c=${R4_CANDIDATE:-fc2_algo}; cf="config/canonical.yaml ${R4_CONFIGS:-}"; python3 -m snakemake --unlock --configfile $cf > /dev/null 2>&1
+      t0=$(date +%s.%N)
+      timeout "${R4_TIMEOUT:-540}" python3 -m snakemake --cores 4 --resources gpu=1 --configfile $cf -- results/canonical/$c/tokens/r4.pass > "$OUT/r4only_$c.log" 2>&1
+      echo "snakemake rc=$? wall $(python3 -c "import time; print(round(time.time() - $t0, 1))") s"; grep -E "^\[|REFUSED|FAILED|Error" "$OUT/r4only_$c.log" | tail -16
+      python3 studies/ladder/lease_timeline.py logs/gpu_leases.jsonl --json "$OUT/lease_timeline_r4only.json" | tail -3
+      python3 studies/ladder/climb_breakdown.py results/canonical --leases logs/gpu_leases.jsonl --json "$OUT/breakdown_r4only_$c.json" | tail -8
+      mkdir -p /tmp/r4o && rm -rf /tmp/r4o/* && cp -r results/canonical logs /tmp/r4o/ 2>/dev/null; find /tmp/r4o -name "*.pt" -size +4M -delete; (cd /tmp && tar czf "$OUT/r4only_$c.tgz" r4o) ;;
     canon)  # canonical ladder of CANON_CANDIDATE (promote target; continues a climb a previous call left)
       python3 -m snakemake --unlock --configfile config/canonical.yaml ${CANON_CONFIGS:-} > /dev/null 2>&1
       timeout "${CANON_TIMEOUT:-540}" python3 -m snakemake --cores 1 --rerun-incomplete promote_${CANON_CANDIDATE} --configfile config/canonical.yaml ${CANON_CONFIGS:-} > "$OUT/canon_${CANON_CANDIDATE}.log" 2>&1

@@ -149,6 +149,11 @@ def breakdown(results: Path, leases: Path | None = None) -> dict:
     }
 
 
+def _look(look: int | None) -> str:
+    """The report's look index (0 the early look) counted from 1, as the gate's own reasons say it ("look 2/2")."""
+    return "-" if look is None else str(look + 1)
+
+
 def table(b: dict) -> str:
     lines = [f"rung 4: {len(b['rung4'])} reports, {b['workers']} timing workers (medians over them):"]
     lines.append("  " + "  ".join(f"{k} {v}" for k, v in b["worker_step_medians_s"].items()))
@@ -156,7 +161,7 @@ def table(b: dict) -> str:
         prep = ", ".join(f"{x:.1f}" for x in g["cohort_prepare_s"] or [])
         end = ", ".join(f"{x:.1f}" for x in g["cohort_end_s"] or [])
         lines.append(
-            f"  {g['candidate']} block {g['block']}: {g['decision']} at look {g['look']}"
+            f"  {g['candidate']} block {g['block']}: {g['decision']} at look {_look(g['look'])}"
             + (" (reused)" if g["reused"] else "")
             + f"; lease {_s(g['lease_s'])}, gate {_s(g['wall_s'])}, requests {_s(g['requests_s'])} (timed {_s(g['timed_s'])}),"
             + f" cohorts prepared [{prep}] s, ended [{end}] s"
