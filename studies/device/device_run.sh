@@ -181,10 +181,11 @@ PY
       mkdir -p /tmp/og && rm -rf /tmp/og/* && cp -r results/canonical logs /tmp/og/ 2>/dev/null; find /tmp/og \( -name "*.pt" -size +4M -o -name "*.ncu-rep" \) -delete
       (cd /tmp && tar czf "$OUT/onegpu_$tag.tgz" og) ;;
     r4only)  # R4_CANDIDATE's canonical rungs 1-4 only (its r4 pass token: the captures, rungs 1-3, rung 4 at blocks 0/24/49),
-             # no rung 5-8 baseline (issue 30's verdict within one call); R4_CONFIGS over canonical.yaml, e.g. config/fc2_algo.yaml
+             # no rung 5-8 baseline (issue 30's verdict); R4_CONFIGS over canonical.yaml, e.g. config/fc2_algo.yaml; R4_TARGETS
+             # instead of its r4 token, e.g. results/canonical/fc2_algo/r4_block/block24.json (blocks 0 and 24: a call's 600 s)
       c=${R4_CANDIDATE:-fc2_algo}; cf="config/canonical.yaml ${R4_CONFIGS:-}"; python3 -m snakemake --unlock --configfile $cf > /dev/null 2>&1
       t0=$(date +%s.%N)
-      timeout "${R4_TIMEOUT:-540}" python3 -m snakemake --cores 4 --resources gpu=1 --configfile $cf -- results/canonical/$c/tokens/r4.pass > "$OUT/r4only_$c.log" 2>&1
+      timeout "${R4_TIMEOUT:-540}" python3 -m snakemake --cores 4 --resources gpu=1 --configfile $cf -- ${R4_TARGETS:-results/canonical/$c/tokens/r4.pass} > "$OUT/r4only_$c.log" 2>&1
       echo "snakemake rc=$? wall $(python3 -c "import time; print(round(time.time() - $t0, 1))") s"; grep -E "^\[|REFUSED|FAILED|Error" "$OUT/r4only_$c.log" | tail -16
       python3 studies/ladder/lease_timeline.py logs/gpu_leases.jsonl --json "$OUT/lease_timeline_r4only.json" | tail -3
       python3 studies/ladder/climb_breakdown.py results/canonical --leases logs/gpu_leases.jsonl --json "$OUT/breakdown_r4only_$c.json" | tail -8
