@@ -27,7 +27,7 @@ if workflow.is_main_process:
 # every kernel source checked: the same validation `h3gates verify` and `status` apply).
 try:
     # each config file read again, a key given twice refused (Snakemake's loader keeps the last silently)
-    for _f in dict.fromkeys(os.path.relpath(f) for f in workflow.configfiles):
+    for _f in dict.fromkeys(H3config.shown_path(f) for f in workflow.configfiles):
         H3config.read_config_file(_f)
     config.update(H3config.validate_config(config))
 except H3config.ConfigError as e:
@@ -48,7 +48,7 @@ LOGS = f"logs/{PROFILE}"
 GPU = 1 if DEVICE == "cuda" else 0
 # the config files in merge order (the Snakefile's own first), as the promotion record lists them
 CONFIGFILES = sorted(
-    dict.fromkeys(os.path.relpath(f) for f in workflow.configfiles),
+    dict.fromkeys(H3config.shown_path(f) for f in workflow.configfiles),
     key=lambda f: f != "config/config.yaml",
 )
 # a CUDA config on a machine without a GPU is refused here, in one line, not by its first job

@@ -81,7 +81,7 @@ def test_a_dotted_key_in_a_config_file_is_refused_with_its_nested_form(tmp_path)
 
 
 # ---------------------------------------------------------------- item 3: --configfile merges over config.yaml
-def test_cli_overlays_merge_over_the_workflow_config_as_snakemake_does():
+def test_cli_overlays_merge_over_the_workflow_config_as_snakemake_does(tmp_path, monkeypatch):
     """`status --configfile config/ci.yaml` printed an empty table (ci.yaml names no candidate) and exited 0."""
     from h3gates.core.config import load_config
 
@@ -99,6 +99,11 @@ def test_cli_overlays_merge_over_the_workflow_config_as_snakemake_does():
     assert configfiles(["config/ci.yaml"]) == ["config/config.yaml", "config/ci.yaml"]
     assert configfiles(["config/config.yaml", "config/ci.yaml"]) == ["config/config.yaml", "config/ci.yaml"]
     assert configfiles([]) == ["config/config.yaml"]
+    from h3gates.core.config import shown_path
+
+    monkeypatch.chdir(ROOT)  # snakemake's working directory, the workflow's root
+    assert shown_path(ROOT / "config/ci.yaml") == "config/ci.yaml" and shown_path("config/ci.yaml") == "config/ci.yaml"
+    assert shown_path(tmp_path / "gpu.yaml") == str(tmp_path / "gpu.yaml")  # outside: absolute, no ../..
 
 
 def test_status_of_a_configuration_that_climbs_nothing_says_so(tmp_path):

@@ -446,16 +446,20 @@ def test_an_undecided_gate_names_its_next_attempt_and_the_forcerun_times_it(ws):
     no undecided report). That command, run as printed (with the overlay), times attempt 2 in fresh processes,
     after which the table says the attempts are spent. Catches: no way on after an undecided attempt (issue 30:
     the refusal names a real way on), a command without the run's config files (it would climb another
-    profile), a fix that does not time again, the attempt not counted."""
+    profile), a fix that does not time again, the attempt not counted, an overlay outside the workflow's folder
+    named by a path relative to it."""
     # a `source:` variant (an unchanged copy): its own results and attempts (the ladder fixture's climb spent
     # attempt 1 of modulate_fusion's own fingerprint, undecided on the unenforced CI gate)
     _plant(ws, "modulate_fusion")
-    overlay = ws / "config/undecided.yaml"
+    # the overlay outside the workflow's folder, as a user's GPU file (/tmp/gpu.yaml) may be: the command names it
+    # by its absolute path, not as ../../tmp/gpu.yaml
+    overlay = ws.parent / f"{ws.name}-overlays" / "undecided.yaml"
+    overlay.parent.mkdir()
     # the overlay also picks the gate's statistic (timing.samples: steady, not the default own): the report says so
     overlay.write_text(yaml.safe_dump({"timing": {**ENFORCED_TIMING, "confidence": 0.999999, "samples": "steady"}}))
     name = _name(ws, "modulate_fusion")
     rep_path = ws / RES / name / "r4_block/block0.json"
-    args = ["promote_modulate_fusion", "--configfile", "config/undecided.yaml"]
+    args = ["promote_modulate_fusion", "--configfile", str(overlay)]
     for attempt in (1, 2):
         p = snakemake(ws, *args)
         assert p.returncode != 0 and not (ws / RES / "promotion" / f"{name}.env").exists()
@@ -468,7 +472,7 @@ def test_an_undecided_gate_names_its_next_attempt_and_the_forcerun_times_it(ws):
             assert fix.startswith("fix: time block 0 again (attempt 2 of 2, fresh processes): snakemake "), fix
             cmd = fix.split(": snakemake ", 1)[1].split()
             assert cmd[:2] == ["--cores", "1"] and cmd[2:] == [
-                "promote_modulate_fusion", "--forcerun", "r4_block", "--configfile", "config/undecided.yaml"]  # fmt: skip
+                "promote_modulate_fusion", "--forcerun", "r4_block", "--configfile", str(overlay)]  # fmt: skip
             args = cmd[2:]  # the helper gives the cores
         else:
             assert "this fingerprint's attempts are spent" in fix, fix

@@ -205,6 +205,13 @@ def climbable(config: dict, device: str | None = None, root=None) -> tuple[list[
 WORKFLOW_CONFIG = "config/config.yaml"  # the Snakefile's own config, which snakemake always loads first
 
 
+def shown_path(f) -> str:
+    """A config file as the workflow names it (in the promotion record, in a refusal's `fix:`): relative to the
+    working directory where it lies under it, absolute where it does not (`/tmp/gpu.yaml`, not `../../tmp/gpu.yaml`)."""
+    rel = os.path.relpath(f)
+    return rel if rel != ".." and not rel.startswith(".." + os.sep) else os.path.abspath(f)
+
+
 def configfiles(overlays) -> list[str]:
     """The files a snakemake run with `--configfile <overlays>` merges: the Snakefile's own config/config.yaml
     first, then the overlays in order (a leading config/config.yaml is not repeated)."""
