@@ -1111,6 +1111,27 @@ def test_throttle_from_the_violation_counters_inside_a_request():
     assert merge_throttle([c, None, c])["dropped_requests"] == 2 and merge_throttle([None])["available"] is False
 
 
+def test_an_undecided_gate_on_a_power_capped_gpu_says_so(tmp_path):
+    """The H100's fc2_algo gate (studies/ladder/evidence/fc2_algo_h100_2026-12-05/, its report as committed): the
+    power counter grew in 14 of 14 requests, so rung 4 adds the note to the undecided reason (r4_block._timed);
+    a decided gate, one capped in under half its requests, or one without NVML gets none. Catches: a wide
+    interval on such a GPU with no word of why (the throttle rule rightly drops nothing there)."""
+    import tarfile
+
+    from h3gates.rungs.timing import power_cap_note
+
+    with tarfile.open(ROOT / "studies/ladder/evidence/fc2_algo_h100_2026-12-05/reports_and_logs.tgz") as t:
+        t.extract("om/canonical/fc2_algo/r4_block/block0.json", tmp_path, filter="data")
+    timing = json.loads((tmp_path / "om/canonical/fc2_algo/r4_block/block0.json").read_text())["timing"]
+    assert timing["decision"] == "undecided" and timing["throttle"]["power"]["requests"] == 14
+    note = power_cap_note(timing)
+    assert note.startswith("the GPU was at its power cap in 14 of 14 timed requests (104 s of it, NVML)"), note
+    assert power_cap_note({**timing, "decision": "pass"}) is None
+    few = {**timing["throttle"], "power": {"requests": 6, "ms": 500.0}}
+    assert power_cap_note({**timing, "throttle": few}) is None  # 6 of 14
+    assert power_cap_note({**timing, "throttle": {"available": False, "requests": 0}}) is None
+
+
 def test_config_refuses_what_the_gate_cannot_run():
     base = yaml.safe_load((ROOT / "config/config.yaml").read_text())
     for bad, msg in (

@@ -268,6 +268,8 @@ def _timed(gate, block, base, cand, q: dict, attempt: int, on_look, start) -> di
     mode, why = ready[0]["modes"]["A"], ready[0]["reasons"]["A"] or ready[0]["reasons"]["B"]
     timing.update(mode=mode, mode_reason=why, nvml=[i["nvml"] for i in infos], process_prep=process_prep(ready))
     timing["throttle"] = T.merge_throttle([i["nvml"].get("throttle") for i in infos])
+    if note := T.power_cap_note(timing):
+        timing["reason"] = f"{timing['reason']}; {note}"
     if not all(i["checked"] for i in infos):  # a captured graph's output moved during timing: nothing timed is trusted
         timing.update(
             decision="invalid",

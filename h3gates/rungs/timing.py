@@ -210,6 +210,22 @@ def merge_throttle(counts: list[dict | None]) -> dict:
     return out
 
 
+def power_cap_note(timing: dict) -> str | None:
+    """What an undecided gate's reason adds where NVML's power violation counter grew in at least half of its
+    requests: the GPU ran at its power cap, its SM clock following the load, so the process means spread more than
+    on a GPU that holds its clock (an H100 80GB under canonical load, 2026-12-05: 14 of 14 requests, process means
+    spread 0.47%, studies/ladder/evidence/fc2_algo_h100_2026-12-05/). The throttle rule does not drop such requests
+    (a power cap is the steady state of a loaded GPU, not an event): the note says why the interval is wide."""
+    t = timing.get("throttle") or {}
+    power, n = t.get("power") or {}, t.get("requests") or 0
+    if timing.get("decision") != "undecided" or not n or 2 * power.get("requests", 0) < n:
+        return None
+    return (
+        f"the GPU was at its power cap in {power['requests']} of {n} timed requests ({power['ms'] / 1000:.0f} s of it, NVML), "
+        "its clock following the load: that spreads the process means (docs/hardware.md)"
+    )
+
+
 # ---------------------------------------------------------------------- one side
 # A side's capture runs the block three times before the graph: eagerly, on the default stream (the alpha tape's
 # recording), and on a side stream (torch's warm-up rule), then in the graph's private pool, so a canonical process
