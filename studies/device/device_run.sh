@@ -17,6 +17,9 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 # (found, not imported: an import here would warm the caches that the steps' first imports time)
 found() { python3 -c "import importlib.util as u, sys; sys.exit(not all(u.find_spec(m) for m in sys.argv[1:]))" "$@"; }
 found comfy_kitchen jsonschema || echo "device_run: comfy_kitchen or jsonschema is missing from /tmp/site: a fresh machine (the one an earlier call unpacked .dslim on was given back)? carry .dslim again"
+# results/canonical and logs/ as one tgz under the top folder NAME (captures over 4 MB left out): bundle NAME TGZ
+bundle() { mkdir -p "/tmp/$1" && rm -rf "/tmp/$1"/* && cp -r results/canonical logs "/tmp/$1/" 2>/dev/null
+  find "/tmp/$1" -name "*.pt" -size +4M -delete; (cd /tmp && tar czf "$2" "$1"); }
 for step in "$@"; do
   case "$step" in
     cachetests) python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/test_cubin_cache.py tests/test_gpu_digest.py tests/test_standin_cuda.py 2>&1 | tee "$OUT/cache_tests.log" | tail -4 ;;
@@ -44,7 +47,7 @@ for step in "$@"; do
         echo "dry run of $t: rc=$? $(python3 -c "import time; print(round(time.time() - $t0, 2))") s"; done; grep -A14 "^Job stats" "$OUT/noop.log" | grep -vE "^-|^job " ; done
       python3 studies/ladder/lease_timeline.py logs/gpu_leases.jsonl --json "$OUT/lease_timeline_all.json" | tail -${ONEMORE_TAIL:-24}
       python3 studies/ladder/climb_breakdown.py results/canonical --leases logs/gpu_leases.jsonl --json "$OUT/breakdown_$c.json" | tail -24
-      mkdir -p /tmp/om && rm -rf /tmp/om/* && cp -r results/canonical logs /tmp/om/ 2>/dev/null; find /tmp/om -name "*.pt" -size +4M -delete; (cd /tmp && tar czf "$OUT/onemore_$c.tgz" om) ;;
+      bundle om "$OUT/onemore_$c.tgz" ;;
     edits)  # issue 31's incremental bars after EDIT_CANDIDATE's climb (its reports present, promoted): its promote target
             # with nothing changed, after a comment-only edit of EDIT_FILE (no job), after a failing edit (the module raises at
             # import: rung 1's job fails), after its revert (rung 1's report restored from the run cache, the promotion made
@@ -189,7 +192,7 @@ PY
       echo "snakemake rc=$? wall $(python3 -c "import time; print(round(time.time() - $t0, 1))") s"; grep -E "^\[|REFUSED|FAILED|Error" "$OUT/r4only_$c.log" | tail -16
       python3 studies/ladder/lease_timeline.py logs/gpu_leases.jsonl --json "$OUT/lease_timeline_r4only.json" | tail -3
       python3 studies/ladder/climb_breakdown.py results/canonical --leases logs/gpu_leases.jsonl --json "$OUT/breakdown_r4only_$c.json" | tail -8
-      mkdir -p /tmp/r4o && rm -rf /tmp/r4o/* && cp -r results/canonical logs /tmp/r4o/ 2>/dev/null; find /tmp/r4o -name "*.pt" -size +4M -delete; (cd /tmp && tar czf "$OUT/r4only_$c.tgz" r4o) ;;
+      bundle r4o "$OUT/r4only_$c.tgz" ;;
     canon)  # canonical ladder of CANON_CANDIDATE (promote target; continues a climb a previous call left)
       python3 -m snakemake --unlock --configfile config/canonical.yaml ${CANON_CONFIGS:-} > /dev/null 2>&1
       timeout "${CANON_TIMEOUT:-540}" python3 -m snakemake --cores 1 --rerun-incomplete promote_${CANON_CANDIDATE} --configfile config/canonical.yaml ${CANON_CONFIGS:-} > "$OUT/canon_${CANON_CANDIDATE}.log" 2>&1
