@@ -1111,11 +1111,12 @@ def test_throttle_from_the_violation_counters_inside_a_request():
     assert merge_throttle([c, None, c])["dropped_requests"] == 2 and merge_throttle([None])["available"] is False
 
 
-def test_an_undecided_gate_on_a_power_capped_gpu_says_so(tmp_path):
+def test_an_undecided_gate_on_a_power_capped_gpu_says_so(tmp_path, monkeypatch):
     """The H100's fc2_algo gate (studies/ladder/evidence/fc2_algo_h100_2026-12-05/, its report as committed): the
     power counter grew in 14 of 14 requests, so rung 4 adds the note to the undecided reason (r4_block._timed);
     a decided gate, one capped in under half its requests, or one without NVML gets none. Catches: a wide
-    interval on such a GPU with no word of why (the throttle rule rightly drops nothing there)."""
+    interval on such a GPU with no word of what NVML saw (the throttle rule rightly drops nothing there), the note
+    not put into rung 4's reason."""
     import tarfile
 
     from h3gates.rungs.timing import power_cap_note
@@ -1130,6 +1131,27 @@ def test_an_undecided_gate_on_a_power_capped_gpu_says_so(tmp_path):
     few = {**timing["throttle"], "power": {"requests": 6, "ms": 500.0}}
     assert power_cap_note({**timing, "throttle": few}) is None  # 6 of 14
     assert power_cap_note({**timing, "throttle": {"available": False, "requests": 0}}) is None
+    # rung 4 puts it in the reason (r4_block._timed, from its processes' NVML records; the cohorts stubbed with
+    # the report's own): the report's reasons and the refusal carry it
+    from types import SimpleNamespace
+
+    from h3gates.rungs import r4_block
+    from h3gates.rungs import timing as T
+
+    ready = [{"modes": {"A": "graph", "B": "graph"}, "reasons": {"A": None, "B": None}}] * len(timing["nvml"])
+    infos = [{"nvml": n, "checked": True} for n in timing["nvml"]]
+    base_reason = timing["reason"].split("; the GPU was")[0]
+
+    def run(decision):
+        stub = {"decision": decision, "reason": base_reason, "infos": infos, "ready": ready}
+        monkeypatch.setattr(T, "gate_cohorts", lambda n, resident, start, p, attempt, on_look=None: dict(stub))
+        return r4_block._timed(
+            SimpleNamespace(device="cuda"), 0, None, None, timing["params"], 1, None, SimpleNamespace()
+        )
+
+    got = run("undecided")
+    assert got["reason"] == f"{base_reason}; {note}" and got["throttle"]["power"]["requests"] == 14
+    assert run("pass")["reason"] == base_reason  # a decided gate's reason as the decision wrote it
 
 
 def test_config_refuses_what_the_gate_cannot_run():

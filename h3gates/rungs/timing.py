@@ -212,17 +212,18 @@ def merge_throttle(counts: list[dict | None]) -> dict:
 
 def power_cap_note(timing: dict) -> str | None:
     """What an undecided gate's reason adds where NVML's power violation counter grew in at least half of its
-    requests: the GPU ran at its power cap, its SM clock following the load, so the process means spread more than
-    on a GPU that holds its clock (an H100 80GB under canonical load, 2026-12-05: 14 of 14 requests, process means
-    spread 0.47%, studies/ladder/evidence/fc2_algo_h100_2026-12-05/). The throttle rule does not drop such requests
-    (a power cap is the steady state of a loaded GPU, not an event): the note says why the interval is wide."""
+    requests: the GPU ran at its power cap, its SM clock moving with the load while it timed. The throttle rule does
+    not drop such requests (a power cap is the steady state of a loaded GPU, not an event), so the note is the one
+    place a user reads it. It states what NVML saw, not a cause: the one such gate measured (an H100 80GB under
+    canonical load, 2026-12-05, 14 of 14 requests: studies/ladder/evidence/fc2_algo_h100_2026-12-05/) had calls twice
+    as noisy as the same block on an H200, and one gate cannot tell the cap's share from the GPU's or the cohort's."""
     t = timing.get("throttle") or {}
     power, n = t.get("power") or {}, t.get("requests") or 0
     if timing.get("decision") != "undecided" or not n or 2 * power.get("requests", 0) < n:
         return None
     return (
         f"the GPU was at its power cap in {power['requests']} of {n} timed requests ({power['ms'] / 1000:.0f} s of it, NVML), "
-        "its clock following the load: that spreads the process means (docs/hardware.md)"
+        "its SM clock moving with the load while it timed (not a throttle the gate drops: docs/hardware.md)"
     )
 
 
