@@ -14,7 +14,9 @@ if sys.argv[1:2] == ["warm-worker"]:  # a run's warm worker (the Snakefile's ons
 if sys.argv[1:2] and sys.argv[1] in job.JOBS:
     from h3gates.core import warm  # a rung or baseline job forks from the run's warm worker where there is one
 
-    code = warm.delegate(sys.argv)
+    # (a rung whose report the run cache keeps is restored here first: a restore needs no worker)
+    code = job.restored(sys.argv[1:]) if warm.delegable(sys.argv) else None
+    code = warm.delegate(sys.argv) if code is None else code
     sys.exit(job.main() if code is None else code)
 
 from h3gates.cli import main  # noqa: E402 (a job never imports the CLI)

@@ -15,22 +15,15 @@ import sys
 
 
 def _rung(a) -> int:
-    from h3gates.core import runcache
-    from h3gates.core.context import RungContext
     from h3gates.rungs import ladder
 
     # a rerun gate deletes no record (it proves nothing about the config the record was made under), but the
     # flag goes at once when the record no longer verifies, its report rewritten or gone (_flag_basis); the
     # report and its replay dumps are signed where they were made (_sign_report, h3gates.core.links)
-    ctx = RungContext.from_json(a.context)
-    # a report kept at this job's key (its context, sources, inputs' bytes and software) is restored, not rerun:
-    # before the lease, torch or the model (h3gates.core.runcache); a restored report is signed here as a rerun's
-    # would be (it was made from the same inputs, sources and software: the key)
-    kept = runcache.entry(ctx, a.rung, a.out, a.block, a.upstream)
+    ctx, kept, done = _restore(a)
+    if done:
+        return 0
     try:
-        if kept is not None and kept.restore():
-            _sign_report(a)
-            return 0
         if ctx.device == "cuda":
             from h3gates.core.outputs import RUNG
 
@@ -45,6 +38,56 @@ def _rung(a) -> int:
     finally:
         _flag_basis(a.out)
     return 0
+
+
+def _restore(a):
+    """A report kept at this job's key (its context, sources, inputs' bytes and software) is restored, not rerun:
+    before the lease, torch or the model (h3gates.core.runcache); a restored report is signed here as a rerun's
+    would be (it was made from the same inputs, sources and software: the key) -> (context, entry, restored)."""
+    from h3gates.core import runcache
+    from h3gates.core.context import RungContext
+
+    ctx = RungContext.from_json(a.context)
+    kept = runcache.entry(ctx, a.rung, a.out, a.block, a.upstream)
+    touched = False  # the report rewritten, or possibly so (an error during the restore): its flag checked
+    try:
+        touched = True
+        if kept is None or not kept.restore():
+            touched = False
+            return ctx, kept, False
+        _sign_report(a)
+        return ctx, kept, True
+    finally:
+        if touched:
+            _flag_basis(a.out)
+
+
+def restored(argv: list[str]) -> int | None:
+    """A rung job's run-cache restore in the job's own process, before it goes to the run's warm worker
+    (h3gates/__main__.py): its exit status where the kept report was restored (or the job refused), None
+    where the gate must run. A restore needs neither torch nor the worker, whose imports a job would
+    otherwise wait for (the first rung of a reverted climb waited 2.9 s for them on a CPU here)."""
+    import contextlib
+    import io
+
+    from h3gates.core.errors import exit_status
+
+    try:  # (a command line the job itself would refuse is refused there, in its own words)
+        with contextlib.redirect_stderr(io.StringIO()):
+            a = parser().parse_args(argv)
+    except SystemExit:
+        return None
+    if a.cmd != "rung":
+        return None
+
+    def attempt(a):
+        if getattr(a, "context", None) is not None:
+            from h3gates.core.context import check_planned_reference
+
+            check_planned_reference(a.context)
+        return 0 if _restore(a)[2] else None
+
+    return exit_status(a.cmd, attempt, a)
 
 
 NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"  # torch.cuda.is_available() through NVML, not the CUDA driver

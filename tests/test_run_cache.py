@@ -69,6 +69,9 @@ def test_a_revert_restores_the_reports_and_the_promotion_without_running_a_gate(
     assert _reports(ws, "modulate_fusion") == before  # byte for byte the reports the kernel had
     logs = sorted((ws / "logs/ci/modulate_fusion").glob("r[1-8]_*.log"))
     assert len(logs) == len(before) and all("restored from the run cache" in f.read_text() for f in logs)
+    # each restore ran in its job's own process, before the warm worker (h3gates.job.restored): none went to it
+    worker = (ws / "logs/ci/warm_worker.log").read_text()
+    assert "served 0 jobs" in worker, worker
     v = h3gates(ws, "verify", f"{RES}/promotion/modulate_fusion.json")
     assert v.returncode == 0 and "OK modulate_fusion" in v.stdout, v.stdout + v.stderr
     print(f"revert restored {len(before)} reports and the promotion in {took:.1f} s")

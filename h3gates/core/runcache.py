@@ -21,17 +21,20 @@ except those a rerun at the same key may legitimately change (`cacheable`): a ca
 exception may be the machine's: memory, a device fault), and a rung-4 report failing on a performance gate
 that did not decide (a rerun is another attempt of the fingerprint's budget, h3gates.core.perfgate).
 `H3GATES_RUN_CACHE=off` runs every gate (and keeps nothing). The store lives under
-results/<profile>/cache/ and may be deleted at any time. No torch import: a restore costs a Python start.
+results/<profile>/cache/ (with digests/, the large upstream files' digests: stored_sha256) and may be
+deleted at any time. No torch import: a restore costs a Python start.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from h3gates.core import report
@@ -78,11 +81,55 @@ def environment(device: str) -> dict:
 def upstream_digests(ctx, upstream, block) -> dict:
     """What the gate records as `upstream` (h3gates.rungs.gate.Gate): the given reports and artifacts, then
     every workflow artifact the context names for this rung and block that exists."""
-    ups = {str(p): file_sha256(p, cached=True) for p in upstream}
+    store = store_dir(ctx.profile) / "digests"
+    ups = {str(p): stored_sha256(p, store) for p in upstream}
     for p in ctx.workflow_artifacts(block):
         if p not in ups and Path(p).is_file():
-            ups[p] = file_sha256(p, cached=True)
+            ups[p] = stored_sha256(p, store)
     return ups
+
+
+STORED_MIN = 1 << 20  # smaller files are hashed each time (cheaper than a lookup's bookkeeping)
+SETTLED_NS = 2_000_000_000  # a file changed this recently is hashed, never stored (file times are coarse)
+
+
+def stored_sha256(path, store: Path) -> str:
+    """SHA-256 of a file's content, kept across processes in `store` per (path, device, inode, size, mtime,
+    ctime), as git's index and DVC's state database keep theirs: a key's upstream artifacts (a canonical
+    block capture is 406 MB) are hashed once per run, not once per job. Any write to a file, and any change
+    of its times, moves its ctime, which no process can set back; a file changed within the last 2 s is not
+    stored, as two writes inside one tick of the file-time clock would share a ctime (git's "racy" entries).
+    Only the run cache's key reads it: a key that served a wrong report would still meet promotion and
+    verify, which hash every file they check."""
+    p = Path(path)
+    st = p.stat()
+    if st.st_size < STORED_MIN:
+        return file_sha256(p, cached=True)
+    ident = f"{os.path.realpath(p)}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}"
+    kept = store / hashlib.sha256(ident.encode()).hexdigest()[:40]
+    try:
+        h = kept.read_text()
+        if len(h) == 64 and all(c in "0123456789abcdef" for c in h):
+            return h
+    except OSError:
+        pass
+    h = file_sha256(p, cached=True)
+    after = p.stat()
+    same = (after.st_ino, after.st_size, after.st_mtime_ns, after.st_ctime_ns) == (
+        st.st_ino,
+        st.st_size,
+        st.st_mtime_ns,
+        st.st_ctime_ns,
+    )
+    if same and time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > SETTLED_NS:
+        from h3gates.core.fsutil import atomic_write
+
+        try:
+            store.mkdir(parents=True, exist_ok=True)
+            atomic_write(kept, h)
+        except OSError:
+            pass  # (a read-only results/: hashed again next time)
+    return h
 
 
 def cacheable(doc: dict) -> tuple[bool, str]:

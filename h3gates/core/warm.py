@@ -114,13 +114,18 @@ def differs(env, mine=None) -> str | None:
 # ---- the job's side ---------------------------------------------------------------------------------------
 
 
+def delegable(argv: list[str]) -> bool:
+    """Whether this job would go to the run's warm worker (there is one, and the job is one it takes)."""
+    if not os.environ.get(ENV) or len(argv) < 2 or argv[1] not in DELEGATED or os.environ.get(SWITCH) == "off":
+        return False
+    return not (argv[1] == "rung" and argv[2:3] and argv[2] in FRESH_RUNGS)
+
+
 def delegate(argv: list[str]) -> int | None:
     """Run this job in the warm worker; its exit status, or None where it must run here (no worker, or the
     worker refused it: the reason goes to the log)."""
     path = os.environ.get(ENV)
-    if not path or len(argv) < 2 or argv[1] not in DELEGATED or os.environ.get(SWITCH) == "off":
-        return None
-    if argv[1] == "rung" and argv[2:3] and argv[2] in FRESH_RUNGS:
+    if not delegable(argv):
         return None
     try:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

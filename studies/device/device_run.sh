@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run on the H200 device machine from the repository root, with .devsite/ (pack-site core) carried.
 # Usage: bash studies/device/device_run.sh STEP...   (studies/device/README.md says what each step runs)
-# Steps: r4only edits warmgpu gputests digests tests cachetests qkvstudy gemmparts buildprobe onegpu onemore gpucheck ci4cuda r1cuda canon2 canonx2 canon r8swiglu perfgate
+# Steps: r4only edits ciclimb warmgpu gputests digests tests cachetests qkvstudy gemmparts buildprobe onegpu onemore gpucheck ci4cuda r1cuda canon2 canonx2 canon r8swiglu perfgate
 #        blocktime jobprofile warmimports evidence ncu profile canonical4 tune model ladder ncuquery ladderci fc2;
 #        with BUNDLE=name the outputs also come back as one $OUT/name.tgz
 set -uo pipefail
@@ -65,7 +65,21 @@ for step in "$@"; do
       edit_run unchanged
       printf '\n# a comment, and nothing else\n' >> "$f"; edit_run comment; cp /tmp/edit_original "$f"
       printf '\nraise RuntimeError("planted: a failing edit")\n' >> "$f"; edit_run failing; cp /tmp/edit_original "$f"
-      edit_run revert; grep -E "FAILED|^OK|REFUSED" "$OUT/edits_failing.log" "$OUT/edits_revert.log" | cut -c1-240 ;;
+      edit_run revert; grep -E "FAILED|^OK|REFUSED" "$OUT/edits_failing.log" "$OUT/edits_revert.log" | cut -c1-240
+      # where a run's fixed cost goes: Snakemake's start and DAG (a dry run), the verdict table (onsuccess), the
+      # worker's log (jobs it served), each job's line of the revert
+      t0=$(date +%s.%N); python3 -m snakemake -n promote_$c --configfile $cf > /dev/null 2>&1
+      echo "dry run $(python3 -c "import time; print(round(time.time() - $t0, 2))") s" | tee -a "$OUT/edits_parts.txt"
+      t0=$(date +%s.%N); python3 -m h3gates status --verdicts --configfile $cf > /dev/null 2>&1
+      echo "status --verdicts $(python3 -c "import time; print(round(time.time() - $t0, 2))") s" | tee -a "$OUT/edits_parts.txt"
+      cat logs/*/warm_worker.log 2>/dev/null | tail -2 | tee -a "$OUT/edits_parts.txt"
+      grep -E "^\[[0-9:]+\] +[0-9]+/[0-9]+ " "$OUT/edits_revert.log" | cut -c1-120 >> "$OUT/edits_parts.txt" ;;
+    ciclimb)  # CI_CANDIDATE's climb on the CI profile on CUDA (config/ci.yaml, device: cuda) from an empty results/, timed;
+              # then `edits` with EDIT_CONFIGS="config/ci.yaml /tmp/cuda.yaml" times its incremental bars on a GPU machine
+      rm -rf results logs .snakemake; printf 'device: cuda\n' > /tmp/cuda.yaml; c=${CI_CANDIDATE:-swiglu_fusion}
+      t0=$(date +%s.%N)
+      timeout "${CICLIMB_TIMEOUT:-300}" python3 -m snakemake promote_$c --cores 4 --resources gpu=1 --configfile config/ci.yaml /tmp/cuda.yaml > "$OUT/ciclimb_$c.log" 2>&1
+      echo "ciclimb rc=$? wall $(python3 -c "import time; print(round(time.time() - $t0, 1))") s"; grep -E "^OK|REFUSED|FAILED" "$OUT/ciclimb_$c.log" | cut -c1-200 | tail -4 ;;
     ci4cuda)  # the CI profile on CUDA through rung 4 of modulate_fusion: the per-block capture jobs, rungs 3-4 reading them
       rm -rf results/ci logs/ci .snakemake; mkdir -p "$OUT/ci4cuda"; printf 'device: cuda\n' > /tmp/cuda.yaml
       timeout "${CI4_TIMEOUT:-180}" python3 -m snakemake --cores 2 --resources gpu=1 --configfile config/ci.yaml /tmp/cuda.yaml -- results/ci/modulate_fusion/tokens/r4.pass \

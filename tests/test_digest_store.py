@@ -1,0 +1,70 @@
+"""The run cache's store of large files' digests (h3gates.core.runcache.stored_sha256): kept across processes
+per (path, device, inode, size, mtime, ctime), never stale after a write, never stored for a file changed
+within the last 2 s, and never used for small files."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+
+from h3gates.core import fingerprints, runcache
+
+MB = 1 << 20
+
+
+def _settled(path, data: bytes):
+    path.write_bytes(data)
+    old = time.time_ns() - 10 * runcache.SETTLED_NS
+    os.utime(path, ns=(old, old))  # (the ctime is now; the mtime old: stored only once the ctime settles too)
+
+
+def _fresh_process():
+    fingerprints._content_sha_cached.cache_clear()  # what a new job's process starts with
+
+
+def test_a_settled_large_file_is_hashed_once_across_processes(tmp_path, monkeypatch):
+    f, store = tmp_path / "capture.pt", tmp_path / "digests"
+    _settled(f, b"a" * (2 * MB))
+    monkeypatch.setattr(runcache, "SETTLED_NS", 0)  # (its ctime is a moment ago: settled for this test)
+    want = hashlib.sha256(f.read_bytes()).hexdigest()
+    assert runcache.stored_sha256(f, store) == want and len(list(store.iterdir())) == 1
+    _fresh_process()
+    reads = []
+    monkeypatch.setattr(fingerprints, "_content_sha_cached", lambda *a: reads.append(a))
+    assert runcache.stored_sha256(f, store) == want and reads == []  # served from the store, not read
+
+
+def test_a_write_moves_the_key_even_at_the_same_size_and_mtime(tmp_path, monkeypatch):
+    f, store = tmp_path / "capture.pt", tmp_path / "digests"
+    _settled(f, b"a" * (2 * MB))
+    monkeypatch.setattr(runcache, "SETTLED_NS", 0)
+    first = runcache.stored_sha256(f, store)
+    st = f.stat()
+    time.sleep(0.02)
+    with open(f, "r+b") as h:  # the same size, one byte changed, the mtime put back: the ctime still moves
+        h.write(b"b")
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert f.stat().st_mtime_ns == st.st_mtime_ns and f.stat().st_size == st.st_size
+    _fresh_process()
+    assert runcache.stored_sha256(f, store) == hashlib.sha256(f.read_bytes()).hexdigest() != first
+
+
+def test_a_recently_changed_file_is_not_stored(tmp_path):
+    f, store = tmp_path / "capture.pt", tmp_path / "digests"
+    f.write_bytes(b"a" * (2 * MB))  # its ctime is now: two writes in one tick of the file clock could share it
+    assert runcache.stored_sha256(f, store) == hashlib.sha256(f.read_bytes()).hexdigest()
+    assert not store.exists()
+
+
+def test_small_files_and_a_garbled_entry_are_hashed(tmp_path, monkeypatch):
+    small, big, store = tmp_path / "report.json", tmp_path / "capture.pt", tmp_path / "digests"
+    _settled(small, b"{}")
+    monkeypatch.setattr(runcache, "SETTLED_NS", 0)
+    assert runcache.stored_sha256(small, store) == hashlib.sha256(b"{}").hexdigest() and not store.exists()
+    _settled(big, b"c" * (2 * MB))
+    runcache.stored_sha256(big, store)
+    (entry,) = store.iterdir()
+    entry.write_text("not a digest")
+    _fresh_process()
+    assert runcache.stored_sha256(big, store) == hashlib.sha256(big.read_bytes()).hexdigest()
