@@ -68,3 +68,32 @@ def test_small_files_and_a_garbled_entry_are_hashed(tmp_path, monkeypatch):
     entry.write_text("not a digest")
     _fresh_process()
     assert runcache.stored_sha256(big, store) == hashlib.sha256(big.read_bytes()).hexdigest()
+
+
+def test_prefetch_hashes_the_large_files_at_once_into_the_process_cache(tmp_path, monkeypatch):
+    """h3gates.core.fingerprints.prefetch_sha256: the check of a candidate's reports (promotion.check_candidate:
+    promote, verify, status, the verdict table) hashes their large upstream files in threads first."""
+    big = [tmp_path / f"capture{i}.pt" for i in range(3)]
+    for i, f in enumerate(big):
+        f.write_bytes(bytes([i]) * (2 * MB))
+    small = tmp_path / "report.json"
+    small.write_bytes(b"{}")
+    _fresh_process()
+    assert fingerprints.prefetch_sha256([*big, small, tmp_path / "missing.pt", big[0]]) == 3
+    assert fingerprints._content_sha_cached.cache_info().currsize == 3
+    reads = []
+    monkeypatch.setattr(fingerprints.hashlib, "file_digest", lambda *a: reads.append(a))
+    assert [fingerprints.file_sha256(f, cached=True) for f in big] == [
+        hashlib.sha256(f.read_bytes()).hexdigest() for f in big
+    ] and reads == []  # (served from the cache the prefetch filled)
+
+
+def test_check_candidate_prefetches_its_reports_upstream(monkeypatch):
+    from h3gates.core import promotion
+    from h3gates.core.config import load_config
+
+    seen = []
+    monkeypatch.setattr(promotion, "prefetch_sha256", lambda paths: seen.append(list(paths)))
+    promotion.check_candidate(load_config(["config/config.yaml"]), "modulate_fusion")
+    (paths,) = seen
+    assert any("/baseline/r0-" in p and p.endswith(".block0.pt") for p in paths), paths  # a block capture

@@ -11,6 +11,7 @@ those rungs, and names the one command that does it. No torch import.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import shlex
 import sys
@@ -22,7 +23,7 @@ from h3gates.core import pins as P
 from h3gates.core.config import diff, enforce_perf, validate_config
 from h3gates.core.context import RungContext, candidate_config, gemm_reference, results_name_of
 from h3gates.core.errors import ConfigError, Refusal, RegistryError, ReportError
-from h3gates.core.fingerprints import ROOT, file_sha256, provenance
+from h3gates.core.fingerprints import ROOT, file_sha256, prefetch_sha256, provenance
 from h3gates.core.heal import quarantine, same_command  # noqa: F401 (same_command: re-exported)
 from h3gates.core.jobs import configured_device
 from h3gates.core.outputs import PER_BLOCK, RUNG_NAMES, report_paths
@@ -104,8 +105,12 @@ def check_candidate(config: dict, candidate: str):
     except AttestationError as e:
         return {}, [str(e)]
     profile, blocks, name = config["profile"], config["blocks"], results_name_of(config, candidate)
-    for rung, plist in report_paths(profile, name, blocks).items():
-        ctx = RungContext.from_config(config, candidate, rung)
+    rungs = [
+        (rung, plist, RungContext.from_config(config, candidate, rung))
+        for rung, plist in report_paths(profile, name, blocks).items()
+    ]
+    _prefetch(rungs, blocks)
+    for rung, plist, ctx in rungs:
         try:
             expected = provenance(ctx)
         except FileNotFoundError as e:
@@ -117,6 +122,20 @@ def check_candidate(config: dict, candidate: str):
             results[p] = check_report(p, candidate, rung, expected, trusted, layout)
             reasons += [r for r in results[p][1] if r not in reasons]  # (a shared artifact's, once)
     return results, reasons
+
+
+def _prefetch(rungs, blocks) -> None:
+    """The large files the reports' digest chains name (their upstream artifacts and block captures), hashed
+    at once in threads before the reports are checked one by one (h3gates.core.fingerprints.prefetch_sha256)."""
+    paths = []
+    for rung, plist, ctx in rungs:
+        for p, block in zip(plist, blocks if rung in PER_BLOCK else [None]):
+            paths += ctx.workflow_artifacts(block)
+            try:
+                paths += list(json.loads(Path(p).read_text()).get("upstream") or {})
+            except (OSError, ValueError, AttributeError, TypeError):
+                pass  # (the check itself says what is wrong with it)
+    prefetch_sha256(paths)
 
 
 def invocation(process=None) -> str:
