@@ -31,7 +31,7 @@ def test_a_settled_large_file_is_hashed_once_across_processes(tmp_path, monkeypa
     assert runcache.stored_sha256(f, store) == want and len(list(store.iterdir())) == 1
     _fresh_process()
     reads = []
-    monkeypatch.setattr(fingerprints, "_content_sha_cached", lambda *a: reads.append(a))
+    monkeypatch.setattr(runcache.hashlib, "file_digest", lambda *a: reads.append(a))
     assert runcache.stored_sha256(f, store) == want and reads == []  # served from the store, not read
 
 
@@ -50,6 +50,23 @@ def test_a_write_moves_the_key_even_at_the_same_size_and_mtime(tmp_path, monkeyp
     assert runcache.stored_sha256(f, store) == hashlib.sha256(f.read_bytes()).hexdigest() != first
 
 
+def test_a_write_in_the_same_process_is_seen_too(tmp_path, monkeypatch):
+    """The per-process cache (path, mtime, size) of another reader is never what a miss stores: a file
+    rewritten at the same size with its mtime put back gets its new digest, here and in a fresh process."""
+    f, store = tmp_path / "capture.pt", tmp_path / "digests"
+    _settled(f, b"a" * (2 * MB))
+    monkeypatch.setattr(runcache, "SETTLED_NS", 0)
+    assert fingerprints.file_sha256(f, cached=True) == runcache.stored_sha256(f, store)  # both remember it
+    st = f.stat()
+    time.sleep(0.02)
+    f.write_bytes(b"b" * (2 * MB))
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    want = hashlib.sha256(f.read_bytes()).hexdigest()
+    assert runcache.stored_sha256(f, store) == want  # (no cache_clear: the same process)
+    _fresh_process()
+    assert runcache.stored_sha256(f, store) == want
+
+
 def test_a_recently_changed_file_is_not_stored(tmp_path):
     f, store = tmp_path / "capture.pt", tmp_path / "digests"
     f.write_bytes(b"a" * (2 * MB))  # its ctime is now: two writes in one tick of the file clock could share it
@@ -65,9 +82,10 @@ def test_small_files_and_a_garbled_entry_are_hashed(tmp_path, monkeypatch):
     _settled(big, b"c" * (2 * MB))
     runcache.stored_sha256(big, store)
     (entry,) = store.iterdir()
-    entry.write_text("not a digest")
-    _fresh_process()
-    assert runcache.stored_sha256(big, store) == hashlib.sha256(big.read_bytes()).hexdigest()
+    for garbled in ("not a digest", b"\xff\xfe not text"):
+        entry.write_bytes(garbled if isinstance(garbled, bytes) else garbled.encode())
+        _fresh_process()
+        assert runcache.stored_sha256(big, store) == hashlib.sha256(big.read_bytes()).hexdigest()
 
 
 def test_prefetch_hashes_the_large_files_at_once_into_the_process_cache(tmp_path, monkeypatch):
@@ -88,12 +106,42 @@ def test_prefetch_hashes_the_large_files_at_once_into_the_process_cache(tmp_path
     ] and reads == []  # (served from the cache the prefetch filled)
 
 
-def test_check_candidate_prefetches_its_reports_upstream(monkeypatch):
+def test_check_candidate_prefetches_its_existing_reports_upstream(tmp_path, monkeypatch):
+    import json
+    from pathlib import Path
+
     from h3gates.core import promotion
     from h3gates.core.config import load_config
+    from h3gates.core.outputs import report_paths
 
+    cfg = load_config([Path(fingerprints.ROOT, "config/config.yaml")])
+    monkeypatch.chdir(tmp_path)  # (an empty results/: one report written below, the rest missing)
+    r3 = report_paths(cfg["profile"], "modulate_fusion", cfg["blocks"])[3][0]
+    Path(r3).parent.mkdir(parents=True)
+    Path(r3).write_text(json.dumps({"upstream": {"results/tiny/somewhere/named.pt": "0" * 64}}))
     seen = []
     monkeypatch.setattr(promotion, "prefetch_sha256", lambda paths: seen.append(list(paths)))
-    promotion.check_candidate(load_config(["config/config.yaml"]), "modulate_fusion")
+    promotion.check_candidate(cfg, "modulate_fusion")
     (paths,) = seen
-    assert any("/baseline/r0-" in p and p.endswith(".block0.pt") for p in paths), paths  # a block capture
+    assert "results/tiny/somewhere/named.pt" in paths  # the report's own upstream
+    assert any("/baseline/r0-" in p and p.endswith(".block0.pt") for p in paths), paths  # its block's capture
+    assert not any(".block24.pt" in p for p in paths), paths  # (the other blocks' reports are missing)
+
+
+def test_the_key_asks_nvidia_smi_once_for_the_gpus_and_driver(monkeypatch):
+    """runcache.environment on CUDA: the names and driver versions two queries gave, from one nvidia-smi call
+    (the key's bytes unchanged, so reports kept before are still served)."""
+    answers = {
+        "name": ["NVIDIA H200", "NVIDIA H200"],
+        "driver_version": ["580.159.04", "580.159.04"],
+        "name,driver_version": ["NVIDIA H200, 580.159.04", "NVIDIA H200, 580.159.04"],
+    }
+    calls = []
+    monkeypatch.setattr(runcache, "nvidia_smi_query", lambda f: calls.append(f) or answers[f])
+    env = runcache.environment("cuda")
+    assert (env["gpus"], env["driver"]) == (answers["name"], answers["driver_version"]) and calls == [
+        "name,driver_version"
+    ]
+    answers["name,driver_version"] = None  # (an nvidia-smi that refuses the pair: asked one field at a time)
+    calls.clear()
+    assert runcache.gpus_and_driver() == (answers["name"], answers["driver_version"]) and len(calls) == 3

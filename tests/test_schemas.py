@@ -9,11 +9,11 @@ import yaml
 
 from h3gates.core import report
 
-SCHEMAS = sorted(report.SCHEMAS.glob("*.schema.*"))
+SCHEMAS = sorted([*report.SCHEMAS.glob("*.json"), *report.SCHEMAS.glob("*.yaml")])
 
 
 def test_every_schema_is_found():
-    assert {p.name.split(".")[0] for p in SCHEMAS} >= {"report", "token", "promotion", "fc2", "config"}
+    assert {p.name.split(".")[0] for p in SCHEMAS} >= {"report", "token", "promotion", "fc2", "config", "nsight"}
 
 
 @pytest.mark.parametrize("path", SCHEMAS, ids=lambda p: p.name)

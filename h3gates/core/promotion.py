@@ -125,16 +125,17 @@ def check_candidate(config: dict, candidate: str):
 
 
 def _prefetch(rungs, blocks) -> None:
-    """The large files the reports' digest chains name (their upstream artifacts and block captures), hashed
-    at once in threads before the reports are checked one by one (h3gates.core.fingerprints.prefetch_sha256)."""
+    """The large files the existing reports' digest chains name (their upstream artifacts and block captures),
+    hashed at once in threads before the reports are checked one by one
+    (h3gates.core.fingerprints.prefetch_sha256); a missing or unreadable report adds none."""
     paths = []
     for rung, plist, ctx in rungs:
         for p, block in zip(plist, blocks if rung in PER_BLOCK else [None]):
-            paths += ctx.workflow_artifacts(block)
             try:
                 paths += list(json.loads(Path(p).read_text()).get("upstream") or {})
             except (OSError, ValueError, AttributeError, TypeError):
-                pass  # (the check itself says what is wrong with it)
+                continue  # (the check itself says what is wrong with it)
+            paths += ctx.workflow_artifacts(block)
     prefetch_sha256(paths)
 
 

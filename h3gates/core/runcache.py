@@ -39,7 +39,7 @@ from pathlib import Path
 
 from h3gates.core import report
 from h3gates.core.errors import ReportError
-from h3gates.core.fingerprints import digest, file_sha256, provenance
+from h3gates.core.fingerprints import digest, provenance
 from h3gates.core.jobs import nvidia_smi_query, progress, switched_on
 from h3gates.core.outputs import RESULTS
 
@@ -73,9 +73,18 @@ def environment(device: str) -> dict:
         "packages": {p: version(p) for p in PACKAGES},
     }
     if device == "cuda":
-        env["gpus"] = nvidia_smi_query("name")
-        env["driver"] = nvidia_smi_query("driver_version")
+        env["gpus"], env["driver"] = gpus_and_driver()
     return env
+
+
+def gpus_and_driver() -> tuple[list[str] | None, list[str] | None]:
+    """The GPUs' names and driver versions as two nvidia-smi queries give them, from one (each nvidia-smi
+    start costs a restore job on a GPU host tens of milliseconds; a GPU's name holds no comma)."""
+    rows = nvidia_smi_query("name,driver_version")
+    if rows is not None and all(r.count(",") == 1 for r in rows):
+        pairs = [tuple(x.strip() for x in r.split(",")) for r in rows]
+        return [n for n, _ in pairs], [d for _, d in pairs]
+    return nvidia_smi_query("name"), nvidia_smi_query("driver_version")
 
 
 def upstream_digests(ctx, upstream, block) -> dict:
@@ -97,31 +106,31 @@ def stored_sha256(path, store: Path) -> str:
     """SHA-256 of a file's content, kept across processes in `store` per (path, device, inode, size, mtime,
     ctime), as git's index and DVC's state database keep theirs: a key's upstream artifacts (a canonical
     block capture is 406 MB) are hashed once per run, not once per job. Any write to a file, and any change
-    of its times, moves its ctime, which no process can set back; a file changed within the last 2 s is not
-    stored, as two writes inside one tick of the file-time clock would share a ctime (git's "racy" entries).
-    Only the run cache's key reads it: a key that served a wrong report would still meet promotion and
-    verify, which hash every file they check."""
+    of its times, moves its ctime, which no process can set back; a file changed within 2 s before this
+    call began is not stored, as two writes inside one tick of the file-time clock would share a ctime
+    (git's "racy" entries). The identity is read from the open file (fstat: on a network filesystem the
+    open revalidates what a path's stat may serve from the client's cache), and a miss hashes the file from
+    that descriptor, never from the per-process cache (keyed by path, mtime and size only). Only the run
+    cache's key reads it: a key that served a wrong report would still meet promotion and verify, which
+    hash every file they check."""
+    began = time.time_ns()
     p = Path(path)
-    st = p.stat()
-    if st.st_size < STORED_MIN:
-        return file_sha256(p, cached=True)
-    ident = f"{os.path.realpath(p)}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}"
-    kept = store / hashlib.sha256(ident.encode()).hexdigest()[:40]
-    try:
-        h = kept.read_text()
-        if len(h) == 64 and all(c in "0123456789abcdef" for c in h):
-            return h
-    except OSError:
-        pass
-    h = file_sha256(p, cached=True)
-    after = p.stat()
-    same = (after.st_ino, after.st_size, after.st_mtime_ns, after.st_ctime_ns) == (
-        st.st_ino,
-        st.st_size,
-        st.st_mtime_ns,
-        st.st_ctime_ns,
-    )
-    if same and time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > SETTLED_NS:
+    with open(p, "rb") as f:
+        st = os.fstat(f.fileno())
+        if st.st_size < STORED_MIN:
+            return hashlib.file_digest(f, "sha256").hexdigest()
+        ident = (os.path.realpath(p), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        kept = store / hashlib.sha256("\0".join(map(str, ident)).encode()).hexdigest()[:40]
+        try:
+            h = kept.read_text()
+            if len(h) == 64 and all(c in "0123456789abcdef" for c in h):
+                return h
+        except (OSError, ValueError):  # (absent, unreadable or not text: hashed below, and stored again)
+            pass
+        h = hashlib.file_digest(f, "sha256").hexdigest()
+        after = os.fstat(f.fileno())
+    same = (after.st_dev, after.st_ino, after.st_size, after.st_mtime_ns, after.st_ctime_ns) == ident[1:]
+    if same and began - max(st.st_mtime_ns, st.st_ctime_ns) > SETTLED_NS:
         from h3gates.core.fsutil import atomic_write
 
         try:
