@@ -19,6 +19,7 @@ from workflow_util import CONSOLE, copy_workspace, h3gates, measurements, snakem
 
 pytestmark = pytest.mark.slow
 RES = "results/ci"
+STORE_ALL = {"H3GATES_DIGEST_STORE_MIN": "0"}  # the run cache's digest store for every file, not only 1 MB up
 # a kernel edit that changes every global scale: rung 1 fails at once, deterministically
 EDIT = (
     "return (amax / F.GLOBAL_DIVISOR).to(torch.float32)",
@@ -52,7 +53,7 @@ def test_a_revert_restores_the_reports_and_the_promotion_without_running_a_gate(
     good = kernel.read_text()
     before = _reports(ws, "modulate_fusion")
     kernel.write_text(good.replace(*EDIT))
-    p = snakemake(ws, "promote_modulate_fusion")
+    p = snakemake(ws, "promote_modulate_fusion", **STORE_ALL)
     assert p.returncode != 0 and "rung 1 (adversarial) FAILED for modulate_fusion" in p.stderr, p.stderr[-3000:]
     assert "Shell command" not in p.stderr and "--context" not in p.stderr  # the commands are in the logs
     assert re.search(r"FAILED pass_token candidate=modulate_fusion rung=1: log: logs/ci/", p.stderr), p.stderr
@@ -64,7 +65,7 @@ def test_a_revert_restores_the_reports_and_the_promotion_without_running_a_gate(
 
     kernel.write_text(good)  # the revert
     t0 = time.monotonic()
-    p = snakemake(ws, "promote_modulate_fusion", check=True)
+    p = snakemake(ws, "promote_modulate_fusion", check=True, **STORE_ALL)
     took = time.monotonic() - t0
     assert _reports(ws, "modulate_fusion") == before  # byte for byte the reports the kernel had
     logs = sorted((ws / "logs/ci/modulate_fusion").glob("r[1-8]_*.log"))
@@ -72,6 +73,11 @@ def test_a_revert_restores_the_reports_and_the_promotion_without_running_a_gate(
     # each restore ran in its job's own process, before the warm worker (h3gates.job.restored): none went to it
     worker = (ws / "logs/ci/warm_worker.log").read_text()
     assert "served 0 jobs" in worker, worker
+    # the keys read their upstream files' digests through the store (every file here: STORE_ALL), and each
+    # kept digest is its file's SHA-256 (the CI profile's captures are under the 1-MB default)
+    kept = {e.read_text() for e in (ws / RES / "cache/digests").iterdir()}
+    captures = sorted((ws / RES / "baseline").glob("r0-*.block*.pt"))
+    assert captures and {hashlib.sha256(c.read_bytes()).hexdigest() for c in captures} <= kept, kept
     v = h3gates(ws, "verify", f"{RES}/promotion/modulate_fusion.json")
     assert v.returncode == 0 and "OK modulate_fusion" in v.stdout, v.stdout + v.stderr
     print(f"revert restored {len(before)} reports and the promotion in {took:.1f} s")

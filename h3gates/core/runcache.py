@@ -99,6 +99,7 @@ def upstream_digests(ctx, upstream, block) -> dict:
 
 
 STORED_MIN = 1 << 20  # smaller files are hashed each time (cheaper than a lookup's bookkeeping)
+STORED_MIN_ENV = "H3GATES_DIGEST_STORE_MIN"  # bytes: another threshold (0: every file; tests/test_run_cache.py)
 SETTLED_NS = 2_000_000_000  # a file changed this recently is hashed, never stored (file times are coarse)
 
 
@@ -117,7 +118,7 @@ def stored_sha256(path, store: Path) -> str:
     p = Path(path)
     with open(p, "rb") as f:
         st = os.fstat(f.fileno())
-        if st.st_size < STORED_MIN:
+        if st.st_size < int(os.environ.get(STORED_MIN_ENV) or STORED_MIN):
             return hashlib.file_digest(f, "sha256").hexdigest()
         ident = (os.path.realpath(p), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         kept = store / hashlib.sha256("\0".join(map(str, ident)).encode()).hexdigest()[:40]
