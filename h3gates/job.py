@@ -66,7 +66,8 @@ def restored(argv: list[str]) -> int | None:
     """A rung job's run-cache restore in the job's own process, before it goes to the run's warm worker
     (h3gates/__main__.py): its exit status where the kept report was restored (or the job refused), None
     where the gate must run. A restore needs neither torch nor the worker, whose imports a job would
-    otherwise wait for (the first rung of a reverted climb waited 2.9 s for them on a CPU here)."""
+    otherwise wait for (the first restore of a revert took 2.8 s with them, 0.3 s without, on the CPU machine:
+    studies/ladder/evidence/revert_bench_tiny_cpu_2026-12-06/, its round-1 consoles)."""
     import contextlib
     import io
 

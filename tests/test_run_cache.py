@@ -19,7 +19,7 @@ from workflow_util import CONSOLE, copy_workspace, h3gates, measurements, snakem
 
 pytestmark = pytest.mark.slow
 RES = "results/ci"
-STORE_ALL = {"H3GATES_DIGEST_STORE_MIN": "0"}  # the run cache's digest store for every file, not only 1 MB up
+STORE_ALL = {"H3GATES_LARGE_FILE_MIN": "0"}  # the digest store and the prefetch for every file, not only 1 MB up
 # a kernel edit that changes every global scale: rung 1 fails at once, deterministically
 EDIT = (
     "return (amax / F.GLOBAL_DIVISOR).to(torch.float32)",

@@ -69,14 +69,21 @@ def _content_sha_cached(path: str, mtime_ns: int, size: int) -> bytes:
         return hashlib.file_digest(f, "sha256").digest()
 
 
-PREFETCH_MIN = 1 << 20
+LARGE_MIN = 1 << 20  # a "large" file: prefetched in threads, its digest kept by the run cache (runcache.stored_sha256)
+LARGE_MIN_ENV = "H3GATES_LARGE_FILE_MIN"  # bytes: another threshold (0: every file; tests/test_run_cache.py)
+
+
+def large_file_min() -> int:
+    import os
+
+    return int(os.environ.get(LARGE_MIN_ENV) or LARGE_MIN)
 
 
 def prefetch_sha256(paths, workers: int = 8) -> int:
     """Hash the large files among `paths` at once, in threads, into file_sha256's per-process cache: a check
     of a canonical candidate reads its three block captures and baseline artifacts (406 MB each), and SHA-256
-    ran at about 0.63 GB/s a core on the H200's host (studies/ladder/evidence/job_overhead_2026-12-01/), so
-    one at a time they cost seconds of every verify. The digests are the same full SHA-256 of the bytes;
+    ran at about 0.63 GB/s a core on the H200's host (studies/ladder/evidence/job_overhead_2026-12-01/);
+    studies/ladder/digest_bench.py times it against one file at a time. The digests are the same full SHA-256 of the bytes;
     a file that cannot be read is left to the caller's own read. -> how many were hashed here."""
     import os
     from concurrent.futures import ThreadPoolExecutor
@@ -84,7 +91,7 @@ def prefetch_sha256(paths, workers: int = 8) -> int:
     big = []
     for p in dict.fromkeys(str(p) for p in paths):
         try:
-            if Path(p).is_file() and Path(p).stat().st_size >= PREFETCH_MIN:
+            if Path(p).is_file() and Path(p).stat().st_size >= large_file_min():
                 big.append(p)
         except OSError:
             continue

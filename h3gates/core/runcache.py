@@ -39,7 +39,7 @@ from pathlib import Path
 
 from h3gates.core import report
 from h3gates.core.errors import ReportError
-from h3gates.core.fingerprints import digest, provenance
+from h3gates.core.fingerprints import digest, large_file_min, provenance
 from h3gates.core.jobs import nvidia_smi_query, progress, switched_on
 from h3gates.core.outputs import RESULTS
 
@@ -78,8 +78,8 @@ def environment(device: str) -> dict:
 
 
 def gpus_and_driver() -> tuple[list[str] | None, list[str] | None]:
-    """The GPUs' names and driver versions as two nvidia-smi queries give them, from one (each nvidia-smi
-    start costs a restore job on a GPU host tens of milliseconds; a GPU's name holds no comma)."""
+    """The GPUs' names and driver versions as two nvidia-smi queries give them, from one nvidia-smi start
+    instead of two (a start per restore job saved; not timed on a GPU; a GPU's name holds no comma)."""
     rows = nvidia_smi_query("name,driver_version")
     if rows is not None and all(r.count(",") == 1 for r in rows):
         pairs = [tuple(x.strip() for x in r.split(",")) for r in rows]
@@ -98,8 +98,6 @@ def upstream_digests(ctx, upstream, block) -> dict:
     return ups
 
 
-STORED_MIN = 1 << 20  # smaller files are hashed each time (cheaper than a lookup's bookkeeping)
-STORED_MIN_ENV = "H3GATES_DIGEST_STORE_MIN"  # bytes: another threshold (0: every file; tests/test_run_cache.py)
 SETTLED_NS = 2_000_000_000  # a file changed this recently is hashed, never stored (file times are coarse)
 
 
@@ -118,7 +116,7 @@ def stored_sha256(path, store: Path) -> str:
     p = Path(path)
     with open(p, "rb") as f:
         st = os.fstat(f.fileno())
-        if st.st_size < int(os.environ.get(STORED_MIN_ENV) or STORED_MIN):
+        if st.st_size < large_file_min():  # (smaller: hashed each time, cheaper than the lookup)
             return hashlib.file_digest(f, "sha256").hexdigest()
         ident = (os.path.realpath(p), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         kept = store / hashlib.sha256("\0".join(map(str, ident)).encode()).hexdigest()[:40]
