@@ -13,6 +13,7 @@ from h3gates.core import context as H3context
 from h3gates.core import fingerprints as H3fp
 from h3gates.core import outputs as H3out
 from h3gates.core import report_labels as H3wf
+from h3gates.core import runcache as H3runcache
 from h3gates.core.jobs import configured_device
 
 import snakemake_logger_plugin_h3gates as H3console
@@ -126,6 +127,24 @@ def fingerprint(rung):
     return lambda wc: H3fp.files_digest(
         [*H3fp.kernel_files(ctx_of(wc, rung)), *H3fp.code_files(ctx_of(wc, rung))]
     )
+
+
+def gpu_unless_restorable(rung):
+    """The rung job's GPU resource: none for a job whose report the run cache will restore (a revert's), so
+    restores need not wait for each other (h3gates.core.runcache.gpu_resource). Local runs only: a cluster job
+    keeps its GPU, in case its gate runs after all."""
+
+    def gpu(wildcards, input):
+        if not GPU or not workflow.local_exec:
+            return GPU
+        block = getattr(wildcards, "block", None)
+        out = H3out.report_path(PROFILE, wildcards.candidate, rung, block)
+        inputs = (input.upstream, input.first, input.artifacts)
+        return H3runcache.gpu_resource(
+            ctx_of(wildcards, rung), rung, out, block, inputs, GPU
+        )
+
+    return gpu
 
 
 def report_of(rung, block=None):

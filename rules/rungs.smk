@@ -32,7 +32,7 @@ for _rung in H3out.RUNGS:
         conda:
             "../envs/h3gates.yaml"
         resources:
-            gpu=GPU,
+            gpu=gpu_unless_restorable(_rung.n),
         params:
             rung=_rung.n,
             block="--block {block}" if _rung.per_block else "",

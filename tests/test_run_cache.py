@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shlex
 import shutil
 import time
 from pathlib import Path
@@ -90,6 +91,42 @@ def test_a_revert_restores_the_reports_and_the_promotion_without_running_a_gate(
     assert p.returncode != 0 and "rung 1 (adversarial) FAILED for modulate_fusion" in p.stderr
     assert (ws / RES / "modulate_fusion/r1_adversarial.json").read_bytes() == failing
     assert "FAIL restored from the run cache" in (ws / "logs/ci/modulate_fusion/r1_adversarial.log").read_text()
+
+
+def test_a_rung_job_whose_report_will_be_restored_holds_no_gpu(ws, monkeypatch):
+    """rules/common.smk's `gpu_unless_restorable` (runcache.gpu_resource), asked of each rung job as the workflow
+    plans it (its command in a dry run's -p: the context, report and upstream files the job gets) with the GPU
+    resource a CUDA run gives (1): 0 for every job whose report the run cache holds at its key (so a revert's
+    restores run side by side), 1 for one whose key has no kept report (its gate will run). Catches: the
+    prediction's key differing from the job's (another out, block type or upstream list), a path given as a
+    string split into characters."""
+    from h3gates import job
+    from h3gates.core import outputs, runcache
+    from h3gates.core.context import RungContext
+
+    p = snakemake(ws, "-n", "-p", "--forcerun", "r1_adversarial", "promote_modulate_fusion", check=True)
+    lines = [x.strip() for x in (p.stdout + p.stderr).splitlines() if x.strip().startswith("python -m h3gates rung ")]
+    jobs = [job.parser().parse_args(shlex.split(x.split(" > ")[0])[3:]) for x in lines]
+    jobs = [a for a in jobs if json.loads(a.context)["candidate"] == "modulate_fusion"]  # (the others' too)
+    assert sorted(a.rung for a in jobs) == [1, 2, 3, 3, 4, 4, 5, 6, 7, 8], lines
+    monkeypatch.chdir(ws)
+
+    def gpu(a):
+        # as the Snakefile passes them: the report's path from the wildcards, the block as a string, the named
+        # inputs (upstream, first, artifacts) each a path or a list
+        out = outputs.report_path("ci", "modulate_fusion", a.rung, a.block)
+        assert out == a.out
+        inputs = (a.upstream[0], a.upstream[1:], []) if a.upstream else ([], [], [])
+        block = None if a.block is None else str(a.block)
+        return runcache.gpu_resource(RungContext.from_json(a.context), a.rung, out, block, inputs, 1)
+
+    assert [gpu(a) for a in jobs] == [0] * len(jobs)
+    assert all(
+        runcache.gpu_resource(RungContext.from_json(a.context), a.rung, a.out, a.block, [], 0) == 0 for a in jobs
+    )
+    # no report kept at rung 2's key (as after an edit that changed it): its gate will run, on the GPU
+    shutil.rmtree(_entries(ws)[(2, "modulate_fusion", None, f"{RES}/modulate_fusion/r2_tiles.json")])
+    assert [gpu(a) for a in sorted(jobs, key=lambda a: a.rung)] == [0, 1] + [0] * (len(jobs) - 2)
 
 
 def test_a_kept_report_of_another_fingerprint_is_never_served(ws, monkeypatch):

@@ -27,6 +27,7 @@ deleted at any time. No torch import: a restore costs a Python start.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -77,9 +78,11 @@ def environment(device: str) -> dict:
     return env
 
 
+@functools.lru_cache(maxsize=1)
 def gpus_and_driver() -> tuple[list[str] | None, list[str] | None]:
     """The GPUs' names and driver versions as two nvidia-smi queries give them, from one nvidia-smi start
-    instead of two (a start per restore job saved; not timed on a GPU; a GPU's name holds no comma)."""
+    instead of two (a start per restore job saved; not timed on a GPU; a GPU's name holds no comma). Once per
+    process: the workflow's own process asks it for every rung job it schedules (`restorable`)."""
     rows = nvidia_smi_query("name,driver_version")
     if rows is not None and all(r.count(",") == 1 for r in rows):
         pairs = [tuple(x.strip() for x in r.split(",")) for r in rows]
@@ -187,19 +190,26 @@ class Entry:
         missing = [r for r in doc.get("replay") or [] if not (replay_dir / r).is_file()]
         return f"replay dump {missing[0]} is missing" if missing else None
 
-    def restore(self) -> bool:
-        """Put the kept report (and its replay dumps) in place if this key has one that is this job's."""
+    def servable(self, say=progress) -> dict | None:
+        """The kept report at this key if it is this job's to serve (None: the gate must run; `say` is told why)."""
         kept = self.dir / "report.json"
         if not enabled() or not kept.is_file():
-            return False
+            return None
         try:
             doc = report.read(kept)
         except ReportError as e:
-            progress(f"run cache: {self.where()}: kept report unusable ({e}); running the gate")
-            return False
+            say(f"run cache: {self.where()}: kept report unusable ({e}); running the gate")
+            return None
         why = self._problem(doc, self.dir)
         if why:
-            progress(f"run cache: {self.where()}: kept report not served ({why}); running the gate")
+            say(f"run cache: {self.where()}: kept report not served ({why}); running the gate")
+            return None
+        return doc
+
+    def restore(self) -> bool:
+        """Put the kept report (and its replay dumps) in place if this key has one that is this job's."""
+        doc = self.servable()
+        if doc is None:
             return False
         from h3gates.core.fsutil import atomic_write
 
@@ -208,7 +218,7 @@ class Entry:
         for old in self.out.parent.glob(f"{self.out.stem}.replay.*.pt"):  # dumps of another run of this gate
             if old.name not in (doc.get("replay") or []):
                 old.unlink()
-        atomic_write(self.out, kept.read_bytes())
+        atomic_write(self.out, (self.dir / "report.json").read_bytes())
         progress(
             f"{self.where()}: {doc['verdict'].upper()} restored from the run cache (key {self.key[:16]}, "
             f"written {doc['written_at']}): not run"
@@ -254,3 +264,29 @@ def entry(ctx, rung: int, out, block=None, upstream=()) -> Entry | None:
     except (OSError, ValueError) as e:
         print(f"h3gates: run cache unused for this job ({type(e).__name__}: {e})", file=sys.stderr)
         return None
+
+
+def gpu_resource(ctx, rung: int, out, block, inputs, gpu: int) -> int:
+    """A rung job's `gpu` resource as the workflow's own process sees it once the job's inputs exist (Snakemake
+    evaluates a job's resources again then, before it starts the job): none where the job will restore its
+    report from the run cache, so that a revert's restores (three blocks of rung 3, of rung 4) run side by side
+    instead of one at a time under the run's one GPU. `inputs`: the rule's named inputs the job passes as its
+    `--upstream` (a path or a list of paths each)."""
+    if not gpu:
+        return gpu
+    upstream = [p for x in inputs for p in ([x] if isinstance(x, str) else x)]
+    return 0 if restorable(ctx, rung, out, None if block is None else int(block), upstream) else gpu
+
+
+def restorable(ctx, rung: int, out, block=None, upstream=()) -> bool:
+    """Whether this rung job will restore its report rather than run its gate, asked by the workflow before it
+    starts the job (rules/common.smk, `gpu_unless_restorable`): such a job needs no GPU, so a revert's restores
+    need not wait for each other's GPU resource. A guess for the scheduler only: the job decides again itself,
+    and a gate that runs after all still takes its GPU lease (h3gates.core.lease). False where the key cannot be
+    computed (an input not made yet)."""
+    if not enabled():
+        return False
+    try:
+        return Entry(ctx, rung, out, block, upstream).servable(say=lambda _: None) is not None
+    except (OSError, ValueError):
+        return False

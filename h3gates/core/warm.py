@@ -239,7 +239,7 @@ def start(log: str) -> subprocess.Popen | None:
         )
     deadline = time.monotonic() + 60  # an interpreter's start and h3gates' core (no torch yet) on loaded cores
     while not os.path.exists(path) and p.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)  # it listens before it imports: a job that comes early waits for the imports
+        time.sleep(0.02)  # it listens at once, and imports when the first job comes (serve)
     if not os.path.exists(path):
         p.kill()
         os.environ[ENV] = path
@@ -267,10 +267,10 @@ def stop(p: subprocess.Popen | None) -> None:
 
 
 def serve(path: str, parent: int, run, preload) -> None:
-    """Listen at `path`, call `preload()` (it imports the libraries and names them), then fork a child per job,
-    which calls `run(argv)`, until the run's process `parent` is gone. The entry (h3gates/__main__.py) passes
+    """Listen at `path`; when the first job comes, call `preload()` (it imports the libraries and names them); fork
+    a child per job, which calls `run(argv)`, until the run's process `parent` is gone. The entry (h3gates/__main__.py) passes
     h3gates.job's `main` and `preload`: the core imports neither torch nor the job runner."""
-    global _OWN, _BEFORE, _ADDED, _WORKER_PID
+    global _OWN, _BEFORE, _WORKER_PID
     _WORKER_PID = os.getpid()
     _OWN = _own_sources()  # before it listens: an edit after `start` returns is seen
     pdeath.libc_prctl()  # resolved here, before any fork (its children call it)
@@ -279,15 +279,23 @@ def serve(path: str, parent: int, run, preload) -> None:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path + ".new")
     listener.listen(64)
-    os.rename(path + ".new", path)  # the path exists once it listens: a job that comes early waits
+    os.rename(path + ".new", path)  # the path exists once it listens: the first job waits for the imports
     _BEFORE = dict(os.environ)
-    t0 = time.monotonic()
-    # preload asks torch.cuda.is_available() (Comfy Kitchen's import calls it) through NVML, which leaves the CUDA
-    # driver alone: a child could not use a driver its parent started
-    loaded = preload()
-    # what the imports set in the environment (torch: TORCHINDUCTOR_CACHE_DIR): a fresh job's imports set it too
-    _ADDED = {k: v for k, v in os.environ.items() if _BEFORE.get(k) != v}
-    print(f"warm worker {os.getpid()}: imported {' '.join(loaded)} in {time.monotonic() - t0:.1f} s", flush=True)
+    loaded = False
+
+    def load():
+        """The imports, when the first job comes: a run whose jobs all restore from the run cache (a revert) or
+        go elsewhere (a comment-only edit's verify) imports nothing, so its jobs do not share the CPU with torch's
+        import and the run's end does not wait for it."""
+        global _ADDED
+        t0 = time.monotonic()
+        # preload asks torch.cuda.is_available() (Comfy Kitchen's import calls it) through NVML, which leaves the
+        # CUDA driver alone: a child could not use a driver its parent started
+        names = preload()
+        # what the imports set in the environment (torch: TORCHINDUCTOR_CACHE_DIR): a fresh job's imports set it too
+        _ADDED = {k: v for k, v in os.environ.items() if _BEFORE.get(k) != v}
+        print(f"warm worker {os.getpid()}: imported {' '.join(names)} in {time.monotonic() - t0:.1f} s", flush=True)
+
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     sel = selectors.DefaultSelector()
@@ -298,6 +306,11 @@ def serve(path: str, parent: int, run, preload) -> None:
         while not stopping and os.getppid() == parent:
             for key, _ in sel.select(timeout=0.2):
                 if key.data is None:
+                    if not loaded:
+                        load()
+                        loaded = True
+                        if stopping:
+                            break
                     try:
                         conn, _ = listener.accept()
                     except OSError:
