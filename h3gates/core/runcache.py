@@ -283,10 +283,10 @@ def restorable(ctx, rung: int, out, block=None, upstream=()) -> bool:
     starts the job (rules/common.smk, `gpu_unless_restorable`): such a job needs no GPU, so a revert's restores
     need not wait for each other's GPU resource. A guess for the scheduler only: the job decides again itself,
     and a gate that runs after all still takes its GPU lease (h3gates.core.lease). False where the key cannot be
-    computed (an input not made yet)."""
+    computed (an input not made yet) or anything else goes wrong: the job meets that itself, in its own log."""
     if not enabled():
         return False
     try:
         return Entry(ctx, rung, out, block, upstream).servable(say=lambda _: None) is not None
-    except (OSError, ValueError):
+    except Exception:  # a hint to the scheduler never stops the run
         return False
