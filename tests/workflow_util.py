@@ -77,7 +77,10 @@ def merge(a, b):
 def env():
     e = dict(os.environ)
     e["PATH"] = str(Path(sys.executable).parent) + os.pathsep + e.get("PATH", "")
-    e["PYTHONPATH"] = ""
+    # the workspace's own h3gates, never another checkout's: a path that holds an h3gates package is dropped, the
+    # rest kept (on the GPU machine the packages come from a folder on PYTHONPATH: studies/device/README.md)
+    keep = [x for x in e.get("PYTHONPATH", "").split(os.pathsep) if x and not Path(x, "h3gates").is_dir()]
+    e["PYTHONPATH"] = os.pathsep.join(keep)
     e.setdefault("OMP_NUM_THREADS", "2")
     return e
 
