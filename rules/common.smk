@@ -132,16 +132,19 @@ def fingerprint(rung):
 def gpu_unless_restorable(rung):
     """The rung job's GPU resource: none for a job whose report the run cache will restore (a revert's), so
     restores need not wait for each other (h3gates.core.runcache.gpu_resource). Local runs only: a cluster job
-    keeps its GPU, in case its gate runs after all."""
+    keeps its GPU, in case its gate runs after all; a dry run computes no key."""
 
     def gpu(wildcards, input):
-        if not GPU or not workflow.local_exec:
+        if not GPU or not workflow.local_exec or workflow.dryrun:
             return GPU
-        block = getattr(wildcards, "block", None)
-        out = H3out.report_path(PROFILE, wildcards.candidate, rung, block)
-        inputs = (input.upstream, input.first, input.artifacts)
         return H3runcache.gpu_resource(
-            ctx_of(wildcards, rung), rung, out, block, inputs, GPU
+            lambda: ctx_of(wildcards, rung),
+            rung,
+            PROFILE,
+            wildcards.candidate,
+            getattr(wildcards, "block", None),
+            (input.upstream, input.first, input.artifacts),
+            GPU,
         )
 
     return gpu

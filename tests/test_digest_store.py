@@ -138,7 +138,7 @@ def test_the_key_asks_nvidia_smi_once_for_the_gpus_and_driver(monkeypatch):
     }
     calls = []
     monkeypatch.setattr(runcache, "nvidia_smi_query", lambda f: calls.append(f) or answers[f])
-    runcache.gpus_and_driver.cache_clear()  # (asked once per process)
+    monkeypatch.setattr(runcache, "_GPUS", [])  # (asked once per process)
     env = runcache.environment("cuda")
     assert (env["gpus"], env["driver"]) == (answers["name"], answers["driver_version"]) and calls == [
         "name,driver_version"
@@ -146,6 +146,9 @@ def test_the_key_asks_nvidia_smi_once_for_the_gpus_and_driver(monkeypatch):
     assert runcache.environment("cuda") == env and len(calls) == 1  # once per process
     answers["name,driver_version"] = None  # (an nvidia-smi that refuses the pair: asked one field at a time)
     calls.clear()
-    runcache.gpus_and_driver.cache_clear()
+    monkeypatch.setattr(runcache, "_GPUS", [])
     assert runcache.gpus_and_driver() == (answers["name"], answers["driver_version"]) and len(calls) == 3
-    runcache.gpus_and_driver.cache_clear()
+    answers["name"] = None  # a query that failed is not kept: asked again
+    monkeypatch.setattr(runcache, "_GPUS", [])
+    calls.clear()
+    assert runcache.gpus_and_driver()[0] is None and runcache.gpus_and_driver()[0] is None and len(calls) == 6

@@ -73,7 +73,7 @@ def test_a_revert_restores_the_reports_and_the_promotion_without_running_a_gate(
     assert len(logs) == len(before) and all("restored from the run cache" in f.read_text() for f in logs)
     # each restore ran in its job's own process, before the warm worker (h3gates.job.restored): none went to it
     worker = (ws / "logs/ci/warm_worker.log").read_text()
-    assert "served 0 jobs" in worker, worker
+    assert "served 0 jobs" in worker and "imported" not in worker, worker  # (it imports for its first job only)
     # the keys read their upstream files' digests through the store (every file here: STORE_ALL), and each
     # kept digest is its file's SHA-256 (the CI profile's captures are under the 1-MB default)
     kept = {e.read_text() for e in (ws / RES / "cache/digests").iterdir()}
@@ -93,16 +93,44 @@ def test_a_revert_restores_the_reports_and_the_promotion_without_running_a_gate(
     assert "FAIL restored from the run cache" in (ws / "logs/ci/modulate_fusion/r1_adversarial.log").read_text()
 
 
+def _job_resources(ws: Path) -> dict[str, str]:
+    """Each rung job's resources as the newest complete log (.snakemake/log/) gives them, by its log file."""
+    text = sorted((ws / ".snakemake/log").glob("*.log"))[-1].read_text()
+    out = {}
+    for block in re.split(r"^(?:local)?rule ", text, flags=re.M):
+        log = re.search(r"^\s+log: (\S+/r[1-8]_\S+\.log)", block, re.M)
+        res = re.search(r"^\s+resources: (.*)$", block, re.M)
+        if log and res:
+            out[log[1]] = res[1]
+    return out
+
+
 def test_a_rung_job_whose_report_will_be_restored_holds_no_gpu(ws, monkeypatch):
-    """rules/common.smk's `gpu_unless_restorable` (runcache.gpu_resource), asked of each rung job as the workflow
-    plans it (its command in a dry run's -p: the context, report and upstream files the job gets) with the GPU
-    resource a CUDA run gives (1): 0 for every job whose report the run cache holds at its key (so a revert's
-    restores run side by side), 1 for one whose key has no kept report (its gate will run). Catches: the
-    prediction's key differing from the job's (another out, block type or upstream list), a path given as a
-    string split into characters."""
+    """rules/common.smk's `gpu_unless_restorable` through snakemake, on this CPU with the rung rules' GPU resource
+    set to 1 as a CUDA run sets it (the workspace's common.smk edited): after a forced rerun of the climbed ladder
+    every rung job holds gpu=0 (its report restored, so a revert's restores run side by side), and the job whose
+    key has no kept report (rung 8's) holds gpu=1 (its gate runs). Then runcache.gpu_resource itself, asked of each planned job
+    (a dry run's commands) as the Snakefile asks it: 0 where the key's report is kept. Catches: the callable
+    removed from the rung rules or its prediction's key differing from the job's (another out, block type or
+    upstream list), a path given as a string split into characters."""
     from h3gates import job
-    from h3gates.core import outputs, runcache
+    from h3gates.core import runcache
     from h3gates.core.context import RungContext
+
+    smk = ws / "rules/common.smk"
+    text = smk.read_text()
+    assert 'GPU = 1 if DEVICE == "cuda" else 0' in text
+    smk.write_text(text.replace('GPU = 1 if DEVICE == "cuda" else 0', "GPU = 1"))
+    # no report kept at rung 8's key (a rerun gate's report is new bytes, so every key above it would change too)
+    shutil.rmtree(_entries(ws)[(8, "modulate_fusion", None, f"{RES}/modulate_fusion/r8_profile.json")])
+    p = snakemake(ws, "promote_modulate_fusion", "--resources", "gpu=1", "--forcerun", "r1_adversarial", check=True)
+    res = _job_resources(ws)
+    rungs = {k: v for k, v in res.items() if "/modulate_fusion/r" in k}
+    assert len(rungs) == 10, res
+    assert all(v.endswith("gpu=0") for k, v in rungs.items() if "r8_profile" not in k), rungs
+    assert rungs["logs/ci/modulate_fusion/r8_profile.log"].endswith("gpu=1"), rungs
+    assert "restored from the run cache" not in (ws / "logs/ci/modulate_fusion/r8_profile.log").read_text()
+    assert "OK modulate_fusion" in p.stdout + p.stderr
 
     p = snakemake(ws, "-n", "-p", "--forcerun", "r1_adversarial", "promote_modulate_fusion", check=True)
     lines = [x.strip() for x in (p.stdout + p.stderr).splitlines() if x.strip().startswith("python -m h3gates rung ")]
@@ -111,20 +139,16 @@ def test_a_rung_job_whose_report_will_be_restored_holds_no_gpu(ws, monkeypatch):
     assert sorted(a.rung for a in jobs) == [1, 2, 3, 3, 4, 4, 5, 6, 7, 8], lines
     monkeypatch.chdir(ws)
 
-    def gpu(a):
-        # as the Snakefile passes them: the report's path from the wildcards, the block as a string, the named
-        # inputs (upstream, first, artifacts) each a path or a list
-        out = outputs.report_path("ci", "modulate_fusion", a.rung, a.block)
-        assert out == a.out
+    def gpu(a, keep=1):
+        # as the Snakefile passes them: the block as a string, the named inputs (upstream, first, artifacts) each a
+        # path or a list
         inputs = (a.upstream[0], a.upstream[1:], []) if a.upstream else ([], [], [])
         block = None if a.block is None else str(a.block)
-        return runcache.gpu_resource(RungContext.from_json(a.context), a.rung, out, block, inputs, 1)
+        ctx = RungContext.from_json(a.context)
+        return runcache.gpu_resource(lambda: ctx, a.rung, "ci", "modulate_fusion", block, inputs, keep)
 
     assert [gpu(a) for a in jobs] == [0] * len(jobs)
-    assert all(
-        runcache.gpu_resource(RungContext.from_json(a.context), a.rung, a.out, a.block, [], 0) == 0 for a in jobs
-    )
-    # no report kept at rung 2's key (as after an edit that changed it): its gate will run, on the GPU
+    assert all(gpu(a, keep=0) == 0 for a in jobs)  # (a CPU run holds none)
     shutil.rmtree(_entries(ws)[(2, "modulate_fusion", None, f"{RES}/modulate_fusion/r2_tiles.json")])
     assert [gpu(a) for a in sorted(jobs, key=lambda a: a.rung)] == [0, 1] + [0] * (len(jobs) - 2)
 

@@ -82,6 +82,44 @@ def test_a_job_whose_start_environment_differs_runs_fresh_and_says_why(worker):
     assert os.environ.get(warm.ENV) and warm.delegate(["h3gates", "rung", "4", "--context", "{}"]) is None  # rung 4
     warm.stop(p)
     assert _served(log) == 0
+    assert "imported" not in log.read_text()  # it imports for the first job it takes, not for one it refuses
+
+
+def _cpu_ticks(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_the_worker_imports_for_its_first_job_and_a_stop_ends_the_import(worker):
+    """Started, it imports nothing (a run none of whose jobs comes to it pays nothing); the first job starts the
+    imports, and the run's end during them stops the worker (at once, or where a library's import swallows the
+    handler's exit, when the imports end): it forks no job after the stop, and the job, its connection reset,
+    runs in a fresh process as it would have without a worker."""
+    p, log = worker
+    time.sleep(1.0)
+    assert _cpu_ticks(p.pid) < 50 and "imported" not in log.read_text()  # idle: no import under way
+    bad = ("rung", "9", "--context", "{}", "--out", "x.json")
+    client = subprocess.Popen(
+        [sys.executable, "-m", "h3gates", *bad],
+        cwd=ROOT,
+        env=_job_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    start = _cpu_ticks(p.pid)
+    deadline = time.monotonic() + 60
+    while _cpu_ticks(p.pid) < start + 20 and time.monotonic() < deadline:  # 0.2 s of CPU into torch's import
+        time.sleep(0.02)
+    t0 = time.monotonic()
+    warm.stop(p)
+    took = time.monotonic() - t0
+    text = log.read_text()
+    assert "imported" not in text and "served 0 jobs; stopped" in text, text  # no job forked after the stop
+    assert took < 5, took  # not stop's 30-s kill (the imports: 2-4 s on a CPU, 8 s on the H200)
+    _, err = client.communicate(timeout=300)
+    assert client.returncode == 2 and "invalid choice: 9" in err, err
 
 
 def test_no_worker_and_jobs_it_never_takes_run_fresh(tmp_path, monkeypatch):
@@ -111,10 +149,21 @@ def _context(tmp_path) -> str:
 
 
 def _children(pid: int) -> list[int]:
+    """The worker's forked children: processes that run the worker's own command line (a library's helper the
+    imports start, such as ldconfig, is not one)."""
     try:
-        return [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+        kids = [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
     except OSError:
         return []
+    mine = Path(f"/proc/{pid}/cmdline").read_bytes()
+    out = []
+    for k in kids:
+        try:
+            if Path(f"/proc/{k}/cmdline").read_bytes() == mine:
+                out.append(k)
+        except OSError:
+            pass
+    return out
 
 
 def _gone(pid: int, within: float) -> bool:

@@ -18,8 +18,10 @@ under H3GATES_LEASE_DIR, default /tmp/h3gates-gpu-leases: locks are per host), i
 
 An exclusive job that waits holds the device's turnstile lock, which a shared job must pass, so shared jobs
 arriving after it wait behind it (no starvation of a gate by a stream of shared jobs). With `--resources
-gpu=1` (one GPU job at a time) nothing is ever shared; `--resources gpu=3` on one GPU lets up to three GPU
-jobs run at once, sharing where they may (docs/gpu-and-cluster.md). The kernel drops every lock when the
+gpu=1` (one GPU job at a time) nothing is shared, but for a rung job the workflow expected to restore its
+report from the run cache (it holds no `gpu` resource: rules/common.smk) that runs its gate after all, which
+takes its lease like any other; `--resources gpu=3` on one GPU lets up to three GPU jobs run at once, sharing
+where they may (docs/gpu-and-cluster.md). The kernel drops every lock when the
 process exits, also on a crash or a kill, so a lease is never left behind. Devices already restricted by
 CUDA_VISIBLE_DEVICES (a SLURM allocation) are the ones leased from. Each lease appends its start and end to
 H3GATES_LEASE_LOG (default logs/gpu_leases.jsonl): which job ran on which device, when, in which mode.

@@ -27,7 +27,6 @@ deleted at any time. No torch import: a restore costs a Python start.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
@@ -78,16 +77,26 @@ def environment(device: str) -> dict:
     return env
 
 
-@functools.lru_cache(maxsize=1)
+_GPUS: list = []  # this process's answer, once nvidia-smi gave one
+
+
 def gpus_and_driver() -> tuple[list[str] | None, list[str] | None]:
     """The GPUs' names and driver versions as two nvidia-smi queries give them, from one nvidia-smi start
-    instead of two (a start per restore job saved; not timed on a GPU; a GPU's name holds no comma). Once per
-    process: the workflow's own process asks it for every rung job it schedules (`restorable`)."""
-    rows = nvidia_smi_query("name,driver_version")
-    if rows is not None and all(r.count(",") == 1 for r in rows):
-        pairs = [tuple(x.strip() for x in r.split(",")) for r in rows]
-        return [n for n, _ in pairs], [d for _, d in pairs]
-    return nvidia_smi_query("name"), nvidia_smi_query("driver_version")
+    instead of two (a start per restore job saved; not timed on a GPU; a GPU's name holds no comma). Kept for
+    the process once both came: the workflow's own process asks it for every rung job it schedules (`restorable`);
+    a failed query is asked again."""
+    if not _GPUS:
+        rows = nvidia_smi_query("name,driver_version")
+        if rows is not None and all(r.count(",") == 1 for r in rows):
+            pairs = [tuple(x.strip() for x in r.split(",")) for r in rows]
+            names, drivers = [n for n, _ in pairs], [d for _, d in pairs]
+        else:
+            names, drivers = nvidia_smi_query("name"), nvidia_smi_query("driver_version")
+        if names is None or drivers is None:
+            return names, drivers
+        _GPUS.append((names, drivers))
+    names, drivers = _GPUS[0]
+    return list(names), list(drivers)
 
 
 def upstream_digests(ctx, upstream, block) -> dict:
@@ -266,16 +275,34 @@ def entry(ctx, rung: int, out, block=None, upstream=()) -> Entry | None:
         return None
 
 
-def gpu_resource(ctx, rung: int, out, block, inputs, gpu: int) -> int:
+def gpu_resource(context, rung: int, profile: str, candidate: str, block, inputs, gpu: int) -> int:
     """A rung job's `gpu` resource as the workflow's own process sees it once the job's inputs exist (Snakemake
     evaluates a job's resources again then, before it starts the job): none where the job will restore its
     report from the run cache, so that a revert's restores (three blocks of rung 3, of rung 4) run side by side
-    instead of one at a time under the run's one GPU. `inputs`: the rule's named inputs the job passes as its
-    `--upstream` (a path or a list of paths each)."""
+    instead of one at a time under the run's one GPU. `context`: a callable giving the job's RungContext;
+    `inputs`: the rule's named inputs the job passes as its `--upstream` (a path or a list of paths each).
+    Anything that goes wrong keeps the GPU (a hint to the scheduler never stops the run)."""
     if not gpu:
         return gpu
-    upstream = [p for x in inputs for p in ([x] if isinstance(x, str) else x)]
-    return 0 if restorable(ctx, rung, out, None if block is None else int(block), upstream) else gpu
+    try:
+        from h3gates.core.outputs import report_path
+
+        out = report_path(profile, candidate, rung, block)
+        upstream = [p for x in inputs for p in ([x] if isinstance(x, str) else x)]
+        return 0 if restorable(context(), rung, out, None if block is None else int(block), upstream) else gpu
+    except Exception as e:  # noqa: BLE001
+        _hint_failed(e)
+        return gpu
+
+
+_HINT_FAILED: list = []
+
+
+def _hint_failed(e: Exception) -> None:
+    """Say once per process why the scheduler's hint failed (the restores then wait for the GPU resource)."""
+    if not _HINT_FAILED:
+        _HINT_FAILED.append(e)
+        print(f"h3gates: run cache: no restore predicted for the scheduler ({type(e).__name__}: {e})", file=sys.stderr)
 
 
 def restorable(ctx, rung: int, out, block=None, upstream=()) -> bool:
@@ -283,10 +310,10 @@ def restorable(ctx, rung: int, out, block=None, upstream=()) -> bool:
     starts the job (rules/common.smk, `gpu_unless_restorable`): such a job needs no GPU, so a revert's restores
     need not wait for each other's GPU resource. A guess for the scheduler only: the job decides again itself,
     and a gate that runs after all still takes its GPU lease (h3gates.core.lease). False where the key cannot be
-    computed (an input not made yet) or anything else goes wrong: the job meets that itself, in its own log."""
+    computed (an input not made yet)."""
     if not enabled():
         return False
     try:
         return Entry(ctx, rung, out, block, upstream).servable(say=lambda _: None) is not None
-    except Exception:  # a hint to the scheduler never stops the run
+    except (OSError, ValueError):  # an input not made yet: the usual case before the job is ready
         return False

@@ -281,23 +281,39 @@ def serve(path: str, parent: int, run, preload) -> None:
     listener.listen(64)
     os.rename(path + ".new", path)  # the path exists once it listens: the first job waits for the imports
     _BEFORE = dict(os.environ)
-    loaded = False
+    state = {"loaded": False, "loading": False}
+    stopping = []
 
     def load():
-        """The imports, when the first job comes: a run whose jobs all restore from the run cache (a revert) or
-        go elsewhere (a comment-only edit's verify) imports nothing, so its jobs do not share the CPU with torch's
-        import and the run's end does not wait for it."""
+        """The imports, before the first job the worker takes is forked: a run none of whose jobs comes to it (a
+        revert whose reports are all restored, a comment-only edit's verify) or whose jobs it refuses (another
+        interpreter) imports nothing, so its jobs do not share the CPU with torch's import. A stop during the
+        imports ends the worker (SystemExit from the handler, at the latest when the imports end): no job is
+        forked after it."""
         global _ADDED
+        if state["loaded"]:
+            return
         t0 = time.monotonic()
+        state["loading"] = True
+        if stopping:
+            raise SystemExit(0)
         # preload asks torch.cuda.is_available() (Comfy Kitchen's import calls it) through NVML, which leaves the
         # CUDA driver alone: a child could not use a driver its parent started
         names = preload()
+        state["loading"], state["loaded"] = False, True
+        if stopping:  # (a library's import that catches every exception can swallow the handler's SystemExit)
+            print(f"warm worker {os.getpid()}: stopped during its imports", flush=True)
+            raise SystemExit(0)
         # what the imports set in the environment (torch: TORCHINDUCTOR_CACHE_DIR): a fresh job's imports set it too
         _ADDED = {k: v for k, v in os.environ.items() if _BEFORE.get(k) != v}
         print(f"warm worker {os.getpid()}: imported {' '.join(names)} in {time.monotonic() - t0:.1f} s", flush=True)
 
-    stopping = []
-    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    def on_term(*_):
+        stopping.append(True)
+        if state["loading"]:
+            raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, on_term)
     sel = selectors.DefaultSelector()
     sel.register(listener, selectors.EVENT_READ, None)
     jobs: dict[int, socket.socket] = {}  # child pid -> its job's connection
@@ -306,16 +322,11 @@ def serve(path: str, parent: int, run, preload) -> None:
         while not stopping and os.getppid() == parent:
             for key, _ in sel.select(timeout=0.2):
                 if key.data is None:
-                    if not loaded:
-                        load()
-                        loaded = True
-                        if stopping:
-                            break
                     try:
                         conn, _ = listener.accept()
                     except OSError:
                         continue
-                    pid = _accept(conn, listener, sel, jobs, run)
+                    pid = _accept(conn, listener, sel, jobs, run, load)
                     if pid:
                         served += 1
                         sel.register(conn, selectors.EVENT_READ, pid)
@@ -343,8 +354,16 @@ def _recv1(conn) -> bytes:
         return b""
 
 
-def _accept(conn, listener, sel, jobs, run) -> int | None:
-    """Read a job and fork its child; the child's pid, or None if the job was refused (it runs on its own)."""
+_FORK_BLOCKED = {
+    signal.SIGTERM,
+    signal.SIGINT,
+    signal.SIGHUP,
+}  # held across the fork until the child's handlers are set
+
+
+def _accept(conn, listener, sel, jobs, run, load=lambda: None) -> int | None:
+    """Read a job, check it (`_refusal`), import what the children share (`load`, the first time), and fork its
+    child; the child's pid, or None if the job was refused (it runs on its own)."""
     pid = None
     conn.settimeout(10)  # a job sends its request at once (one that hangs holds the others back this long)
     fds = []
@@ -359,6 +378,9 @@ def _accept(conn, listener, sel, jobs, run) -> int | None:
             buf += chunk
         job = json.loads(buf)
         reason = _refusal(job, len(fds))
+        if not reason:
+            load()
+            reason = _cuda_refusal()
         if reason:
             conn.sendall((json.dumps({"refused": reason}) + "\n").encode())
             conn.close()
@@ -366,9 +388,14 @@ def _accept(conn, listener, sel, jobs, run) -> int | None:
         sys.stdout.flush()
         sys.stderr.flush()
         _cflush()
-        pid = os.fork()
-        if pid == 0:
-            _child(job, fds, [listener, conn, *jobs.values()], sel, run)
+        # a stop sent to the child before it has its own handlers waits for them (else the worker's would take it)
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, _FORK_BLOCKED)
+        try:
+            pid = os.fork()
+            if pid == 0:
+                _child(job, fds, [listener, conn, *jobs.values()], sel, run, mask)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         jobs[pid] = conn
         conn.sendall((json.dumps({"pid": pid}) + "\n").encode())
         conn.settimeout(None)
@@ -396,17 +423,23 @@ def _refusal(job: dict, nfds: int) -> str | None:
         return "other interpreter options (-X, -W, -u, -O ...)"
     if _own_sources() != _OWN:
         return "h3gates' own modules in the warm worker were edited since it started"
-    if "torch" in sys.modules and sys.modules["torch"].cuda.is_initialized():
-        return "the warm worker has initialized CUDA (a fork could not use it)"
     return differs(job.get("env", {}), _BEFORE)
 
 
-def _child(job: dict, fds: list[int], close: list, sel, run) -> None:
+def _cuda_refusal() -> str | None:
+    if "torch" in sys.modules and sys.modules["torch"].cuda.is_initialized():
+        return "the warm worker has initialized CUDA (a fork could not use it)"
+    return None
+
+
+def _child(job: dict, fds: list[int], close: list, sel, run, mask=None) -> None:
     """In the forked child: become the job (its descriptors, environment and argv) and run it; never returns."""
     code, interrupted = 1, False
     try:
         for sig, handler in _SIGNALS.items():
             signal.signal(sig, handler)
+        if mask is not None:  # its own handlers set: a stop held since the fork is taken now
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         _exit_with_parent(signal.SIGKILL)  # a worker killed outright takes its children
         if os.getppid() != _WORKER_PID:
             os._exit(1)
