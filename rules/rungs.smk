@@ -40,7 +40,8 @@ for _rung in H3out.RUNGS:
             fingerprint=fingerprint(_rung.n),
             signing=SIGNING,
         shell:
-            # (the shell command is formatted when the job runs: the loop's variable is read from params)
+            # (the shell command is formatted when the job runs: the loop's variable is read from params; the
+            # --upstream files are the ones gpu_unless_restorable keys on: change both together)
             "python -m h3gates rung {params.rung} --context {params.context:q} --out {output} {params.block} "
             "{params.signing} --upstream {input.upstream} {input.first} {input.artifacts} > {log} 2>&1"
 

@@ -152,3 +152,20 @@ def test_the_key_asks_nvidia_smi_once_for_the_gpus_and_driver(monkeypatch):
     monkeypatch.setattr(runcache, "_GPUS", [])
     calls.clear()
     assert runcache.gpus_and_driver()[0] is None and runcache.gpus_and_driver()[0] is None and len(calls) == 6
+
+
+def test_the_schedulers_restore_hint_keeps_the_gpu_when_it_cannot_answer(monkeypatch, capsys):
+    """runcache.gpu_resource (rules/common.smk's gpu_unless_restorable): a CPU run holds no GPU and computes
+    nothing; an error while computing the key keeps the GPU (the job then restores or runs as it would) and is
+    said once per process, never raised into Snakemake's scheduler."""
+    monkeypatch.setattr(runcache, "_HINT_FAILED", [])
+
+    def broken():
+        raise KeyError("no such candidate")
+
+    assert runcache.gpu_resource(broken, 1, "tiny", "x", None, ([],), 0) == 0
+    assert capsys.readouterr().err == ""
+    assert runcache.gpu_resource(broken, 1, "tiny", "x", None, ([],), 1) == 1
+    assert runcache.gpu_resource(broken, 3, "tiny", "x", "7", ("a.json", ["b.json"]), 1) == 1
+    err = capsys.readouterr().err
+    assert err.count("no restore predicted for the scheduler (KeyError") == 1, err

@@ -354,11 +354,8 @@ def _recv1(conn) -> bytes:
         return b""
 
 
-_FORK_BLOCKED = {
-    signal.SIGTERM,
-    signal.SIGINT,
-    signal.SIGHUP,
-}  # held across the fork until the child's handlers are set
+# the stop signals, held across the fork until the child's own handlers are set
+_FORK_BLOCKED = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
 
 
 def _accept(conn, listener, sel, jobs, run, load=lambda: None) -> int | None:

@@ -55,11 +55,12 @@ case "${1:-}" in
             mkdir -p "$OUT/ci_$phase" && cp results/ci/stream_a/r1_adversarial.json results/ci/stream_a/r2_tiles.json "$OUT/ci_$phase/" 2>/dev/null
             cp -r results/ci/stream_a/r3_projection "$OUT/ci_$phase/" 2>/dev/null
           done ;;
-        canon4)  # canonical rungs 1-4 (performance gate enforced) with SA_PARAMS, e.g. "phase: p0, b_operand: bf16, prefetch: 2"
+        canon4)  # canonical rungs 1-4 (performance gate enforced) with SA_PARAMS, e.g. "phase: p0, b_operand: bf16, prefetch: 2";
+                 # SA_CONFIGS: config files after those, e.g. one with `timing: {resident: 2}` on an H100
           printf 'candidates:\n  stream_a:\n    params: {%s}\n' "${SA_PARAMS:-phase: p0}" > /tmp/sa_params.yaml
-          python3 -m snakemake --unlock --configfile config/canonical.yaml config/stream_a.yaml /tmp/sa_params.yaml > /dev/null 2>&1
+          python3 -m snakemake --unlock --configfile config/canonical.yaml config/stream_a.yaml /tmp/sa_params.yaml ${SA_CONFIGS:-} > /dev/null 2>&1
           timeout "${CANON_TIMEOUT:-480}" python3 -m snakemake --cores 1 --keep-going --rerun-incomplete results/canonical/stream_a/tokens/r4.pass \
-            --configfile config/canonical.yaml config/stream_a.yaml /tmp/sa_params.yaml > "$OUT/canonical_stream_a.log" 2>&1
+            --configfile config/canonical.yaml config/stream_a.yaml /tmp/sa_params.yaml ${SA_CONFIGS:-} > "$OUT/canonical_stream_a.log" 2>&1
           echo "stream_a canonical rungs 1-4: rc=$?"; grep -hE "REFUSED|FAILED|rung [0-9] |Error" "$OUT/canonical_stream_a.log" | tail -6
           mkdir -p /tmp/csa && rm -rf /tmp/csa/* && cp -r results/canonical/stream_a logs/canonical/stream_a /tmp/csa/ 2>/dev/null
           find /tmp/csa -name "*.pt" -delete; (cd /tmp && tar czf "$OUT/canonical_stream_a.tgz" csa) ;;
