@@ -3,7 +3,7 @@
 # two calls made back to back (../shared/device/README.md, studies/device/README.md), then the project's packages:
 #   call 1 (carry .dsa):     bash studies/device/device_stream_a.sh unpack-a
 #   call 2 (carry .dsb):     bash studies/device/device_stream_a.sh unpack-b
-#   call 3 (carry .devsite): bash studies/device/device_stream_a.sh run [bench] [ncu] [ncumem] [tests] [r3] [canon4]
+#   call 3 (carry .devsite, or .dslim and .dsw): bash studies/device/device_stream_a.sh run [bench] [ncu] [ncumem] [tests] [r3] [canon4]
 # `run` writes under $OUT: stream_a_p0.json (studies/stream_a/stream_a_bench.py), the GPU test log, and the
 # CI-profile rungs 1-3 of stream_a on CUDA for each phase (reports and snakemake logs).
 set -uo pipefail
@@ -13,7 +13,7 @@ case "${1:-}" in
   unpack-b) python3 -m zipfile -e .dsb/cutedsl-b.zip /tmp/site && sh /tmp/site/.parts/join.sh && echo "unpacked b" ;;
   run)
     shift
-    for z in .devsite/*.zip; do python3 -m zipfile -e "$z" /tmp/site; done
+    for z in .devsite/*.zip .dslim/*.zip .dsw/*.zip .dsf/*.zip; do [ -f "$z" ] && python3 -m zipfile -e "$z" /tmp/site; done
     export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PWD PYTHONUNBUFFERED=1 PATH=/tmp/site/bin:$PATH
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
     python3 -c "import cutlass, torch; print('cutlass dsl', getattr(cutlass, '__version__', '?'), 'torch', torch.__version__)"
