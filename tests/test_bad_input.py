@@ -80,6 +80,29 @@ def test_a_dotted_key_in_a_config_file_is_refused_with_its_nested_form(tmp_path)
     assert "`timing: {min_pairs: 0}`" in p.stderr
 
 
+def test_a_number_given_as_a_string_says_where_such_strings_come_from(tmp_path):
+    """Snakemake's --config leaves the values inside a list or mapping as strings: the refusal says so where
+    the string reads as the type wanted, and only there."""
+    from h3gates.core.config import load_config, validate_config
+
+    base = load_config([ROOT / "config/config.yaml"])
+    hint = "(a string: quoted in a file, or from --config"
+    for key, bad in (("blocks", ["0", "24"]), ("candidates", {"qkv_ring": {"params": {"ring_rows": "100"}}})):
+        with pytest.raises(ConfigError) as e:
+            validate_config({**base, key: bad})
+        assert "is not of type 'integer'" in str(e.value) and hint in str(e.value), str(e.value)
+    with pytest.raises(ConfigError) as e:  # a string that is no number: the plain type error
+        validate_config({**base, "candidates": {"qkv_ring": {"params": {"ring_rows": "many"}}}})
+    assert "is not of type 'integer'" in str(e.value) and hint not in str(e.value), str(e.value)
+    p = snakemake(  # through snakemake as a user types it: refused before any job, naming the key, with the hint
+        _bare_workspace(tmp_path / "ws"), "-n", "--configfile", "config/config.yaml",
+        "--config", "candidates={'qkv_ring': {'params': {'ring_rows': 100}}}",
+    )  # fmt: skip
+    out = p.stdout + p.stderr  # (a dry run's console is on stdout)
+    assert p.returncode != 0 and "config key candidates.qkv_ring.params.ring_rows: '100'" in out, out
+    assert hint in out and "Job stats" not in out, out
+
+
 # ---------------------------------------------------------------- item 3: --configfile merges over config.yaml
 def test_cli_overlays_merge_over_the_workflow_config_as_snakemake_does(tmp_path, monkeypatch):
     """`status --configfile config/ci.yaml` printed an empty table (ci.yaml names no candidate) and exited 0."""

@@ -61,14 +61,21 @@ def test_a_revert_restores_the_reports_and_the_promotion_without_running_a_gate(
     console = (p.stdout + p.stderr).splitlines()
     assert len(console) <= 25, "\n".join(console)
     assert any(x.strip().startswith("replay: python -m h3gates replay") for x in console[-8:]), console[-8:]
+    assert any(x.strip().startswith("fix: change the candidate's kernel") for x in console[-8:]), console[-8:]
     assert not (ws / RES / "promotion/modulate_fusion.env").exists()  # its record no longer verifies: revoked
     failing = (ws / RES / "modulate_fusion/r1_adversarial.json").read_bytes()
+    dumps = sorted((ws / RES / "modulate_fusion").glob("r1_adversarial.replay.*"))
+    assert dumps and {d.name for d in dumps if d.suffix == ".link"} == {
+        d.name + ".link" for d in dumps if d.suffix == ".pt"
+    }
 
     kernel.write_text(good)  # the revert
     t0 = time.monotonic()
     p = snakemake(ws, "promote_modulate_fusion", check=True, **STORE_ALL)
     took = time.monotonic() - t0
     assert _reports(ws, "modulate_fusion") == before  # byte for byte the reports the kernel had
+    # the failing run's replay dumps are gone with their links (no signature of bytes no longer there)
+    assert not list((ws / RES / "modulate_fusion").glob("r1_adversarial.replay.*"))
     logs = sorted((ws / "logs/ci/modulate_fusion").glob("r[1-8]_*.log"))
     assert len(logs) == len(before) and all("restored from the run cache" in f.read_text() for f in logs)
     # each restore ran in its job's own process, before the warm worker (h3gates.job.restored): none went to it

@@ -433,3 +433,18 @@ def test_verify_says_the_records_own_state_and_whether_it_stands_now(ws):
     assert "under the current config and tree: STALE" in v.stdout and "timing.calls: 2 -> 3" in v.stdout, v.stdout
     st = h3gates(ws, "status")
     assert "stale" in st.stdout
+
+
+def test_stale_replay_dumps_go_with_their_links_and_no_link_outlives_its_dump(tmp_path):
+    out = tmp_path / "r1_adversarial.json"
+    names = ["r1_adversarial.replay.a.pt", "r1_adversarial.replay.b.pt"]
+    for n in names:
+        (tmp_path / n).write_bytes(b"dump")
+        (tmp_path / f"{n}.link").write_text("{}")
+    (tmp_path / "r1_adversarial.replay.gone.pt.link").write_text("{}")  # its dump removed by hand
+    (tmp_path / "r2_tiles.replay.c.pt.link").write_text("{}")  # another gate's: not this one's to touch
+    links.remove_stale_replays(out, ["r1_adversarial.replay.b.pt"])
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == ["r1_adversarial.replay.b.pt", "r1_adversarial.replay.b.pt.link", "r2_tiles.replay.c.pt.link"]
+    links.remove_stale_replays(out, None)  # a passing report lists none
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r2_tiles.replay.c.pt.link"]

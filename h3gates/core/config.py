@@ -64,7 +64,32 @@ def _errors(config, sch) -> list[str]:
     errs = sorted(
         _with_defaults(jsonschema.Draft202012Validator)(sch).iter_errors(config), key=lambda e: list(e.absolute_path)
     )
-    return [f"config key {'.'.join(map(str, e.absolute_path)) or '(top level)'}: {e.message}{_known(e)}" for e in errs]
+    return [
+        f"config key {'.'.join(map(str, e.absolute_path)) or '(top level)'}: {e.message}{_known(e)}{_stringly(e)}"
+        for e in errs
+    ]
+
+
+def _stringly(e) -> str:
+    """After a type error whose value is a string that reads as the type wanted (`'100'` for an integer): where
+    such strings come from. Snakemake's --config reads a top-level value as YAML but leaves the values inside a
+    list or mapping given there as strings."""
+    if e.validator != "type" or not isinstance(e.instance, str):
+        return ""
+    try:
+        value = yaml.safe_load(e.instance)
+    except yaml.YAMLError:
+        return ""
+    wanted = e.validator_value if isinstance(e.validator_value, list) else [e.validator_value]
+    kinds = {"integer": int, "number": (int, float), "boolean": bool, "array": list, "object": dict}
+    if any(
+        isinstance(value, kinds[w]) and not (w != "boolean" and isinstance(value, bool)) for w in wanted if w in kinds
+    ):
+        return (
+            " (a string: quoted in a file, or from --config, which leaves the values inside a list or mapping as"
+            " strings; write it unquoted in a config file)"
+        )
+    return ""
 
 
 def _known(e) -> str:

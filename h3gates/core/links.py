@@ -40,6 +40,19 @@ def link_path(product) -> str:
     return f"{product}{SUFFIX}"
 
 
+def remove_stale_replays(out, keep) -> None:
+    """Remove the replay dumps of an earlier run of the gate whose report is `out` (`<stem>.replay.*.pt`) that
+    its new report does not list in `keep`, each with its link, and any dump's link whose dump is gone: a
+    signature of bytes no longer there is never left beside the results."""
+    out, keep = Path(out), set(keep or ())
+    for old in out.parent.glob(f"{out.stem}.replay.*.pt"):
+        if old.name not in keep:
+            old.unlink()
+    for link in out.parent.glob(f"{out.stem}.replay.*.pt{SUFFIX}"):
+        if not link.with_name(link.name[: -len(SUFFIX)]).is_file():
+            link.unlink()
+
+
 def signer(key=None, trusted_keys=None):
     """The job's signer: the key of `key` (the config's attestation.key), `$H3GATES_KEY` or this user's on this
     machine, created and trusted on first use (h3gates.core.attest.signing_key)."""

@@ -221,12 +221,11 @@ class Entry:
         if doc is None:
             return False
         from h3gates.core.fsutil import atomic_write
+        from h3gates.core.links import remove_stale_replays
 
         for name in doc.get("replay") or []:
             atomic_write(self.out.parent / name, (self.dir / name).read_bytes())
-        for old in self.out.parent.glob(f"{self.out.stem}.replay.*.pt"):  # dumps of another run of this gate
-            if old.name not in (doc.get("replay") or []):
-                old.unlink()
+        remove_stale_replays(self.out, doc.get("replay"))  # dumps of another run of this gate, and their links
         atomic_write(self.out, (self.dir / "report.json").read_bytes())
         progress(
             f"{self.where()}: {doc['verdict'].upper()} restored from the run cache (key {self.key[:16]}, "

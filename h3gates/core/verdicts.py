@@ -61,13 +61,25 @@ def verdicts(config: dict, candidates=None, configfiles=None) -> list[str]:
         if problem:
             lines.append(f"    {one_line(problem, 160)}")
             if any(row["rungs"][r]["state"] == "fail" for r in RUNG_NAMES):  # a gate said no: its replay, not a rerun
-                fix = _replay(config, row) or _attempts_fix(row, configfiles)
+                replay = _replay(config, row)
+                if replay:
+                    lines.append(f"    {one_line(replay, 260)}")
+                fix = _attempts_fix(row, configfiles) or (GATE_SAID_NO + ("; " + REPLAY_SAYS if replay else ""))
             if fix:  # what to run next, at the bottom of the run's output
-                lines.append(f"    {one_line(fix if fix.startswith('replay:') else 'fix: ' + fix, 260)}")
+                lines.append(f"    {one_line('fix: ' + fix, 260)}")
     if not lines:
         return []
     head = f"  {'candidate':{w}s} " + " ".join(f"{'r' + str(r):7s}" for r in RUNG_NAMES) + " promotion"
     return [f"h3gates verdicts (profile {config['profile']}):", head, *lines]
+
+
+# The way on from a gate that decided no: its verdict is the kernel's (a rerun of the same sources gets the same
+# report back from the run cache), so the kernel changes, not the command
+GATE_SAID_NO = (
+    "change the candidate's kernel until the failing gate passes, then run the same command again (the same "
+    "sources get the same verdict back)"
+)
+REPLAY_SAYS = "the replay line above reruns the gate's first differing case alone"
 
 
 def _replay(config: dict, row: dict) -> str | None:

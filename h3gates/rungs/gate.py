@@ -10,6 +10,7 @@ from h3gates.core import machine, registry, report
 from h3gates.core.context import RungContext
 from h3gates.core.fingerprints import provenance
 from h3gates.core.jobs import progress
+from h3gates.core.links import remove_stale_replays
 from h3gates.core.outputs import RUNG_NAMES
 from h3gates.model import candidates
 from h3gates.model.setup import RoleSetup
@@ -209,9 +210,7 @@ class Gate:
             "replay": self.replay,
         }
         report.write(out, doc)
-        for old in Path(out).parent.glob(f"{Path(out).stem}.replay.*.pt"):  # dumps of an earlier run of this gate
-            if old.name not in self.replay:
-                old.unlink()
+        remove_stale_replays(out, self.replay)  # dumps of an earlier run of this gate, and their links
         progress(
             f"rung {self.rung} {self.name}{'' if self.block is None else f' block {self.block}'}: {doc['verdict'].upper()}"
             + (f" ({self.reasons[0]})" if self.reasons else "")
