@@ -132,3 +132,26 @@ def test_peak_memory_growth_is_caught_at_rung_8(tree):
     assert rep["measurements"]["candidate"]["peak_cpu_bytes"] > rep["measurements"]["baseline"]["peak_cpu_bytes"] + (
         60 << 20
     )
+
+
+def test_an_untrusted_baseline_artifact_fails_its_rung_as_the_artifacts_not_the_kernels(tree):
+    """Rung 6 reading a baseline artifact made for another rung (rung 5's put in its place) writes a failing
+    report whose reason says the shared artifact is not trusted (h3gates.core.errors.UNTRUSTED), and the
+    verdict table's way on is the artifact's own rm command, not a change of the kernel."""
+    from inprocess import make_artifact, make_captures
+
+    from h3gates.core.context import RungContext, results_name_of
+    from h3gates.core.errors import UNTRUSTED
+    from h3gates.core.verdicts import _gate_fix
+
+    cfg = _plant(tree, "")  # the kernel as shipped: rungs 1-5 pass
+    make_captures(cfg)
+    five, six = (RungContext.from_config(cfg, "modulate_fusion", r) for r in (5, 6))
+    make_artifact(five)
+    shutil.copyfile(five.baseline_artifact, six.baseline_artifact)
+    rung, why = _climb(tree, cfg)
+    assert rung == 6 and UNTRUSTED in why and "made from another baseline context" in why, why
+    rep = json.loads(Path(paths.report_path("ci", results_name_of(cfg, "modulate_fusion"), 6)).read_text())
+    assert rep["verdict"] == "fail" and rep["reasons"][0].startswith(UNTRUSTED), rep["reasons"]
+    fix = _gate_fix(6, [rep], False, {"candidate": "modulate_fusion", "rungs": {6: {"state": "fail"}}})
+    assert fix == f"the shared baseline artifact, not the kernel: remove it (rm {six.baseline_artifact}) and rerun", fix

@@ -1953,6 +1953,34 @@ def test_the_verdicts_fix_after_a_rung4_refusal_that_did_not_decide():
     assert "block 24 again" in _attempts_fix(row("fail", **{"0": {**und, "decision": "pass"}, "24": und}))
 
 
+def test_the_verdicts_fix_says_what_the_first_failing_gate_needs():
+    """h3gates.core.verdicts._gate_fix, from the first failing rung's reports: a byte mismatch or a decided fail
+    is the kernel's to change (with the replay line where there is one); a crash is rerun (never kept); an
+    untrusted shared artifact is the artifact's (its own rm command), not the kernel's; rung 4's attempts way on
+    only where rung 4 is the first failing rung (an earlier rung's failure beside a stale undecided rung 4 is
+    not told to time block 0 again)."""
+    from h3gates.core.errors import UNTRUSTED
+    from h3gates.core.verdicts import CRASHED, GATE_SAID_NO, REPLAY_SAYS, _gate_fix
+
+    und = {"attempt": 1, "max_attempts": 2, "decision": "undecided"}
+    row = {"candidate": "c", "rungs": {1: {"state": "fail"}, 4: {"state": "fail"}}, "attempts": {"0": und}}
+    mismatch = {"verdict": "fail", "reasons": ["3 of 484 cases differ"], "measurements": {"bytes_differing": 9}}
+    assert _gate_fix(1, [mismatch], True, row) == f"{GATE_SAID_NO}; {REPLAY_SAYS}"
+    assert _gate_fix(1, [mismatch], False, row) == GATE_SAID_NO
+    assert _gate_fix(4, [mismatch], False, row).startswith("time block 0 again (attempt 2 of 2")
+    decided = {"candidate": "c", "rungs": {4: {"state": "fail"}}, "attempts": {"0": {**und, "decision": "fail"}}}
+    assert _gate_fix(4, [{"reasons": ["speed"], "measurements": {}}], False, decided) == GATE_SAID_NO
+    crash = {"reasons": ["candidate crashed: ValueError"], "measurements": {"crash": {"type": "ValueError"}}}
+    assert _gate_fix(1, [crash], True, row).startswith(CRASHED) and "crashing case" in _gate_fix(1, [crash], True, row)
+    cap0 = "results/ci/baseline/r0-x.block0.pt"
+    rm = f"{UNTRUSTED}{cap0} was made from another context; remove it (rm {cap0}) and rerun"
+    fix = _gate_fix(5, [{"reasons": [rm], "measurements": {}}], False, row)
+    assert fix == f"the shared baseline artifact, not the kernel: remove it (rm {cap0}) and rerun"
+    cap = _gate_fix(8, [{"reasons": [UNTRUSTED + "the baseline block's Nsight Compute capture failed"]}], False, row)
+    assert cap.startswith("the shared baseline artifact, not the kernel: ") and "kernel until" not in cap
+    assert _gate_fix(None, [], False, row) == GATE_SAID_NO
+
+
 def test_every_recorded_gate_decided_again_from_its_raw_pairs():
     """analyze_campaign.redecide replays each committed 12 x 4 gate look by look. Under the statistic each ran
     with (`steady`, or `own` since 2026-12-05's sixth session) it must give every recorded decision and ratio

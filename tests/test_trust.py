@@ -443,8 +443,17 @@ def test_stale_replay_dumps_go_with_their_links_and_no_link_outlives_its_dump(tm
         (tmp_path / f"{n}.link").write_text("{}")
     (tmp_path / "r1_adversarial.replay.gone.pt.link").write_text("{}")  # its dump removed by hand
     (tmp_path / "r2_tiles.replay.c.pt.link").write_text("{}")  # another gate's: not this one's to touch
+    (tmp_path / "r1_adversarial10.replay.d.pt").write_bytes(b"dump")  # a longer stem's: not this one's either
     links.remove_stale_replays(out, ["r1_adversarial.replay.b.pt"])
     left = sorted(p.name for p in tmp_path.iterdir())
-    assert left == ["r1_adversarial.replay.b.pt", "r1_adversarial.replay.b.pt.link", "r2_tiles.replay.c.pt.link"]
+    assert left == [
+        "r1_adversarial.replay.b.pt", "r1_adversarial.replay.b.pt.link",
+        "r1_adversarial10.replay.d.pt", "r2_tiles.replay.c.pt.link",
+    ]  # fmt: skip
     links.remove_stale_replays(out, None)  # a passing report lists none
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["r2_tiles.replay.c.pt.link"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r1_adversarial10.replay.d.pt", "r2_tiles.replay.c.pt.link"]
+    odd = tmp_path / "g[1].json"  # a stem with glob metacharacters matches itself only
+    (tmp_path / "g1.replay.e.pt").write_bytes(b"dump")
+    (tmp_path / "g[1].replay.f.pt").write_bytes(b"dump")
+    links.remove_stale_replays(odd, [])
+    assert (tmp_path / "g1.replay.e.pt").exists() and not (tmp_path / "g[1].replay.f.pt").exists()

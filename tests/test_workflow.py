@@ -893,6 +893,8 @@ def test_overlay_promotion_is_verified_by_plain_verify(ws):
     v = h3gates(ws, "verify", f"{RES}/promotion/library_path.json")
     assert v.returncode == 0 and "H3_NVFP4_LIBRARY_PATH=1 verified" in v.stdout, v.stderr
     assert "performance gate enforced: yes" in v.stdout and "signed by" in v.stdout
+    # whether it stands now is said under the record's own files: the status command that agrees is named with them
+    assert "still stands (`status --configfile config/deploy_ci.yaml` agrees)" in v.stdout, v.stdout
     # the same overlay without enforcing the gate is refused before any job runs
     (ws / "config" / "unenforced.yaml").write_text(yaml.safe_dump({**overlay, "timing": {"enforce": {"ci": False}}}))
     p = snakemake(ws, "-n", "promote_library_path", "--configfile", "config/config.yaml", "config/unenforced.yaml")

@@ -118,7 +118,11 @@ def _nvrtc(gpu: bool) -> dict:
         return _entry(f"{int(major)}.{int(minor)}", detail=f"cuda-bindings {_pkg('cuda-bindings')}")
     except Exception as e:  # noqa: BLE001 -- the bindings without the NVRTC library (a CPU install)
         if not gpu:  # (the loader's full search, said twice, is for a machine that needs the library)
-            return _entry(None, "not needed here", "cuda-python is installed; the NVRTC library it loads is not found")
+            return _entry(
+                None,
+                "not needed here",
+                "cuda-python is installed; its NVRTC library is not found or does not answer here",
+            )
         return _entry(None, "missing", f"{type(e).__name__}: {e}")
 
 

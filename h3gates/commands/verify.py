@@ -48,8 +48,14 @@ def run(a) -> int:
         from h3gates.core.promotion import _fix, under_current
 
         state, reasons = under_current(rec)
-        if state == "stands":
-            print("  under the current config and tree: still stands (status agrees)")
+        if state == "stands":  # (the record's own config files, re-read: status agrees given the same files)
+            import os
+
+            from h3gates.core.config import WORKFLOW_CONFIG
+
+            files = [f for f in rec["config"]["files"] if os.path.abspath(f) != os.path.abspath(WORKFLOW_CONFIG)]
+            said = f"`status --configfile {' '.join(files)}`" if files else "`status`"
+            print(f"  under the current config and tree: still stands ({said} agrees)")
         else:
             print(
                 f"  under the current config and tree: {'STALE' if state == 'stale' else 'UNKNOWN'} "

@@ -50,6 +50,11 @@ class ArtifactError(RuntimeError):
     """An artifact that is not the one its rung's context names (a ladder bug, never a candidate's)."""
 
 
+# How a gate's failing report begins where the shared baseline artifact could not be trusted (an ArtifactError:
+# h3gates.rungs.gate.Gate.untrusted), so the verdict table gives the artifact's way on, not the kernel's
+UNTRUSTED = "the shared baseline artifact is not trusted here: "
+
+
 class NVFP4InputError(ValueError):
     """An input outside a quantizer's domain; the message names the violated constraint."""
 

@@ -21,6 +21,7 @@ No torch import: verify imports this module.
 from __future__ import annotations
 
 import getpass
+import glob
 import os
 import socket
 from pathlib import Path
@@ -45,10 +46,11 @@ def remove_stale_replays(out, keep) -> None:
     its new report does not list in `keep`, each with its link, and any dump's link whose dump is gone: a
     signature of bytes no longer there is never left beside the results."""
     out, keep = Path(out), set(keep or ())
-    for old in out.parent.glob(f"{out.stem}.replay.*.pt"):
+    stem = glob.escape(out.stem)
+    for old in out.parent.glob(f"{stem}.replay.*.pt"):
         if old.name not in keep:
             old.unlink()
-    for link in out.parent.glob(f"{out.stem}.replay.*.pt{SUFFIX}"):
+    for link in out.parent.glob(f"{stem}.replay.*.pt{SUFFIX}"):
         if not link.with_name(link.name[: -len(SUFFIX)]).is_file():
             link.unlink()
 

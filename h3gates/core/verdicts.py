@@ -6,6 +6,7 @@ status table). Torch-free, as everything the Snakefile imports."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 
 def nothing_climbed(config: dict) -> list[str]:
@@ -19,8 +20,6 @@ def verdicts(config: dict, candidates=None, configfiles=None) -> list[str]:
     """A short table of every candidate with results under this configuration (or of `candidates`): the
     state of each rung now (h3gates.core.promotion.status) and whether its promotion record verifies now
     (never the record's own summary), with the first problem of a candidate that is not promoted."""
-    from pathlib import Path
-
     from h3gates.core.errors import Refusal
     from h3gates.core.outputs import RUNG_NAMES, promotion_paths
     from h3gates.core.promotion import status, verify
@@ -61,10 +60,18 @@ def verdicts(config: dict, candidates=None, configfiles=None) -> list[str]:
         if problem:
             lines.append(f"    {one_line(problem, 160)}")
             if any(row["rungs"][r]["state"] == "fail" for r in RUNG_NAMES):  # a gate said no: its replay, not a rerun
-                replay = _replay(config, row)
+                rung, failing = _failing(config, row)
+                replay = next(
+                    (
+                        f"replay: python -m h3gates replay {Path(p).parent / d['replay'][0]}"
+                        for p, d in failing
+                        if d.get("replay")
+                    ),
+                    None,
+                )
                 if replay:
                     lines.append(f"    {one_line(replay, 260)}")
-                fix = _attempts_fix(row, configfiles) or (GATE_SAID_NO + ("; " + REPLAY_SAYS if replay else ""))
+                fix = _gate_fix(rung, [d for _, d in failing], bool(replay), row, configfiles)
             if fix:  # what to run next, at the bottom of the run's output
                 lines.append(f"    {one_line('fix: ' + fix, 260)}")
     if not lines:
@@ -73,34 +80,61 @@ def verdicts(config: dict, candidates=None, configfiles=None) -> list[str]:
     return [f"h3gates verdicts (profile {config['profile']}):", head, *lines]
 
 
-# The way on from a gate that decided no: its verdict is the kernel's (a rerun of the same sources gets the same
-# report back from the run cache), so the kernel changes, not the command
-GATE_SAID_NO = (
+# The way on from a gate that decided no, by what its report says of why
+GATE_SAID_NO = (  # the kernel's verdict: the same sources get the same report back from the run cache
     "change the candidate's kernel until the failing gate passes, then run the same command again (the same "
     "sources get the same verdict back)"
 )
 REPLAY_SAYS = "the replay line above reruns the gate's first differing case alone"
+CRASHED = (  # a crash is never kept by the run cache (h3gates.core.runcache.cacheable): it may be the machine's
+    "run the same command again (a crashed gate is not kept: it runs anew); if it crashes again, the kernel is "
+    "what to change"
+)
 
 
-def _replay(config: dict, row: dict) -> str | None:
-    """The replay command of the first failing gate's first dumped case, or None."""
+def _failing(config: dict, row: dict) -> tuple[int | None, list[tuple[str, dict]]]:
+    """The first failing rung and its failing reports as (path, report), in the config's block order."""
     import json
-    from pathlib import Path
 
     from h3gates.core.outputs import report_paths
 
     for rung, paths in report_paths(config["profile"], row["results_name"], config["blocks"]).items():
         if row["rungs"][rung]["state"] != "fail":
             continue
+        docs = []
         for p in paths:
             try:
-                dumps = json.loads(Path(p).read_text()).get("replay") or []
+                d = json.loads(Path(p).read_text())
             except (OSError, ValueError):
                 continue
-            if dumps:
-                return f"replay: python -m h3gates replay {Path(p).parent / dumps[0]}"
-        return None
-    return None
+            if d.get("verdict") == "fail":
+                docs.append((p, d))
+        return rung, docs
+    return None, []
+
+
+def _gate_fix(rung, docs: list[dict], replay: bool, row: dict, configfiles=None) -> str:
+    """What to do after the first failing rung's reports: rung 4's way on where its gate did not decide; a rerun
+    after a crash (the replay line reruns the crashing case); the artifact's own way where the shared baseline
+    artifact was not trusted (h3gates.core.errors.UNTRUSTED: not the kernel's doing); else the kernel's change."""
+    from h3gates.core.errors import UNTRUSTED
+
+    if rung == 4:
+        fix = _attempts_fix(row, configfiles)
+        if fix:
+            return fix
+    first = docs[0] if docs else {}
+    if "crash" in (first.get("measurements") or {}):
+        return CRASHED + ("; the replay line above reruns the crashing case alone" if replay else "")
+    why = next(iter(first.get("reasons") or []), "")
+    if why.startswith(UNTRUSTED):
+        way = (
+            why[why.index("remove it (rm ") :]
+            if "remove it (rm " in why
+            else "make it again, then run the same command again"
+        )
+        return f"the shared baseline artifact, not the kernel: {way}"
+    return GATE_SAID_NO + ("; " + REPLAY_SAYS if replay else "")
 
 
 def _attempts_fix(row: dict, configfiles=None) -> str | None:

@@ -190,7 +190,9 @@ def load(path: str, want, here: dict | None = None) -> dict:
     p = Path(path)
     d = torch.load(p, weights_only=True)
     if d["meta"]["context"] != want.to_dict() or not _named_by_key(p, d["meta"]):
-        raise ArtifactError(f"{p} was made from another baseline context than this rung's")
+        raise ArtifactError(
+            f"{p} was made from another baseline context than this rung's; remove it (rm {p}) and rerun"
+        )
     same_environment(p, d["meta"].get("environment"), here or environment(want.device))
     return d
 

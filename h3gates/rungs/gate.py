@@ -10,7 +10,6 @@ from h3gates.core import machine, registry, report
 from h3gates.core.context import RungContext
 from h3gates.core.fingerprints import provenance
 from h3gates.core.jobs import progress
-from h3gates.core.links import remove_stale_replays
 from h3gates.core.outputs import RUNG_NAMES
 from h3gates.model import candidates
 from h3gates.model.setup import RoleSetup
@@ -135,6 +134,12 @@ class Gate:
     def fail(self, reason: str) -> None:
         self.reasons.append(reason)
 
+    def untrusted(self, e: Exception) -> None:
+        """Fail because the shared baseline artifact cannot be trusted here (an ArtifactError): not the kernel's doing."""
+        from h3gates.core.errors import UNTRUSTED
+
+        self.fail(f"{UNTRUSTED}{e}")
+
     def note(self, text: str) -> None:
         self.notes.append(text)
 
@@ -210,6 +215,8 @@ class Gate:
             "replay": self.replay,
         }
         report.write(out, doc)
+        from h3gates.core.links import remove_stale_replays  # (here: a timing worker imports this module, not links)
+
         remove_stale_replays(out, self.replay)  # dumps of an earlier run of this gate, and their links
         progress(
             f"rung {self.rung} {self.name}{'' if self.block is None else f' block {self.block}'}: {doc['verdict'].upper()}"

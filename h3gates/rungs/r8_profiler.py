@@ -143,7 +143,7 @@ def run(ctx, out, block=None, upstream=()):
             try:
                 shared = capture_of(gate)
             except ArtifactError as e:  # the shared capture cannot be trusted here: a failing report, not a crash
-                gate.fail(str(e))
+                gate.untrusted(e)
                 return gate.write(out, measured(None))
         ns = _nsight(ctx, Path(out), shared, ahead)
         if shared is not None:
