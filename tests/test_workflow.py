@@ -315,6 +315,7 @@ def test_fault_exact_division_caught_at_rung_1(ws):
         (ws / RES / _name(ws, "modulate_fusion")).glob("r1_adversarial.replay.midpoints_scale_1.875.qkv.identity.pt")
     )
     assert "replay: python -m h3gates replay" in err
+    assert "fix: change the candidate's kernel until the failing gate passes" in err, err  # the table's way on
     p = h3gates(ws, "replay", str(dump))  # reruns exactly that case: the same mismatch, decoded
     assert p.returncode == 1 and "DIFFERS" in p.stdout and "first qdata mismatch" in p.stdout, p.stdout + p.stderr
     # the variant fixed in place: its rung passes and its stale dumps go (the candidate's own results untouched)
@@ -352,6 +353,8 @@ def test_candidate_crash_gets_a_failing_report(ws):
     name = _name(ws, "modulate_fusion")  # the planted source variant's results name
     dump = ws / RES / name / crash["replay"]  # the crashed case's inputs, for replay
     assert dump.is_file() and f"replay: python -m h3gates replay {RES}/{name}/{crash['replay']}" in err
+    # the verdict table's way on is a crash's (a crashed gate is not kept: run again), not a byte mismatch's
+    assert "fix: run the same command again (a crashed gate is not kept" in err and "crashing case alone" in err, err
     p = h3gates(ws, "replay", str(dump))
     assert p.returncode == 1 and "RAISES on this case: TypeError" in p.stdout, p.stdout + p.stderr
 

@@ -49,11 +49,9 @@ def run(a) -> int:
 
         state, reasons = under_current(rec)
         if state == "stands":  # (the record's own config files, re-read: status agrees given the same files)
-            import os
+            from h3gates.core.config import overlays
 
-            from h3gates.core.config import WORKFLOW_CONFIG
-
-            files = [f for f in rec["config"]["files"] if os.path.abspath(f) != os.path.abspath(WORKFLOW_CONFIG)]
+            files = overlays(rec["config"]["files"])
             said = f"`status --configfile {' '.join(files)}`" if files else "`status`"
             print(f"  under the current config and tree: still stands ({said} agrees)")
         else:

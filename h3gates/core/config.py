@@ -246,6 +246,12 @@ def configfiles(overlays) -> list[str]:
     return [WORKFLOW_CONFIG, *overlays]
 
 
+def overlays(files) -> list[str]:
+    """What a user passes to `--configfile` for these merged files (configfiles' inverse): the workflow's own
+    config/config.yaml left out, which snakemake loads first anyway."""
+    return [str(f) for f in files or [] if os.path.abspath(f) != os.path.abspath(WORKFLOW_CONFIG)]
+
+
 def load_config(files, root=None) -> dict:
     """Merge config files in order (each over the ones before, key by key, as Snakemake merges its
     --configfile overlays) and validate the result. A file that is missing, is not YAML (named with its

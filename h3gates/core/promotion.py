@@ -200,9 +200,9 @@ def _trusted(config: dict) -> dict | None:
 def _fix(candidate: str, configfiles, moved, extra: str = "") -> str:
     """The command that climbs `candidate` again under these config files (`extra`: options before them, as
     --configfile takes every word after it)."""
-    from h3gates.core.config import WORKFLOW_CONFIG
+    from h3gates.core.config import overlays
 
-    configfiles = [f for f in configfiles or [] if f != WORKFLOW_CONFIG]
+    configfiles = overlays(configfiles)
     cfg = " --configfile " + " ".join(configfiles) if configfiles else ""
     cmd = f"snakemake {invocation()} promote_{candidate}{extra}{cfg}"
     return f"{cmd}   (reruns the {len(moved)} report(s) moved aside and what depends on them)" if moved else cmd
