@@ -489,6 +489,55 @@ def test_the_climb_breakdown_reads_a_committed_climb_and_the_new_accounts(tmp_pa
     assert "rung 8 cand candidate: query_s 3.0 s" in CB.table(b)
 
 
+def test_the_protocol_floor_of_a_committed_climb_stays_under_what_it_measured(tmp_path):
+    """studies/ladder/protocol_floor.py over the committed 2026-12-05 H200 climb (as its evidence folder,
+    studies/ladder/evidence/protocol_floor_2026-12-06/, was made): each timed gate's floor is its requests plus its
+    processes' preparation shared by those beside them, a gate not timed counts nothing, rungs 5-7 are 1, 2 and 12
+    steady steps of each side, rung 8 one range per capture with the baseline's once; and no rung's floor is above
+    the exclusive leases the climb took for it (a floor over a measurement would be wrong by construction)."""
+    sys.path.insert(0, str(ROOT / "studies/ladder"))
+    try:
+        import protocol_floor as PF
+    finally:
+        sys.path.remove(str(ROOT / "studies/ladder"))
+    ev = ROOT / "studies/ladder/evidence"
+    out = tmp_path / "floor.json"
+    assert PF.main([str(ev / "canonical_onegpu_2026-12-05/reports_and_logs_call2.tgz"), "--leases",
+                    str(ev / "canonical_onegpu_2026-12-05/lease_timeline.json"), "--json", str(out)]) == 0  # fmt: skip
+    f = json.loads(out.read_text())
+    wrote = json.loads((ev / "protocol_floor_2026-12-06/floor_three_candidates.json").read_text())
+    assert {**f, "results": None} == {**wrote, "results": None}
+    timed = [g for g in f["parts"]["rung 4"] if "untimed" not in g]
+    assert len(timed) == 7 and [g["untimed"] for g in f["parts"]["rung 4"] if "untimed" in g] == ["not timed"] * 2
+    assert all(g["floor_s"] == pytest.approx(g["requests_s"] + g["preparation_s"], abs=2e-3) for g in timed)
+    assert [x["steps"] for x in f["parts"]["rung 7"]] == [12, 12, 12] and len(f["parts"]["rung 8"]) == 3
+    assert [x["side"] for x in f["parts"]["rung 8"]].count("baseline") == 1
+    assert all(f["floor_by_rung_s"][k] <= f["measured"]["alone_s"][k] for k in f["floor_by_rung_s"])
+    assert f["floor_s"] == 648.8 and f["left_for_the_rest_s"] == 71.2
+    # one candidate's own jobs (the one-more climb): no baseline side, its leases alone
+    import tarfile
+
+    with tarfile.open(ev / "onemore_h200_2026-12-05c/call3_reports_and_logs.tgz") as t:
+        t.extractall(tmp_path / "om", filter="data")
+    one = PF.floor(
+        tmp_path / "om", ev / "onemore_h200_2026-12-05c/lease_timeline_swiglu_fusion.json", 240.0, "swiglu_fusion"
+    )
+    assert all(x["side"] == "swiglu_fusion" for k in ("rung 5", "rung 6", "rung 7", "rung 8") for x in one["parts"][k])
+    assert one["floor_s"] == 205.7 and one["measured"]["alone_total_s"] == 248.6
+    with pytest.raises(SystemExit, match="no reports of nothing_here"):
+        PF.floor(tmp_path / "om", None, 240.0, "nothing_here")
+    # the steady step: consecutive step lines after the first, one side's only, across midnight
+    log = tmp_path / "r7.log"
+    log.write_text(
+        "[h3gates 23:59:50.000] building the canonical model on cuda\n"
+        "[h3gates 23:59:58.000] candidate step 1/12\n[h3gates 00:00:04.500] candidate step 2/12\n"
+        "[h3gates 00:00:11.000] baseline step 2/12\n[h3gates 00:00:11.100] candidate step 3/12\n"
+        "[h3gates 00:00:17.600] candidate step 4/12\n"
+    )
+    assert PF.step_seconds(log, "candidate") == {"step_s": 6.5, "intervals": 3, "log": str(log)}
+    assert PF.step_seconds(log, "baseline") is None and PF.step_seconds(tmp_path / "missing.log", "candidate") is None
+
+
 def test_the_worker_build_probe_runs_a_workers_steps_on_the_tiny_profile(tmp_path):
     """studies/ladder/worker_build_probe.py (device step buildprobe) on a CPU: one fresh process through a rung-4
     worker's steps on the tiny profile's capture (made where missing, under the repository's results/, which git

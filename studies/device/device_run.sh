@@ -37,11 +37,13 @@ for step in "$@"; do
               # the baseline artifacts are made when missing or stale); then no-op dry runs and the lease timeline.
               # ONEMORE_CONFIGS: config files over canonical.yaml, e.g. config/fc2_algo.yaml for a candidate enabled there
               # (fc2_algo needs .dsf/fc2.zip carried, stream_a the CuTe DSL zips: studies/device/README.md)
+              # ONEMORE_SLOTS: Snakemake's gpu resource (default ONEMORE_GPUS; 3 on one GPU as docs/gpu-and-cluster.md
+              # runs it: the rung-4 blocks' jobs start beside each other and wait at the lease, not for Snakemake)
       cf="config/canonical.yaml ${ONEMORE_CONFIGS:-}"
       python3 -m snakemake --unlock --configfile $cf > /dev/null 2>&1; c=${ONEMORE:-modulate_fusion}; g=${ONEMORE_GPUS:-1}
       [ "${ONEMORE_CLEAN:-0}" = 1 ] && rm -rf results/canonical/$c results/canonical/promotion/$c.* logs/canonical/$c
       t0=$(date +%s.%N)
-      timeout "${ONEMORE_TIMEOUT:-420}" python3 -m snakemake promote_$c --cores $((4 * g)) --resources gpu=$g --configfile $cf > "$OUT/onemore_$c.log" 2>&1
+      timeout "${ONEMORE_TIMEOUT:-420}" python3 -m snakemake promote_$c --cores $((4 * g)) --resources gpu=${ONEMORE_SLOTS:-$g} --configfile $cf > "$OUT/onemore_$c.log" 2>&1
       echo "snakemake rc=$? wall $(python3 -c "import time; print(round(time.time() - $t0, 1))") s"; grep -E "REFUSED|FAILED|Error|promoted|steps" "$OUT/onemore_$c.log" | tail -5
       for t in "promote_modulate_fusion promote_swiglu_fusion" all; do for i in 1 2; do t0=$(date +%s.%N); python3 -m snakemake -n $t --configfile $cf > "$OUT/noop.log" 2>&1
         echo "dry run of $t: rc=$? $(python3 -c "import time; print(round(time.time() - $t0, 2))") s"; done; grep -A14 "^Job stats" "$OUT/noop.log" | grep -vE "^-|^job " ; done
