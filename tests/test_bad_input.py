@@ -103,6 +103,38 @@ def test_a_number_given_as_a_string_says_where_such_strings_come_from(tmp_path):
     assert hint in out and "Job stats" not in out, out
 
 
+def test_errors_of_both_kinds_are_refused_in_one_pass():
+    """A config with schema errors and errors only the semantic checks see is refused naming both, so a user
+    fixes them in one round; a check that reads a key the schema refused is left out (its value is not what it
+    assumes: no crash, no second-hand error), the others run."""
+    from h3gates.core.config import load_config, validate_config
+
+    base = load_config([ROOT / "config/config.yaml"])
+
+    def refused(**over) -> list[str]:
+        with pytest.raises(ConfigError) as e:
+            validate_config({**base, **over})
+        return [line.strip() for line in str(e.value).splitlines()[1:]]
+
+    cands = {"qkv_ring": {"params": {"ring_rows": "many"}}, "modulate_fusion": {"source": "nope.py"}}
+    assert [line.split(":")[0] for line in refused(blocks=[0, 99], timing={"warmup": "x"}, candidates=cands)] == [
+        "config key candidates.qkv_ring.params.ring_rows",
+        "config key timing.warmup",
+        "config key blocks",  # the semantic checks' lines after the schema's
+        "config key candidates.modulate_fusion.source",  # qkv_ring's own checks left out: its params were refused
+    ]
+    # an unexpected key refuses itself alone; a key the semantic checks read, refused, leaves out their line
+    lines = refused(bloks=[0], blocks=[99])
+    assert "'bloks' was unexpected" in lines[0] and "block 99 is outside profile tiny" in lines[1] and len(lines) == 2
+    assert refused(blocks="abc") == ["config key blocks: 'abc' is not of type 'array'"]
+    lines = refused(device="tpu", candidates={"modulate_fusion": {"source": "nope.py"}})
+    assert lines == ["config key device: 'tpu' is not one of ['auto', 'cpu', 'cuda']"]  # the device: no candidate check
+    lines = refused(candidates={"qkv_rin": {}, "modulate_fusion": {"source": "nope.py"}})
+    assert "'qkv_rin' was unexpected" in lines[0] and lines[1].startswith(
+        "config key candidates.modulate_fusion.source"
+    )
+
+
 # ---------------------------------------------------------------- item 3: --configfile merges over config.yaml
 def test_cli_overlays_merge_over_the_workflow_config_as_snakemake_does(tmp_path, monkeypatch):
     """`status --configfile config/ci.yaml` printed an empty table (ci.yaml names no candidate) and exited 0."""

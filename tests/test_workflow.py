@@ -685,6 +685,14 @@ def test_report_failing_its_schema_is_refused(ws):
             lambda c: c["candidates"]["qkv_ring"].update(source="my/missing.py"),
             "config key candidates.qkv_ring.source: kernel source my/missing.py does not exist",
         ),
+        (  # errors of both kinds in one pass: the schema's and what only the semantic checks can say
+            lambda c: (c.update(bloks=[0], blocks=[0, 60]), c["candidates"]["qkv_ring"].update(source="x/no.py")),
+            (
+                "Additional properties are not allowed ('bloks' was unexpected)",
+                "config key blocks: block 60 is outside profile ci (4 blocks: 0..3)",
+                "config key candidates.qkv_ring.source: kernel source x/no.py does not exist",
+            ),
+        ),
     ],
 )
 def test_bad_config_refused_before_any_job(ws, mutate, needle):
@@ -693,7 +701,7 @@ def test_bad_config_refused_before_any_job(ws, mutate, needle):
     (ws / "config/config.yaml").write_text(yaml.safe_dump(cfg))
     before = sorted((str(p), p.stat().st_mtime_ns) for p in (ws / "results").rglob("*") if p.is_file())
     p = snakemake(ws, "all")
-    _refused(p, needle)
+    _refused(p, *(needle if isinstance(needle, tuple) else (needle,)))
     assert (
         sorted((str(p), p.stat().st_mtime_ns) for p in (ws / "results").rglob("*") if p.is_file()) == before
     )  # nothing written, nothing deleted

@@ -60,14 +60,32 @@ def schema(root=None) -> dict:
     return s
 
 
-def _errors(config, sch) -> list[str]:
-    errs = sorted(
+def _schema_errors(config, sch) -> list:
+    return sorted(
         _with_defaults(jsonschema.Draft202012Validator)(sch).iter_errors(config), key=lambda e: list(e.absolute_path)
     )
-    return [
-        f"config key {'.'.join(map(str, e.absolute_path)) or '(top level)'}: {e.message}{_known(e)}{_stringly(e)}"
-        for e in errs
-    ]
+
+
+def _errors(config, sch) -> list[str]:
+    return [_message(e) for e in _schema_errors(config, sch)]
+
+
+def _message(e) -> str:
+    return f"config key {'.'.join(map(str, e.absolute_path)) or '(top level)'}: {e.message}{_known(e)}{_stringly(e)}"
+
+
+def _refused_keys(errs) -> list[str]:
+    """The dotted keys schema errors refuse: an unexpected key's own name (its neighbours stand), else the key the
+    error is about ("" at the top level: everything)."""
+    keys = []
+    for e in errs:
+        at = ".".join(map(str, e.absolute_path))
+        if e.validator == "additionalProperties" and isinstance(e.instance, dict):
+            known = e.schema.get("properties") or {}
+            keys += [f"{at}.{k}" if at else str(k) for k in e.instance if k not in known]
+        else:
+            keys.append(at)
+    return keys
 
 
 def _stringly(e) -> str:
@@ -103,16 +121,80 @@ def validate_config(config: dict, root=None) -> dict:
     """Validate and fill defaults; a bad config is refused naming the key and the reason."""
     sch = schema(root)
     config = copy.deepcopy(config)
-    errors = _errors(config, sch)
-    if not errors:
-        errors = _semantic_errors(config, root)
+    found = _schema_errors(config, sch)
+    errors = [_message(e) for e in found]
+    # the semantic checks too, in the same pass: a config with errors of both kinds is refused naming all of
+    # them, except what a key the schema refused would make them say (a check that reads such a key is left out)
+    errors += _semantic_errors(config, root, refused=_refused_keys(found))
     if errors:
         raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
     return config
 
 
-def _semantic_errors(config: dict, root=None) -> list[str]:
-    """What the schema cannot say: the profile exists, blocks lie inside it, kernel sources exist."""
+def _reads(keys, refused) -> bool:
+    """Whether a check that reads `keys` reads one the schema refused (or one inside or around it)."""
+    return any(r == "" or k == r or k.startswith(r + ".") or r.startswith(k + ".") for k in keys for r in refused)
+
+
+def _semantic_errors(config: dict, root=None, refused=()) -> list[str]:
+    """What the schema cannot say: the profile exists, blocks lie inside it, kernel sources exist. `refused`:
+    the keys the schema refused in the same pass; a check that reads one of them is skipped (its value is not
+    what the check assumes), and so is one that fails on what the schema let through beside them (the config is
+    refused anyway, naming the schema's errors): only a schema-valid config's checks may raise."""
+    parts = [
+        (("profile", "profiles", "blocks", "profiler"), lambda: _profile_errors(config)),
+        (("timing", "profiles", "deployable_profiles"), lambda: _timing_errors(config)),
+    ]
+    # which candidates to check, and on which device: not where the schema refused the candidates' mapping
+    # itself, the baseline or the device (a single candidate's refused key skips that candidate alone, below)
+    whole = [r for r in refused if r in ("", "candidates") or r.split(".")[0] in ("baseline", "device")]
+    cands, device = [], None
+    if not whole:
+        try:
+            named = {n: c for n, c in config["candidates"].items() if not _reads((f"candidates.{n}",), refused)}
+            cands = sorted(set(enabled({**config, "candidates": named})) | set(config["baseline"]["accepted"]))
+            device = configured_device(config)
+        except Exception:  # noqa: BLE001 (only where the schema refused something: the config is refused anyway)
+            if not refused:
+                raise
+            cands = []
+    for cand in cands:
+        reads = (f"candidates.{cand}", "profile", "profiles")
+        parts.append((reads, lambda cand=cand: _candidate_errors(config, cand, device, root)))
+    errs = []
+    for reads, check in parts:
+        if not refused:
+            errs += check()
+        elif not _reads(reads, refused):
+            try:
+                errs += check()
+            except Exception:  # noqa: BLE001 (a value the schema refused elsewhere; see the docstring)
+                pass
+    return errs
+
+
+def _candidate_errors(config: dict, cand: str, device, root) -> list[str]:
+    """A candidate that cannot run here is left out of the climb (climbable); one the baseline needs, or whose
+    implementation the config names explicitly, or whose source is missing, refuses the config."""
+    why = _cannot_run(config, cand, device, root)
+    accepted = cand in config["baseline"]["accepted"]
+    explicit = cand_config(config, cand)["implementation"] != "auto"
+    if not (why and (accepted or explicit or why.startswith("kernel source"))):
+        return []
+    key = (
+        f"candidates.{cand}.source"
+        if why.startswith("kernel source") and cand_config(config, cand).get("source")
+        else f"candidates.{cand}.implementation"
+        if explicit and not accepted
+        else f"candidates.{cand}"
+    )
+    return [
+        f"config key {key}: {why}"
+        + (" (an accepted candidate: every other candidate's baseline needs it)" if accepted else "")
+    ]
+
+
+def _profile_errors(config: dict) -> list[str]:
     errs = []
     name = config["profile"]
     prof = config["profiles"].get(name) or PROFILES.get(name)
@@ -128,26 +210,6 @@ def _semantic_errors(config: dict, root=None) -> list[str]:
                 errs.append(
                     f"config key {key}: block {bad[0]} is outside profile {name} ({depth} blocks: 0..{depth - 1})"
                 )
-    errs += _timing_errors(config)
-    device = configured_device(config)
-    for cand in sorted(set(enabled(config)) | set(config["baseline"]["accepted"])):
-        why = _cannot_run(config, cand, device, root)
-        accepted = cand in config["baseline"]["accepted"]
-        explicit = cand_config(config, cand)["implementation"] != "auto"
-        # a candidate that cannot run here is left out of the climb (climbable); one the baseline needs, or
-        # whose implementation the config names explicitly, or whose source is missing, refuses the config
-        if why and (accepted or explicit or why.startswith("kernel source")):
-            key = (
-                f"candidates.{cand}.source"
-                if why.startswith("kernel source") and cand_config(config, cand).get("source")
-                else f"candidates.{cand}.implementation"
-                if explicit and not accepted
-                else f"candidates.{cand}"
-            )
-            errs.append(
-                f"config key {key}: {why}"
-                + (" (an accepted candidate: every other candidate's baseline needs it)" if accepted else "")
-            )
     return errs
 
 
