@@ -495,6 +495,8 @@ def test_the_protocol_floor_of_a_committed_climb_stays_under_what_it_measured(tm
     processes' preparation shared by those beside them, a gate not timed counts nothing, rungs 5-7 are 1, 2 and 12
     steady steps of each side, rung 8 one range per capture with the baseline's once; and no rung's floor is above
     the exclusive leases the climb took for it (a floor over a measurement would be wrong by construction)."""
+    import tarfile
+
     sys.path.insert(0, str(ROOT / "studies/ladder"))
     try:
         import protocol_floor as PF
@@ -515,8 +517,6 @@ def test_the_protocol_floor_of_a_committed_climb_stays_under_what_it_measured(tm
     assert all(f["floor_by_rung_s"][k] <= f["measured"]["alone_s"][k] for k in f["floor_by_rung_s"])
     assert f["floor_s"] == 648.8 and f["left_for_the_rest_s"] == 71.2
     # one candidate's own jobs (the one-more climb): no baseline side, its leases alone
-    import tarfile
-
     with tarfile.open(ev / "onemore_h200_2026-12-05c/call3_reports_and_logs.tgz") as t:
         t.extractall(tmp_path / "om", filter="data")
     one = PF.floor(
@@ -526,6 +526,24 @@ def test_the_protocol_floor_of_a_committed_climb_stays_under_what_it_measured(tm
     assert one["floor_s"] == 205.7 and one["measured"]["alone_total_s"] == 248.6
     with pytest.raises(SystemExit, match="no reports of nothing_here"):
         PF.floor(tmp_path / "om", None, 240.0, "nothing_here")
+    # without a timeline a job counts where its log ran it: the same floor from the logs alone; a stale baseline
+    # log beside the one the reports name changes nothing; a report restored from the run cache counts nothing;
+    # a side with no step lines counts nothing at rungs 5-7, with a note (never an exit)
+    with tarfile.open(ev / "canonical_onegpu_2026-12-05/reports_and_logs_call2.tgz") as t:
+        t.extractall(tmp_path / "c", filter="data")
+    logs = tmp_path / "c/og/logs/canonical"
+    assert PF.floor(tmp_path / "c", None, 720.0)["floor_by_rung_s"] == f["floor_by_rung_s"]
+    (logs / "baseline/r7-0000000000000000.log").write_text("[h3gates 00:00:00.000] baseline step 1/12\n" * 3)
+    (logs / "modulate_fusion/r8_profile.log").write_text("rung 8 modulate_fusion: PASS restored from the run cache\n")
+    (logs / "swiglu_fusion/r7_trajectory.log").write_text("[h3gates 01:00:00.000] building the canonical model\n")
+    g = PF.floor(tmp_path / "c", None, 720.0)
+    assert g["parts"]["rung 7"] == [x for x in f["parts"]["rung 7"] if x["side"] != "swiglu_fusion"]
+    assert [x["side"] for x in g["parts"]["rung 8"]] == ["baseline", "swiglu_fusion"]
+    assert g["notes"] == [
+        f"rung {n} swiglu_fusion: no steady step time (no step lines in its rung-7 log): counted 0" for n in (5, 6, 7)
+    ]
+    with pytest.raises(SystemExit, match="neither a results folder nor a bundle"):
+        PF.main([str(ev / "protocol_floor_2026-12-06/SUMMARY.md")])
     # the steady step: consecutive step lines after the first, one side's only, across midnight
     log = tmp_path / "r7.log"
     log.write_text(
