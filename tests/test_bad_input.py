@@ -124,8 +124,31 @@ def test_errors_of_both_kinds_are_refused_in_one_pass():
         "config key candidates.modulate_fusion.source",  # qkv_ring's own checks left out: its params were refused
     ]
     # an unexpected key refuses itself alone; a key the semantic checks read, refused, leaves out their line
-    lines = refused(bloks=[0], blocks=[99])
-    assert "'bloks' was unexpected" in lines[0] and "block 99 is outside profile tiny" in lines[1] and len(lines) == 2
+    lines = refused(colour="red", blocks=[99])
+    assert "'colour' was unexpected" in lines[0] and "block 99 is outside profile tiny" in lines[1] and len(lines) == 2
+    # a misspelt key meant a known one: its checks would read that key's default, so they are left out
+    for typo in ("bloks", "Blocks"):
+        lines = refused(**{typo: [0], "blocks": [99]})
+        assert len(lines) == 1 and f"'{typo}' was unexpected" in lines[0], lines
+    # a user-defined profile that cannot build is named, with why (and nothing that would follow from it)
+    good = {"blocks": 4, "hidden": 192, "heads": 2, "head_dim": 128, "ffn": 512, "video_grid": [4, 7, 8],
+            "segments": [["text", 7], ["audio", 19], ["video", 224]]}  # fmt: skip
+    for prof, why in (
+        (5, "profiles.x: 5 is not of type 'object'"),
+        ({"blocks": 4}, "profiles.x: not a profile the stand-in can build (missing field 'hidden')"),
+        ({**good, "blocks": "a"}, "(blocks: 'a' is not a positive integer)"),
+        ({**good, "wat": 1}, "(unknown field 'wat'"),
+        ({**good, "video_grid": [1, 2, 3]}, "video grid (1, 2, 3) has 6 positions for 224 video rows"),
+    ):
+        lines = refused(profiles={"x": prof}, profile="x")
+        assert len(lines) == 1 and why in lines[0], lines
+    lines = refused(
+        profiles={"x": good}, profile="x", blocks=[0, 4], profiler={"block": 3}
+    )  # it builds: blocks checked
+    assert lines == ["config key blocks: block 4 is outside profile x (4 blocks: 0..3)"], lines
+    # keys YAML reads as numbers beside names: named, not a crash of the sort
+    lines = refused(timing={"enforce": {5: True, "zz": True}})
+    assert [line.split(":")[0] for line in lines] == ["config key timing.enforce.5", "config key timing.enforce.zz"]
     assert refused(blocks="abc") == ["config key blocks: 'abc' is not of type 'array'"]
     lines = refused(device="tpu", candidates={"modulate_fusion": {"source": "nope.py"}})
     assert lines == ["config key device: 'tpu' is not one of ['auto', 'cpu', 'cuda']"]  # the device: no candidate check

@@ -148,7 +148,7 @@ def test_the_code_holds_no_second_copy_of_the_schemas_defaults():
                     copies.append(f"{rel}:{n.lineno}: {ast.unparse(n)}")
     assert not copies, copies
     assert readers == {
-        ("h3gates/core/config.py", "set_defaults"),  # the validator filling them
+        ("h3gates/core/candconfig.py", "set_defaults"),  # the validator filling them
         ("h3gates/core/registry.py", "markdown_table"),  # the README's table showing them
         ("h3gates/core/perfgate.py", "defaults"),  # the gate reading the timing defaults from the schema itself
     }

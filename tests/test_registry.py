@@ -161,4 +161,8 @@ def test_module_lists_are_what_each_rung_imports():
     assert "h3gates/core/perfgate.py" in files[4] and "h3gates/core/perfgate.py" not in files[1] | files[5]
     assert "h3gates/rungs/nsight.py" in files[8] and "h3gates/rungs/nsight.py" not in files[4]
     assert "h3gates/core/promotion.py" not in set().union(*files.values())  # bookkeeping edits rerun no gate
+    # how a bad config is checked and refused (h3gates.core.config) is no rung's: what a rung reads of the
+    # config is h3gates.core.candconfig's, so a refusal message's edit reruns no gate
+    assert "h3gates/core/config.py" not in set().union(*files.values())
+    assert all("h3gates/core/candconfig.py" in f for f in files.values())
     assert "h3gates/nvfp4/cuda/producers.py" not in set().union(*files.values())  # the CPU implementation

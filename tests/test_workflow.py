@@ -686,9 +686,9 @@ def test_report_failing_its_schema_is_refused(ws):
             "config key candidates.qkv_ring.source: kernel source my/missing.py does not exist",
         ),
         (  # errors of both kinds in one pass: the schema's and what only the semantic checks can say
-            lambda c: (c.update(bloks=[0], blocks=[0, 60]), c["candidates"]["qkv_ring"].update(source="x/no.py")),
+            lambda c: (c.update(colour="red", blocks=[0, 60]), c["candidates"]["qkv_ring"].update(source="x/no.py")),
             (
-                "Additional properties are not allowed ('bloks' was unexpected)",
+                "Additional properties are not allowed ('colour' was unexpected)",
                 "config key blocks: block 60 is outside profile ci (4 blocks: 0..3)",
                 "config key candidates.qkv_ring.source: kernel source x/no.py does not exist",
             ),

@@ -6,7 +6,8 @@ run with refused with one line per problem, naming the key. No torch import (the
 from __future__ import annotations
 
 import copy
-import functools
+import dataclasses
+import difflib
 import json
 import os
 import re
@@ -16,53 +17,25 @@ import jsonschema
 import yaml
 
 from h3gates.core import registry
+from h3gates.core.candconfig import (  # noqa: F401 (re-exported: what a rung reads lives there)
+    CONFIG_SCHEMA,
+    _with_defaults,
+    cand_config,
+    candidate_defaults,
+    enforce_perf,
+    schema,
+)
 from h3gates.core.errors import ConfigError, RegistryError
 from h3gates.core.jobs import configured_device, gpu_capabilities
-from h3gates.core.model_profiles import PROFILES
+from h3gates.core.model_profiles import PROFILES, H3Config, from_dict
 
 ROOT = registry.ROOT
-CONFIG_SCHEMA = Path(__file__).resolve().parent.parent / "schemas" / "config.schema.yaml"
-
-
-def _with_defaults(validator_class):
-    def set_defaults(validator, properties, instance, schema):
-        for prop, sub in properties.items():
-            if isinstance(instance, dict) and "default" in sub:
-                instance.setdefault(prop, copy.deepcopy(sub["default"]))
-        yield from validator_class.VALIDATORS["properties"](validator, properties, instance, schema)
-
-    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
-
-
-def schema(root=None) -> dict:
-    """The config schema with `candidates` and `baseline.accepted` generated from the registry: each
-    candidate's own parameters (and their defaults) are declared in its kernels/<name>/candidate.py."""
-    s = yaml.safe_load(CONFIG_SCHEMA.read_text())
-    cands = registry.discover(root)
-    s["properties"]["baseline"]["properties"]["accepted"]["items"] = {"enum": sorted(cands)}
-    s["properties"]["candidates"]["properties"] = {
-        name: {  # no default: a registered candidate is climbed once config names it
-            "type": "object",
-            "additionalProperties": False,
-            "description": c.summary,
-            "properties": {
-                "enabled": {"type": "boolean", "default": True},
-                "implementation": {"enum": ["auto", *sorted(c.implementations)], "default": "auto"},
-                "source": {
-                    "type": "string",
-                    "description": "replace the candidate's kernel module (a variant under review)",
-                },
-                "params": {"type": "object", "default": {}, "additionalProperties": False, "properties": c.params},
-            },
-        }
-        for name, c in cands.items()
-    }
-    return s
 
 
 def _schema_errors(config, sch) -> list:
     return sorted(
-        _with_defaults(jsonschema.Draft202012Validator)(sch).iter_errors(config), key=lambda e: list(e.absolute_path)
+        _with_defaults(jsonschema.Draft202012Validator)(sch).iter_errors(config),
+        key=lambda e: [str(p) for p in e.absolute_path],  # (a YAML key may be a number beside names)
     )
 
 
@@ -82,7 +55,10 @@ def _refused_keys(errs) -> list[str]:
         at = ".".join(map(str, e.absolute_path))
         if e.validator == "additionalProperties" and isinstance(e.instance, dict):
             known = e.schema.get("properties") or {}
-            keys += [f"{at}.{k}" if at else str(k) for k in e.instance if k not in known]
+            for k in (k for k in e.instance if k not in known):
+                # a misspelt key (`Blocks`, `bloks`) meant a known one, whose default the checks would read instead
+                meant = difflib.get_close_matches(str(k).lower(), [str(n) for n in known], n=1, cutoff=0.75)
+                keys += [f"{at}.{n}" if at else n for n in [str(k), *meant]]
         else:
             keys.append(at)
     return keys
@@ -159,7 +135,7 @@ def _semantic_errors(config: dict, root=None, refused=()) -> list[str]:
                 raise
             cands = []
     for cand in cands:
-        reads = (f"candidates.{cand}", "profile", "profiles")
+        reads = (f"candidates.{cand}", "profile", "profiles", "semantics")
         parts.append((reads, lambda cand=cand: _candidate_errors(config, cand, device, root)))
     errs = []
     for reads, check in parts:
@@ -194,8 +170,37 @@ def _candidate_errors(config: dict, cand: str, device, root) -> list[str]:
     ]
 
 
+def profile_problem(name: str, d) -> str | None:
+    """What keeps a user-defined profile (config `profiles:`) from building, in one line, or None: a field
+    H3Config lacks or needs, a count that is no positive integer, a shape H3Config refuses."""
+    if not isinstance(d, dict):
+        return f"a mapping of H3Config's fields, not {type(d).__name__}"
+    known = {f.name: f for f in dataclasses.fields(H3Config) if f.name != "name"}
+    unknown = sorted(set(map(str, d)) - set(known))
+    if unknown:
+        return f"unknown field {unknown[0]!r} (known: {', '.join(known)})"
+    missing = [n for n, f in known.items() if n not in d and dataclasses.MISSING is f.default is f.default_factory]
+    if missing:
+        return f"missing field {missing[0]!r}"
+    for k in ("blocks", "hidden", "heads", "head_dim", "ffn", "timesteps", "rope_dims"):
+        v = d.get(k, 1)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            return f"{k}: {v!r} is not a positive integer"
+    try:
+        from_dict(name, d)
+    except (TypeError, ValueError, KeyError, IndexError) as e:
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
 def _profile_errors(config: dict) -> list[str]:
     errs = []
+    for own, d in config["profiles"].items():  # a user-defined profile: the stand-in's shapes must build
+        why = profile_problem(str(own), d)
+        if why:
+            errs.append(f"config key profiles.{own}: not a profile the stand-in can build ({why})")
+    if errs:
+        return errs
     name = config["profile"]
     prof = config["profiles"].get(name) or PROFILES.get(name)
     if prof is None:
@@ -232,7 +237,7 @@ def _timing_errors(config: dict) -> list[str]:
             f"config key timing.processes: {t['processes']} is odd (half the processes build the candidate first: an even number)"
         )
     known = set(PROFILES) | set(config["profiles"])
-    for name in sorted(set(t["enforce"]) - known):
+    for name in sorted(set(t["enforce"]) - known, key=str):
         errs.append(f"config key timing.enforce.{name}: {name!r} is not a profile (known: {', '.join(sorted(known))})")
     for name in config["deployable_profiles"]:
         if name not in known:
@@ -466,34 +471,6 @@ def not_climbed(config: dict, climbed, left_out: dict) -> dict[str, str]:
                 f"{name} is not named in config: add `candidates: {{{name}: {{}}}}` to config/config.yaml or an overlay to climb it"
             )
     return out
-
-
-def enforce_perf(config) -> bool:
-    return config["timing"]["enforce"].get(config["profile"], config["profile"] == "canonical")
-
-
-def cand_config(config, name) -> dict:
-    """A candidate's settings as its rungs see them, from the validated config (so with its defaults
-    filled) without `enabled`: its entry there, or for a candidate the config does not name (an accepted
-    one) the defaults its schema fills into an empty entry."""
-    c = config["candidates"][name] if name in config["candidates"] else candidate_defaults(name)
-    return copy.deepcopy({k: v for k, v in c.items() if k != "enabled"})
-
-
-@functools.lru_cache(maxsize=None)
-def _defaults_of(name: str, root) -> str:
-    entry: dict = {}
-    _with_defaults(jsonschema.Draft202012Validator)(
-        schema(root)["properties"]["candidates"]["properties"][name]
-    ).validate(entry)
-    return json.dumps(entry)
-
-
-def candidate_defaults(name: str, root=None) -> dict:
-    """The entry `candidates: {name: {}}` becomes when validated: the schema's defaults, filled by the
-    validator (the one reader of the schema's defaults)."""
-    registry.get(name, root)  # an unknown candidate refused by name
-    return json.loads(_defaults_of(name, root))
 
 
 def diff(old, new, prefix="") -> list[str]:

@@ -22,7 +22,7 @@ import json
 from dataclasses import dataclass, field, fields, replace
 
 from h3gates.core import registry
-from h3gates.core.config import cand_config, enforce_perf
+from h3gates.core.candconfig import cand_config, enforce_perf
 from h3gates.core.errors import ConfigError, GemmReferenceMismatch
 from h3gates.core.fingerprints import ROOT, digest, files_digest, imported, with_loads
 from h3gates.core.jobs import FP4_MMA_MAJORS, configured_device, gpu_capabilities
