@@ -15,6 +15,18 @@ import sys
 from pathlib import Path
 
 
+def union_s(spans) -> float:
+    """The seconds a set of (start, end) spans covers, each overlap once: a device busy once however many
+    jobs share it."""
+    total, last = 0.0, None
+    for a, b in sorted(spans):
+        if last is None or a > last:
+            total, last = total + b - a, b
+        elif b > last:
+            total, last = total + b - last, b
+    return total
+
+
 def timeline(path: Path) -> dict:
     starts, ends = {}, {}
     for line in path.read_text().splitlines():
@@ -44,16 +56,8 @@ def timeline(path: Path) -> dict:
         )
     done = [j for j in jobs if j["end_s"] is not None]
     wall = max((j["end_s"] for j in done), default=0.0)
-    busy = 0.0
-    for uuid in {j["uuid"] for j in done}:  # the union of each device's leases (by UUID: nodes share indices)
-        last = None
-        for a, b in sorted((j["start_s"], j["end_s"]) for j in done if j["uuid"] == uuid):
-            if last is None or a > last:
-                busy += b - a
-                last = b
-            elif b > last:
-                busy += b - last
-                last = b
+    # the union of each device's leases (by UUID: nodes share indices)
+    busy = sum(union_s((j["start_s"], j["end_s"]) for j in done if j["uuid"] == u) for u in {j["uuid"] for j in done})
     return {
         "jobs": jobs,
         "wall_s": wall,

@@ -42,7 +42,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from climb_breakdown import _results_dir  # noqa: E402
-from lease_timeline import timeline  # noqa: E402
+from lease_timeline import timeline, union_s  # noqa: E402
 
 STEPS = {"r5": 1, "r6": 2, "r7": 12}
 _STEP = re.compile(r"^\[h3gates (\d\d:\d\d:\d\d\.\d+)\] (\w+) step (\d+)/(\d+)")
@@ -118,14 +118,7 @@ def measured(leases: Path, candidate: str | None) -> dict:
             continue
         c = _category(j["job"])
         alone[c] = round(alone.get(c, 0.0) + j["duration_s"], 1)
-    union, end = 0.0, None  # the shared leases' union: a device busy once however many jobs share it
-    for s, e in sorted(shared):
-        if end is None or s > end:
-            union += e - s
-            end = e
-        elif e > end:
-            union += e - end
-            end = e
+    union = union_s(shared)  # the shared leases' union: a device busy once however many jobs share it
     return {
         "alone_s": dict(sorted(alone.items())),
         "alone_total_s": round(sum(alone.values()), 1),
