@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from lease_timeline import timeline  # noqa: E402
+from lease_timeline import load as load_timeline  # noqa: E402
 
 WORKER_STEPS = (
     "read_s",
@@ -121,7 +121,7 @@ def breakdown(results: Path, leases: Path | None = None) -> dict:
     lease_of: dict[str, float] = {}
     by_rung: dict[str, float] = {}
     if leases is not None and leases.is_file():
-        tl = timeline(leases) if leases.suffix == ".jsonl" else json.loads(leases.read_text())
+        tl = load_timeline(leases)
         for j in tl["jobs"]:
             if j.get("duration_s") is None:  # a lease that never ended (the call's time ran out)
                 continue

@@ -27,6 +27,11 @@ def union_s(spans) -> float:
     return total
 
 
+def load(path: Path) -> dict:
+    """A timeline from the lease log itself (logs/gpu_leases.jsonl) or from the JSON this script wrote of one."""
+    return timeline(path) if path.suffix == ".jsonl" else json.loads(path.read_text())
+
+
 def timeline(path: Path) -> dict:
     starts, ends = {}, {}
     for line in path.read_text().splitlines():

@@ -42,7 +42,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from climb_breakdown import _results_dir  # noqa: E402
-from lease_timeline import timeline, union_s  # noqa: E402
+from lease_timeline import load as load_timeline  # noqa: E402
+from lease_timeline import union_s  # noqa: E402
 
 STEPS = {"r5": 1, "r6": 2, "r7": 12}
 _STEP = re.compile(r"^\[h3gates (\d\d:\d\d:\d\d\.\d+)\] (\w+) step (\d+)/(\d+)")
@@ -105,7 +106,7 @@ def _category(job: str) -> str:
 
 
 def measured(leases: Path, candidate: str | None) -> dict:
-    tl = timeline(leases) if leases.suffix == ".jsonl" else json.loads(leases.read_text())
+    tl = load_timeline(leases)
     alone: dict[str, float] = {}
     shared = []
     for j in tl["jobs"]:
@@ -130,7 +131,7 @@ def measured(leases: Path, candidate: str | None) -> dict:
 def _ran_jobs(leases: Path | None) -> set[str] | None:
     if leases is None:
         return None
-    tl = timeline(leases) if leases.suffix == ".jsonl" else json.loads(leases.read_text())
+    tl = load_timeline(leases)
     return {j["job"] for j in tl["jobs"] if j.get("duration_s") is not None}
 
 
