@@ -685,6 +685,10 @@ def test_report_failing_its_schema_is_refused(ws):
             lambda c: c["candidates"]["qkv_ring"].update(source="my/missing.py"),
             "config key candidates.qkv_ring.source: kernel source my/missing.py does not exist",
         ),
+        (  # a user-defined profile that cannot build: named with its field, not a traceback from a job
+            lambda c: c["profiles"]["ci"].pop("hidden"),
+            "config key profiles.ci: not a profile the stand-in can build (missing field 'hidden')",
+        ),
         (  # errors of both kinds in one pass: the schema's and what only the semantic checks can say
             lambda c: (c.update(colour="red", blocks=[0, 60]), c["candidates"]["qkv_ring"].update(source="x/no.py")),
             (
