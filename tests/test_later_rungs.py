@@ -153,5 +153,12 @@ def test_an_untrusted_baseline_artifact_fails_its_rung_as_the_artifacts_not_the_
     assert rung == 6 and UNTRUSTED in why and "made from another baseline context" in why, why
     rep = json.loads(Path(paths.report_path("ci", results_name_of(cfg, "modulate_fusion"), 6)).read_text())
     assert rep["verdict"] == "fail" and rep["reasons"][0].startswith(UNTRUSTED), rep["reasons"]
-    fix = _gate_fix(6, [rep], False, {"candidate": "modulate_fusion", "rungs": {6: {"state": "fail"}}})
-    assert fix == f"the shared baseline artifact, not the kernel: remove it (rm {six.baseline_artifact}) and rerun", fix
+    assert rep["measurements"]["untrusted_artifact"] == {"path": six.baseline_artifact}, rep["measurements"]
+    r6 = paths.report_path("ci", results_name_of(cfg, "modulate_fusion"), 6)
+    fix = _gate_fix(6, [rep], False, {"candidate": "modulate_fusion", "rungs": {6: {"state": "fail"}}}, paths=[r6])
+    rm = f"rm -f {six.baseline_artifact} {r6}"
+    assert (
+        fix
+        == f"the shared baseline artifact, not the kernel: remove it and the report that read it ({rm}), then run the same command again"
+    ), fix  # noqa: E501
+    assert "rm" not in rep["reasons"][0], rep["reasons"]  # (the reason says what is wrong; the way on is the table's)

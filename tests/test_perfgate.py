@@ -1956,7 +1956,7 @@ def test_the_verdicts_fix_after_a_rung4_refusal_that_did_not_decide():
 def test_the_verdicts_fix_says_what_the_first_failing_gate_needs():
     """h3gates.core.verdicts._gate_fix, from the first failing rung's reports: a byte mismatch or a decided fail
     is the kernel's to change (with the replay line where there is one); a crash is rerun (never kept); an
-    untrusted shared artifact is the artifact's (its own rm command), not the kernel's; rung 4's attempts way on
+    untrusted shared artifact is the artifact's (the rm of the file its report names), not the kernel's; rung 4's attempts way on
     only where rung 4 is the first failing rung (an earlier rung's failure beside a stale undecided rung 4 is
     not told to time block 0 again)."""
     from h3gates.core.errors import UNTRUSTED
@@ -1973,11 +1973,23 @@ def test_the_verdicts_fix_says_what_the_first_failing_gate_needs():
     crash = {"reasons": ["candidate crashed: ValueError"], "measurements": {"crash": {"type": "ValueError"}}}
     assert _gate_fix(1, [crash], True, row).startswith(CRASHED) and "crashing case" in _gate_fix(1, [crash], True, row)
     cap0 = "results/ci/baseline/r0-x.block0.pt"
-    rm = f"{UNTRUSTED}{cap0} was made from another context; remove it (rm {cap0}) and rerun"
-    fix = _gate_fix(5, [{"reasons": [rm], "measurements": {}}], False, row)
-    assert fix == f"the shared baseline artifact, not the kernel: remove it (rm {cap0}) and rerun"
-    cap = _gate_fix(8, [{"reasons": [UNTRUSTED + "the baseline block's Nsight Compute capture failed"]}], False, row)
-    assert cap.startswith("the shared baseline artifact, not the kernel: ") and "kernel until" not in cap
+    # the way on comes from the report's field, not the reason's words (a reason naming another file in passing gives
+    # the rm of the file the field names), with the failing report itself (it would not rerun for a remade input);
+    # an odd path is quoted for the shell
+    why = f"{UNTRUSTED}{cap0} was made from another context than results/x.pt's"
+    r5 = "results/ci/c/r5_step.json"
+    doc = {"reasons": [why], "measurements": {"untrusted_artifact": {"path": cap0}}}
+    way = "the shared baseline artifact, not the kernel: remove it and the report that read it"
+    assert _gate_fix(5, [doc], False, row, paths=[r5]) == f"{way} (rm -f {cap0} {r5}), then run the same command again"
+    odd = {"reasons": [why], "measurements": {"untrusted_artifact": {"path": "results/my run/r5-x.pt"}}}
+    assert f"(rm -f 'results/my run/r5-x.pt' {r5})" in _gate_fix(5, [odd], False, row, paths=[r5])
+    nopath = {"reasons": [why], "measurements": {"untrusted_artifact": {"path": None}}}
+    cap = _gate_fix(
+        8, [nopath], False, row, paths=[r5]
+    )  # no single file to remove: the general way, never the kernel's
+    assert cap.startswith("the shared baseline artifact, not the kernel: ") and "kernel until" not in cap, cap
+    old = _gate_fix(8, [{"reasons": [UNTRUSTED + "the baseline block's Nsight Compute capture failed"]}], False, row)
+    assert old == cap  # a report from before the field: its reason's prefix alone gives the general way
     assert _gate_fix(None, [], False, row) == GATE_SAID_NO
 
 

@@ -92,6 +92,46 @@ def test_baseline_artifacts_are_shared_and_in_the_digest_chain(ws):
     _refused(p, "digest chain broken", f"{RES}/baseline/r7-")
 
 
+# A baseline artifact made by its own job under another torch (e.g. results/ kept across an upgrade): its bytes and
+# link are honest, its environment is not this machine's, and its key (context and files) does not say so
+ELSEWHERE = """
+import base64, json, sys
+import torch
+from h3gates.core import attest, links
+p = sys.argv[1]
+d = torch.load(p, weights_only=True)
+d["meta"]["environment"]["torch"] = "0.0.0+elsewhere"
+torch.save(d, p)
+stmt = json.loads(base64.b64decode(json.loads(open(links.link_path(p)).read())["payload"]))
+pred = stmt["predicate"]
+links.sign(pred["name"], [p], {m["name"]: attest._value(m["digest"]) for m in pred["materials"]}, command=pred["command"])
+"""
+
+
+def test_an_untrusted_baseline_artifact_is_refused_with_its_rm_and_the_rm_heals(ws):
+    """Rung 6's baseline artifact made under another torch, and signed by its job there: the candidate's rung 6
+    runs again (its input changed) and writes a failing report that names the file
+    (measurements.untrusted_artifact); the verdict table's way on is that file's rm, not a change of the kernel;
+    after the rm, the same command makes the artifact again and promotes."""
+    (r6,) = (ws / RES / "baseline").glob("r6-*.pt")
+    rel = str(r6.relative_to(ws))
+    subprocess.run([sys.executable, "-c", ELSEWHERE, rel], cwd=ws, env=wf_env(), check=True)
+    p = snakemake(ws, "promote_modulate_fusion")
+    assert p.returncode != 0
+    rep = json.loads((ws / RES / "modulate_fusion/r6_two_step.json").read_text())
+    assert rep["verdict"] == "fail" and rep["measurements"]["untrusted_artifact"] == {"path": rel}, rep
+    assert "computed with another torch" in rep["reasons"][0], rep["reasons"]
+    report = f"{RES}/modulate_fusion/r6_two_step.json"
+    rm = re.search(
+        r"fix: the shared baseline artifact, not the kernel: .*\((rm -f [^)]*)\), then run the same", p.stderr
+    )
+    assert rm and rm.group(1) == f"rm -f {rel} {report}", p.stderr[-3000:]
+    subprocess.run(rm.group(1), shell=True, cwd=ws, check=True)  # the printed way on, as printed
+    snakemake(ws, "promote_modulate_fusion", check=True)
+    assert json.loads((ws / RES / "modulate_fusion/r6_two_step.json").read_text())["verdict"] == "pass"
+    assert (ws / RES / "promotion/modulate_fusion.env").exists()
+
+
 def test_block_inputs_are_one_shared_capture_in_the_digest_chain(ws):
     """Rungs 3, 4 and 8 start from their block's input in the shared capture artifact (one traversal for
     the three candidates); its SHA-256 is an upstream digest of their reports, so an edited capture

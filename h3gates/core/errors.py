@@ -20,6 +20,7 @@ workflow's jobs (h3gates.job) alike.
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 
 
@@ -47,7 +48,15 @@ class Refusal(Exception):
 
 
 class ArtifactError(RuntimeError):
-    """An artifact that is not the one its rung's context names (a ladder bug, never a candidate's)."""
+    """An artifact that is not the one its rung's context names (a ladder bug, never a candidate's). `path`: the
+    file whose removal is the way on (the workflow makes it again), where there is one: the message then ends
+    with its rm, right for a job that stops here (it writes no report, so a rerun runs it again). A gate that
+    reads it writes a failing report instead (h3gates.rungs.gate.Gate.untrusted): its reason is the `problem`
+    alone, and it records `path`, from which the verdict table builds the way on (that report goes too)."""
+
+    def __init__(self, problem: str, path=None):
+        self.problem, self.path = problem, None if path is None else str(path)
+        super().__init__(problem if path is None else f"{problem}; remove it (rm {shlex.quote(self.path)}) and rerun")
 
 
 # How a gate's failing report begins where the shared baseline artifact could not be trusted (an ArtifactError:

@@ -5,6 +5,7 @@ status table). Torch-free, as everything the Snakefile imports."""
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 
@@ -71,7 +72,7 @@ def verdicts(config: dict, candidates=None, configfiles=None) -> list[str]:
                 )
                 if replay:
                     lines.append(f"    {one_line(replay, 260)}")
-                fix = _gate_fix(rung, [d for _, d in failing], bool(replay), row, configfiles)
+                fix = _gate_fix(rung, [d for _, d in failing], bool(replay), row, configfiles, [p for p, _ in failing])
             if fix:  # what to run next, at the bottom of the run's output
                 lines.append(f"    {one_line('fix: ' + fix, 260)}")
     if not lines:
@@ -113,10 +114,12 @@ def _failing(config: dict, row: dict) -> tuple[int | None, list[tuple[str, dict]
     return None, []
 
 
-def _gate_fix(rung, docs: list[dict], replay: bool, row: dict, configfiles=None) -> str:
+def _gate_fix(rung, docs: list[dict], replay: bool, row: dict, configfiles=None, paths=()) -> str:
     """What to do after the first failing rung's reports: rung 4's way on where its gate did not decide; a rerun
     after a crash (the replay line reruns the crashing case); the artifact's own way where the shared baseline
-    artifact was not trusted (h3gates.core.errors.UNTRUSTED: not the kernel's doing); else the kernel's change."""
+    artifact was not trusted (not the kernel's doing: the rm of the file the report's
+    `measurements.untrusted_artifact` names, from h3gates.rungs.gate.Gate.untrusted; a report whose reason alone
+    says so, h3gates.core.errors.UNTRUSTED, gets the general way); else the kernel's change."""
     from h3gates.core.errors import UNTRUSTED
 
     if rung == 4:
@@ -126,15 +129,23 @@ def _gate_fix(rung, docs: list[dict], replay: bool, row: dict, configfiles=None)
     first = docs[0] if docs else {}
     if "crash" in (first.get("measurements") or {}):
         return CRASHED + ("; the replay line above reruns the crashing case alone" if replay else "")
-    why = next(iter(first.get("reasons") or []), "")
-    if why.startswith(UNTRUSTED):
-        way = (
-            why[why.index("remove it (rm ") :]
-            if "remove it (rm " in why
-            else "make it again, then run the same command again"
+    untrusted = [(p, u) for p, d in zip([*paths, *[None] * len(docs)], docs) if (u := _untrusted(d))]
+    if untrusted or next(iter(first.get("reasons") or []), "").startswith(UNTRUSTED):
+        # the artifacts and the reports that read them: a report that exists is not made again after its input is
+        # (Snakemake's mtime trigger sees no newer input), and the remade artifact's bytes are a new run-cache key
+        files = [*dict.fromkeys([*(u["path"] for _, u in untrusted if u.get("path")), *(p for p, _ in untrusted if p)])]
+        if not any(u.get("path") for _, u in untrusted):
+            return "the shared baseline artifact, not the kernel: make it again, then run the same command again"
+        return (
+            "the shared baseline artifact, not the kernel: remove it and the report that read it "
+            f"(rm -f {' '.join(shlex.quote(str(f)) for f in files)}), then run the same command again"
         )
-        return f"the shared baseline artifact, not the kernel: {way}"
     return GATE_SAID_NO + ("; " + REPLAY_SAYS if replay else "")
+
+
+def _untrusted(doc: dict) -> dict | None:
+    """A failing report's `measurements.untrusted_artifact` (h3gates.rungs.gate.Gate.untrusted), or None."""
+    return (doc.get("measurements") or {}).get("untrusted_artifact")
 
 
 def _attempts_fix(row: dict, configfiles=None) -> str | None:

@@ -160,7 +160,8 @@ def read_capture(path: str, want, block: int, copy: bool = False) -> tuple[torch
         raise
     except Exception as e:  # noqa: BLE001 (cut short, not a torch file, another layout)
         raise ArtifactError(
-            f"{p} is not a readable block capture ({type(e).__name__}: {e}); remove it (rm {p}) and rerun"
+            f"{p} is not a readable block capture ({type(e).__name__}: {e})",
+            path=p,
         ) from e
     if (
         meta.get("context") != wanted
@@ -172,14 +173,15 @@ def read_capture(path: str, want, block: int, copy: bool = False) -> tuple[torch
         if meta.get("block") != int(block):
             diff.append(f"block: {meta.get('block')} there, {block} here")
         raise ArtifactError(
-            f"{p} was made from another context or block than this rung's ({'; '.join(diff) or 'its key is not its name'}); "
-            f"remove it (rm {p}) and rerun"
+            f"{p} was made from another context or block than this rung's ({'; '.join(diff) or 'its key is not its name'})",
+            path=p,
         )
     if copy:
         x = x.clone()
     if list(x.shape) != meta["shape"] or sha256(x) != meta["sha256"]:
         raise ArtifactError(
-            f"{p}: the input's bytes are not the ones its record names (edited or cut short); remove it (rm {p}) and rerun"
+            f"{p}: the input's bytes are not the ones its record names (edited or cut short)",
+            path=p,
         )
     return x, meta
 
@@ -191,7 +193,8 @@ def load(path: str, want, here: dict | None = None) -> dict:
     d = torch.load(p, weights_only=True)
     if d["meta"]["context"] != want.to_dict() or not _named_by_key(p, d["meta"]):
         raise ArtifactError(
-            f"{p} was made from another baseline context than this rung's; remove it (rm {p}) and rerun"
+            f"{p} was made from another baseline context than this rung's",
+            path=p,
         )
     same_environment(p, d["meta"].get("environment"), here or environment(want.device))
     return d
@@ -203,7 +206,8 @@ def same_environment(p: Path, then: dict | None, here: dict) -> None:
         changed = sorted(k for k in set(here) | set(then or {}) if (then or {}).get(k) != here.get(k))
         raise ArtifactError(
             f"{p} was computed with another {', '.join(changed)} ({ {k: (then or {}).get(k) for k in changed} } vs here "
-            f"{ {k: here.get(k) for k in changed} }): its bytes need not hold here; remove it (rm {p}) and rerun"
+            f"{ {k: here.get(k) for k in changed} }): its bytes need not hold here",
+            path=p,
         )
 
 

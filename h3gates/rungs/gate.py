@@ -40,6 +40,7 @@ class Gate:
         self.notes: list[str] = []  # what a reader must know about a pass (e.g. a gate recorded but not enforced)
         self.replay: list[str] = []
         self.replay_dropped = 0
+        self.untrusted_artifact: dict | None = None  # (untrusted: the shared artifact the gate could not trust)
         self.pins: dict = {}  # (set after the candidate is built; a crash while building it writes none)
         self.upstream = {str(p): report.file_sha256(p) for p in upstream} if digests else {}
         # every workflow artifact the context names for this rung (and block) is an upstream digest, whatever
@@ -138,7 +139,10 @@ class Gate:
         """Fail because the shared baseline artifact cannot be trusted here (an ArtifactError): not the kernel's doing."""
         from h3gates.core.errors import UNTRUSTED
 
-        self.fail(f"{UNTRUSTED}{e}")
+        # the reason says what is wrong; the way on (the artifact's rm and this report's) is the verdict table's, from
+        # the file the measurements name (h3gates.core.verdicts): a rerun alone would not run this gate again
+        self.fail(f"{UNTRUSTED}{getattr(e, 'problem', e)}")
+        self.untrusted_artifact = {"path": getattr(e, "path", None)}
 
     def note(self, text: str) -> None:
         self.notes.append(text)
@@ -207,6 +211,8 @@ class Gate:
         # numbers and these): a failure its numbers cannot show, e.g. a shared artifact it could not trust
         if self.reasons:
             measurements["gate_failures"] = list(self.reasons)
+        if self.untrusted_artifact is not None:
+            measurements["untrusted_artifact"] = self.untrusted_artifact
         doc = {
             **doc,
             "verdict": "fail" if self.reasons else "pass",
