@@ -1983,6 +1983,9 @@ def test_the_verdicts_fix_says_what_the_first_failing_gate_needs():
     assert _gate_fix(5, [doc], False, row, paths=[r5]) == f"{way} (rm -f {cap0} {r5}), then run the same command again"
     odd = {"reasons": [why], "measurements": {"untrusted_artifact": {"path": "results/my run/r5-x.pt"}}}
     assert f"(rm -f 'results/my run/r5-x.pt' {r5})" in _gate_fix(5, [odd], False, row, paths=[r5])
+    for elsewhere in ("/home/me/.ssh/id_ed25519", "results/../README.md"):  # never an rm outside the workflow's files
+        far = {"reasons": [why], "measurements": {"untrusted_artifact": {"path": elsewhere}}}
+        assert "rm" not in _gate_fix(5, [far], False, row, paths=[r5]), elsewhere
     nopath = {"reasons": [why], "measurements": {"untrusted_artifact": {"path": None}}}
     cap = _gate_fix(
         8, [nopath], False, row, paths=[r5]

@@ -135,7 +135,10 @@ def _gate_fix(rung, docs: list[dict], replay: bool, row: dict, configfiles=None,
         # (Snakemake's mtime trigger sees no newer input), and the remade artifact's bytes are a new run-cache key
         files = [*dict.fromkeys([*(u["path"] for _, u in untrusted if u.get("path")), *(p for p, _ in untrusted if p)])]
         if not any(u.get("path") for _, u in untrusted):
-            return "the shared baseline artifact, not the kernel: make it again, then run the same command again"
+            return (
+                "the shared baseline artifact, not the kernel: remove the artifact the reason names and the failing "
+                "report, then run the same command again"
+            )
         return (
             "the shared baseline artifact, not the kernel: remove it and the report that read it "
             f"(rm -f {' '.join(shlex.quote(str(f)) for f in files)}), then run the same command again"
@@ -144,8 +147,16 @@ def _gate_fix(rung, docs: list[dict], replay: bool, row: dict, configfiles=None,
 
 
 def _untrusted(doc: dict) -> dict | None:
-    """A failing report's `measurements.untrusted_artifact` (h3gates.rungs.gate.Gate.untrusted), or None."""
-    return (doc.get("measurements") or {}).get("untrusted_artifact")
+    """A failing report's `measurements.untrusted_artifact` (h3gates.rungs.gate.Gate.untrusted), or None; its path
+    kept only where it is a workflow artifact's (under results/, no `..`): the table prints an rm of it."""
+    from h3gates.core.outputs import RESULTS
+
+    u = (doc.get("measurements") or {}).get("untrusted_artifact")
+    if not isinstance(u, dict):
+        return None
+    path = u.get("path")
+    ok = isinstance(path, str) and Path(path).parts[:1] == (RESULTS,) and ".." not in Path(path).parts
+    return {**u, "path": path if ok else None}
 
 
 def _attempts_fix(row: dict, configfiles=None) -> str | None:
