@@ -17,6 +17,8 @@ if sys.argv[1:2] and sys.argv[1] in job.JOBS:
     # (a rung whose report the run cache keeps is restored here first: a restore needs no worker)
     code = job.restored(sys.argv[1:]) if warm.delegable(sys.argv) else None
     code = warm.delegate(sys.argv) if code is None else code
+    if code is None and sys.argv[1] in warm.QUICK_EXIT:  # the job runs here: it ends as a forked one does
+        warm.leave(warm.run_here(job.main))
     sys.exit(job.main() if code is None else code)
 
 from h3gates.cli import main  # noqa: E402 (a job never imports the CLI)

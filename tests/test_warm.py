@@ -136,6 +136,47 @@ def test_no_worker_and_jobs_it_never_takes_run_fresh(tmp_path, monkeypatch):
     assert not warm.wanted("cpu") and not warm.wanted("cuda")
 
 
+LEAVE = """
+import atexit, ctypes, sys, threading, time
+from h3gates.core import warm
+out = sys.argv[1]
+atexit.register(lambda: open(out + ".atexit", "w").write("ran"))  # (the GPU lease's end record is one)
+threading.Thread(target=lambda: (time.sleep(0.3), open(out + ".thread", "w").write("done"))).start()
+sys.stdout.write("python-buffered ")  # a pipe: block-buffered, lost by a bare os._exit
+ctypes.CDLL(None).printf(b"c-stdio")  # C stdio's own buffer (a library's printf)
+warm.leave(warm.run_here({job}))
+"""
+
+
+@pytest.mark.parametrize(
+    "job,code,said",
+    [
+        ("lambda: 3", 3, ""),
+        ("lambda: sys.exit('refused: why')", 1, "refused: why"),
+        ("lambda: 1 / 0", 1, "ZeroDivisionError"),
+    ],
+)
+def test_a_job_in_a_process_of_its_own_leaves_as_a_forked_one_does(tmp_path, job, code, said):
+    """warm.leave, how a rung, baseline or timing-worker job that runs in its own process ends (h3gates/__main__.py;
+    a forked job's end, _child): its exit status as the interpreter would give it, its atexit handlers, a
+    non-daemon thread's work, Python's and C stdio's buffered output all kept; only the module teardown skipped."""
+    out = tmp_path / "job"
+    r = subprocess.run(
+        [sys.executable, "-c", LEAVE.format(job=job), str(out)], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == code, (r.returncode, r.stderr)
+    assert "python-buffered" in r.stdout and "c-stdio" in r.stdout, r.stdout
+    assert said in r.stderr, r.stderr
+    assert (tmp_path / "job.atexit").read_text() == "ran" and (tmp_path / "job.thread").read_text() == "done"
+
+
+def test_fresh_jobs_leave_and_profiled_targets_do_not():
+    """The jobs that leave() where they run in their own process are those that import torch (rung, baseline and
+    rung 4's timing workers); never rung 8's profiled target, whose Nsight Compute injection may finish in the C
+    library's exit handlers."""
+    assert set(warm.QUICK_EXIT) == {"rung", "baseline", "perf-worker"} and "profile-target" not in warm.QUICK_EXIT
+
+
 def _context(tmp_path) -> str:
     from h3gates.core.config import load_config
     from h3gates.core.context import RungContext
