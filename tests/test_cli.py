@@ -48,8 +48,9 @@ def test_fc2_study_needs_a_gpu_and_says_so_in_one_line():
 
 
 def test_refusal_fix_line_repeats_the_runs_own_cores_and_resources():
-    """A refusal's `fix:` command carries the --cores / --resources / --profile of the snakemake run the
-    job belongs to (read from its ancestors' command lines), and `--cores 1` outside snakemake."""
+    """A refusal's `fix:` command carries the --cores / --resources / --profile / --workflow-profile / --config of the
+    snakemake run the job belongs to (read from its ancestors' command lines, or the run's own where the snakemake
+    process prints it), and `--cores 1` outside snakemake."""
     import psutil
 
     from h3gates.core.promotion import invocation
@@ -60,6 +61,9 @@ def test_refusal_fix_line_repeats_the_runs_own_cores_and_resources():
 
         def parents(self):
             return [Cmd(argv) for argv in self.chain]
+
+        def cmdline(self):  # the job's own (h3gates promote), not a snakemake's
+            return ["/usr/bin/python3", "-m", "h3gates", "promote", "x"]
 
     class Cmd:
         def __init__(self, argv):
@@ -88,6 +92,17 @@ def test_refusal_fix_line_repeats_the_runs_own_cores_and_resources():
         invocation(Proc(["/venv/bin/python", "/venv/bin/snakemake", "-c2", "--profile", "profiles/slurm", "promote_x"]))
         == "-c2 --profile profiles/slurm"
     )
+    cluster = ["/venv/bin/snakemake", "--workflow-profile", "profiles/slurm", "--config", "device=cuda", "seed=3"]
+    assert (  # the run's workflow profile and --config words too: a fix without them would run elsewhere, or otherwise
+        invocation(Proc(["/bin/sh"], [*cluster, "promote_x", "--sdm", "conda", "-j", "4"]))
+        == "--workflow-profile profiles/slurm --config device=cuda seed=3 --sdm conda -j 4"
+    )
+
+    class Own(Proc):  # the snakemake process itself (its onerror hook prints the verdict table): its own options
+        def cmdline(self):
+            return run
+
+    assert invocation(Own(["/sbin/init"])) == "--cores 8 --resources gpu=2"
     assert invocation(Proc(["/bin/bash"], ["/sbin/init"])) == "--cores 1"  # a direct call from a shell
     assert invocation(Proc(shell, None)) == "--cores 1"  # an ancestor the process table does not show
     assert "--cores" in invocation()  # this very process (pytest): no snakemake among its ancestors, or the run's own

@@ -1971,7 +1971,10 @@ def test_the_verdicts_fix_says_what_the_first_failing_gate_needs():
     decided = {"candidate": "c", "rungs": {4: {"state": "fail"}}, "attempts": {"0": {**und, "decision": "fail"}}}
     assert _gate_fix(4, [{"reasons": ["speed"], "measurements": {}}], False, decided) == GATE_SAID_NO
     crash = {"reasons": ["candidate crashed: ValueError"], "measurements": {"crash": {"type": "ValueError"}}}
-    assert _gate_fix(1, [crash], True, row).startswith(CRASHED) and "crashing case" in _gate_fix(1, [crash], True, row)
+    r1 = "results/ci/c/r1_adversarial.json"  # the crashed report goes first: the same command would not rerun it
+    assert _gate_fix(1, [crash], True, row, paths=[r1]) == (
+        f"remove the crashed report (rm -f {r1}), {CRASHED}; the replay line above reruns the crashing case alone"
+    )
     cap0 = "results/ci/baseline/r0-x.block0.pt"
     # the way on comes from the report's field, not the reason's words (a reason naming another file in passing gives
     # the rm of the file the field names), with the failing report itself (it would not rerun for a remade input);

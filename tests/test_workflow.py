@@ -393,10 +393,45 @@ def test_candidate_crash_gets_a_failing_report(ws):
     name = _name(ws, "modulate_fusion")  # the planted source variant's results name
     dump = ws / RES / name / crash["replay"]  # the crashed case's inputs, for replay
     assert dump.is_file() and f"replay: python -m h3gates replay {RES}/{name}/{crash['replay']}" in err
-    # the verdict table's way on is a crash's (a crashed gate is not kept: run again), not a byte mismatch's
-    assert "fix: run the same command again (a crashed gate is not kept" in err and "crashing case alone" in err, err
+    # the verdict table's way on is a crash's (the crashed report removed, then run again: a crashed gate is not
+    # kept), not a byte mismatch's
+    m = re.search(r"fix: remove the crashed report \((rm -f [^)]*)\), then run the same command again \(a crashed", err)
+    assert m and m.group(1) == f"rm -f {RES}/{name}/r1_adversarial.json" and "crashing case alone" in err, err
     p = h3gates(ws, "replay", str(dump))
     assert p.returncode == 1 and "RAISES on this case: TypeError" in p.stdout, p.stdout + p.stderr
+    # followed as printed, the way on runs the gate again (here it crashes again: the kernel is unchanged)
+    subprocess.run(m.group(1), shell=True, cwd=ws, check=True)
+    rung, err = _climb(ws, "modulate_fusion")
+    again = json.loads((ws / RES / name / "r1_adversarial.json").read_text())
+    assert rung == 1 and again["written_at"] != rep["written_at"] and "crash" in again["measurements"], err
+
+
+OUT_OF_MEMORY_ON_SHORT_INPUTS = """
+
+import torch as _torch
+
+_scale_before_oom = ModulateFusedProducer.global_scale
+
+
+def _out_of_memory(self, inp):
+    if inp.rows < 40:  # the machine's failure, not a refusal of the input (a RuntimeError all the same)
+        raise _torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    return _scale_before_oom(self, inp)
+
+
+ModulateFusedProducer.global_scale = _out_of_memory
+"""
+
+
+def test_the_machines_failure_in_a_case_is_a_crash_not_a_refusal_or_a_verdict(ws):
+    """A candidate that runs out of GPU memory (torch.OutOfMemoryError, a RuntimeError, which a kernel may raise to
+    refuse an input) is the machine's failure: a crash (not kept by the run cache, run anew), not "N cases differ"
+    with the kernel to change, which the run cache would keep and give back (side_by_side.machine_failure)."""
+    _plant(ws, "modulate_fusion", append=OUT_OF_MEMORY_ON_SHORT_INPUTS)
+    rung, err = _climb(ws, "modulate_fusion")
+    rep = json.loads((ws / RES / _name(ws, "modulate_fusion") / "r1_adversarial.json").read_text())
+    assert rung == 1 and rep["measurements"]["crash"]["type"] == "OutOfMemoryError", err[-3000:]
+    assert "fix: remove the crashed report" in err and "cases differ" not in err, err[-3000:]
 
 
 def test_fault_nibble_swap_in_one_tile_caught_at_rung_2(ws):
@@ -514,7 +549,7 @@ def test_an_undecided_gate_names_its_next_attempt_and_the_forcerun_times_it(ws):
         if attempt == 1:
             assert fix.startswith("fix: time block 0 again (attempt 2 of 2, fresh processes): snakemake "), fix
             cmd = fix.split(": snakemake ", 1)[1].split()
-            assert cmd[:2] == ["--cores", "1"] and cmd[2:] == [
+            assert cmd[:2] == ["--cores", "2"] and cmd[2:] == [  # (the run's own --cores: workflow_util.snakemake)
                 "promote_modulate_fusion", "--forcerun", "r4_block", "--configfile", str(overlay)]  # fmt: skip
             args = cmd[2:]  # the helper gives the cores
         else:
@@ -696,6 +731,62 @@ def test_deleted_report_is_refused(ws):
     p = h3gates(ws, "verify", f"{RES}/promotion/modulate_fusion.json", "--revoke")
     _refused(p, "r3_projection/block3.json: missing")
     assert not (ws / RES / "promotion/modulate_fusion.env").exists()
+
+
+def test_a_plain_verify_refusals_fix_heals_in_one_run_when_followed_as_printed(tmp_path, ladder):
+    """`h3gates verify` (no --heal) refusing a record whose report was deleted prints a way on that works as printed:
+    the workflow's own verify first (what no longer stands moved aside, the flag revoked), then the promote command,
+    which reruns the missing rung and what depends on it and promotes in that one run (before, the printed promote
+    command only moved things aside and refused, and the run after it promoted)."""
+    ws = copy_workspace(ladder, tmp_path / "ws")
+    (ws / RES / "modulate_fusion/r3_projection/block3.json").unlink()
+    p = h3gates(ws, "verify", f"{RES}/promotion/modulate_fusion.json")
+    _refused(p, "r3_projection/block3.json: missing")
+    fix = next(line for line in (p.stdout + p.stderr).splitlines() if "fix:" in line).split("fix:", 1)[1].strip()
+    first, then = fix.split(", then ", 1)
+    assert first == f"python -m h3gates verify --revoke --heal {RES}/promotion/modulate_fusion.json", fix
+    subprocess.run(first, shell=True, cwd=ws, env=wf_env(), capture_output=True, text=True, timeout=300)
+    r = subprocess.run(then, shell=True, cwd=ws, env=wf_env(), capture_output=True, text=True, timeout=1500)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (ws / RES / "modulate_fusion/r3_projection/block3.json").is_file()
+    assert h3gates(ws, "verify", f"{RES}/promotion/modulate_fusion.json").returncode == 0
+
+
+def test_a_deployable_refusal_for_a_missing_rung8_capture_moves_rung_8_aside_and_its_fix_reruns_it(ws, monkeypatch):
+    """On a deployable profile on a GPU, rung 8 without Nsight Compute captures refuses the promotion (facts: made to
+    say so here, on the CPU). Nothing rung 8 was made from changes when ncu is installed, so the refusal moves its
+    report aside: the printed command then reruns rung 8 (here, on the CPU, and promotes its rehearsal)."""
+    from h3gates.core import promotion as P
+    from h3gates.core.errors import Refusal
+
+    monkeypatch.chdir(ws)
+    real = P.facts
+    uncaptured = {"required": True, "held": False}
+    why = ["rung 8 holds no Nsight Compute capture of both sides (ncu missing or failed)"]
+    monkeypatch.setattr(
+        P,
+        "facts",
+        lambda c, d: {
+            **real(c, d),
+            "profile_deployable": True,
+            "deployable": False,
+            "rung8_capture": uncaptured,
+            "why_not": why,
+        },
+    )
+    cfg = C.load_config([Path("config/config.yaml")])
+    r8 = Path(RES, "modulate_fusion/r8_profile.json")
+    with pytest.raises(Refusal) as e:
+        P.promote(
+            cfg, "modulate_fusion", f"{RES}/promotion/modulate_fusion.json", f"{RES}/promotion/modulate_fusion.env", []
+        )
+    assert "Nsight Compute for rung 8" in e.value.fix and "(reruns the 1 report(s) moved aside" in e.value.fix, (
+        e.value.fix
+    )
+    assert not r8.exists() and list(Path(RES, "modulate_fusion/refused").glob("*/r8_profile.json"))
+    monkeypatch.undo()
+    snakemake(ws, "promote_modulate_fusion", check=True)
+    assert (ws / r8).is_file() and (ws / RES / "promotion/modulate_fusion.env").exists()
 
 
 def test_report_failing_its_schema_is_refused(ws):

@@ -140,22 +140,30 @@ def _prefetch(rungs, blocks) -> None:
 
 
 def invocation(process=None) -> str:
-    """The --cores / --resources / --profile / --executor of the snakemake run this process is a job
-    of, read from its ancestors' command lines (psutil, which snakemake itself depends on: Linux and
-    macOS alike), so that the refusal's fix line is the user's own command; `--cores 1` where no
-    snakemake is found (a direct CLI call, a cluster job) or the process table cannot be read."""
+    """The options of the snakemake run this process is (the verdict table, from the run's own hooks) or is a job
+    of, that say how and where it runs and what it computes (--cores / --jobs, --resources, --profile,
+    --workflow-profile, --executor, --config, --sdm; the targets and --configfile are the fix's own), read from the
+    command lines of this process and its ancestors (psutil, which snakemake itself depends on: Linux and macOS
+    alike), so that the refusal's fix line is the user's own command; `--cores 1` where no snakemake is found (a
+    direct CLI call, a cluster job) or the process table cannot be read."""
     try:
         import psutil
     except ImportError:
         return "--cores 1"
     try:
-        for parent in (process or psutil.Process()).parents():
-            argv = parent.cmdline()
+        me = process or psutil.Process()
+        for proc in (me, *me.parents()):
+            argv = proc.cmdline()
             if any(Path(a).name == "snakemake" for a in argv[:3]):
                 return _run_options(argv) or "--cores 1"
     except psutil.Error:  # a process gone or not readable: the hint falls back, the refusal stands
         pass
     return "--cores 1"
+
+
+# the run's options a fix repeats: each with its one value, or (MANY) with every key=value word after it
+ONE = ("--profile", "--workflow-profile", "--executor", "-e", "--sdm", "--software-deployment-method")
+MANY = ("--resources", "--res", "--config", "-C")
 
 
 def _run_options(argv: list[str]) -> str:
@@ -173,12 +181,12 @@ def _run_options(argv: list[str]) -> str:
             ):
                 kept.append(argv[i + 1])
                 i += 1
-        elif name in ("--resources", "--res"):
+        elif name in MANY:
             kept.append(a)
-            while i + 1 < len(argv) and re.fullmatch(r"\w+=\S+", argv[i + 1]):
+            while i + 1 < len(argv) and re.fullmatch(r"[\w.-]+=\S*", argv[i + 1]):
                 kept.append(argv[i + 1])
                 i += 1
-        elif name in ("--profile", "--executor", "-e"):
+        elif name in ONE:
             kept.append(a)
             if "=" not in a and i + 1 < len(argv):
                 kept.append(argv[i + 1])
@@ -321,10 +329,15 @@ def promote(config: dict, candidate: str, record: str, flag: str, configfiles: l
     f = facts(config, docs)
     if f["profile_deployable"] and not f["deployable"]:  # deployable means enforced, and on a GPU captured
         revoke(record, attestation_path(record))
+        # rung 8's report without its capture goes aside: nothing it was made from changes when ncu appears, so the
+        # same command would not rerun it (the config check refuses a deployable profile that does not enforce)
+        r8 = {q: ("stale", [], d) for q, d in docs.items() if d and d["rung"] == 8}
+        uncaptured = f["rung8_capture"]["required"] and not f["rung8_capture"]["held"]
+        moved = quarantine(r8, results_name_of(config, candidate), config["profile"]) if uncaptured else []
         raise Refusal(
             [f"{candidate} on deployable profile {config['profile']}: {w}" for w in f["why_not"]],
-            fix="a deployable profile needs timing.enforce true and, on a GPU, ncu on PATH (or H3GATES_NCU) for rung 8; then "
-            + _fix(candidate, configfiles, []),
+            fix="a deployable profile needs timing.enforce true and, on a GPU, Nsight Compute for rung 8: ncu on PATH (or "
+            "named by H3GATES_NCU); then " + _fix(candidate, configfiles, moved),
         )
     notes = [f"not deployable: {w}" for w in f["why_not"]]
     notes += sorted({n for d in docs.values() for n in d.get("notes", [])})
@@ -516,6 +529,12 @@ def verify(
             quarantine(results, results_name_of(cfg, rec["candidate"]), rec["profile"], _trusted(cfg)) if heal else []
         )
         fix = _fix(rec["candidate"], rec["config"]["files"], moved)
+        if (
+            not heal
+        ):  # a plain verify: what the workflow's own verify does first (promote_<candidate>: --revoke --heal),
+            # else its next run would only do that and refuse, and the one after rerun: what no longer stands moved
+            # aside, the flag gone (a missing report alone reruns nothing while the record and flag exist)
+            fix = f"python -m h3gates verify --revoke --heal {shlex.quote(record)}, then {fix}"
         if untrusted_only:  # everything stands but whose key signed: trust that key, or sign it anew here
             fix = (
                 "trust the key that signed it (where that key is: python -m h3gates keys export --out FILE; "

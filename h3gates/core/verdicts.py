@@ -73,8 +73,8 @@ def verdicts(config: dict, candidates=None, configfiles=None) -> list[str]:
                 if replay:
                     lines.append(f"    {one_line(replay, 260)}")
                 fix = _gate_fix(rung, [d for _, d in failing], bool(replay), row, configfiles, [p for p, _ in failing])
-            if fix:  # what to run next, at the bottom of the run's output
-                lines.append(f"    {one_line('fix: ' + fix, 260)}")
+            if fix:  # what to run next, at the bottom of the run's output (long: a command cut short is no way on)
+                lines.append(f"    {one_line('fix: ' + fix, 600)}")
     if not lines:
         return []
     head = f"  {'candidate':{w}s} " + " ".join(f"{'r' + str(r):7s}" for r in RUNG_NAMES) + " promotion"
@@ -88,7 +88,7 @@ GATE_SAID_NO = (  # the kernel's verdict: the same sources get the same report b
 )
 REPLAY_SAYS = "the replay line above reruns the gate's first differing case alone"
 CRASHED = (  # a crash is never kept by the run cache (h3gates.core.runcache.cacheable): it may be the machine's
-    "run the same command again (a crashed gate is not kept: it runs anew); if it crashes again, the kernel is "
+    "then run the same command again (a crashed gate is not kept: it runs anew); if it crashes again, the kernel is "
     "what to change"
 )
 
@@ -128,7 +128,11 @@ def _gate_fix(rung, docs: list[dict], replay: bool, row: dict, configfiles=None,
             return fix
     first = docs[0] if docs else {}
     if "crash" in (first.get("measurements") or {}):
-        return CRASHED + ("; the replay line above reruns the crashing case alone" if replay else "")
+        # the crashed reports go first: an existing report is not made again by the same command (no rerun trigger
+        # fires), and nothing else would remove it
+        crashed = [p for p, d in zip(paths, docs) if "crash" in (d.get("measurements") or {})]
+        rm = f"remove the crashed report ({_rm(crashed)}), " if crashed else "remove the crashed report, "
+        return rm + CRASHED + ("; the replay line above reruns the crashing case alone" if replay else "")
     untrusted = [(p, u) for p, d in zip([*paths, *[None] * len(docs)], docs) if (u := _untrusted(d))]
     if untrusted or next(iter(first.get("reasons") or []), "").startswith(UNTRUSTED):
         # the artifacts and the reports that read them: a report that exists is not made again after its input is
@@ -141,9 +145,13 @@ def _gate_fix(rung, docs: list[dict], replay: bool, row: dict, configfiles=None,
             )
         return (
             "the shared baseline artifact, not the kernel: remove it and the report that read it "
-            f"(rm -f {' '.join(shlex.quote(str(f)) for f in files)}), then run the same command again"
+            f"({_rm(files)}), then run the same command again"
         )
     return GATE_SAID_NO + ("; " + REPLAY_SAYS if replay else "")
+
+
+def _rm(files) -> str:
+    return "rm -f " + " ".join(shlex.quote(str(f)) for f in files)
 
 
 def _untrusted(doc: dict) -> dict | None:

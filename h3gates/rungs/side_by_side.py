@@ -7,8 +7,26 @@ from h3gates.nvfp4.layout import Packed
 from h3gates.nvfp4.quantize import NVFP4InputError
 
 # What a candidate may raise to refuse an input (the reference refuses the same ones); anything else
-# it raises is a crash (crash.py).
+# it raises is a crash (crash.py), and so is the machine's own failure among them (machine_failure).
 REFUSALS = (NVFP4InputError, ValueError, RuntimeError, AssertionError)
+# how torch words a device's failure in a plain RuntimeError (older torch; newer raises AcceleratorError)
+MACHINE_WORDS = ("CUDA error", "CUDA driver error", "CUBLAS_STATUS_", "cuBLAS error", "CUDA out of memory")
+
+
+def machine_failure(e: BaseException) -> bool:
+    """Whether an exception among REFUSALS is the machine's (out of GPU memory, a device or library fault), not a
+    refusal of the input: it is a crash instead (not kept by the run cache, run anew), never a verdict, and never
+    "both sides refused" where it struck both."""
+    import torch
+
+    kinds = tuple(k for k in (getattr(torch, "OutOfMemoryError", None), getattr(torch, "AcceleratorError", None)) if k)
+    return isinstance(e, kinds) or str(e).lstrip().startswith(MACHINE_WORDS)
+
+
+def _refusal(e: BaseException) -> str:
+    if machine_failure(e):
+        raise e
+    return f"{type(e).__name__}: {e}"
 
 
 def run_producer(producer, inp):
@@ -16,7 +34,7 @@ def run_producer(producer, inp):
     try:
         return [(r0, p.clone()) for r0, p in producer.produce(inp)], None
     except REFUSALS as e:
-        return None, f"{type(e).__name__}: {e}"
+        return None, _refusal(e)
 
 
 def compare_producers(cand, ref, inp, rows, cols):
@@ -44,7 +62,7 @@ def run_gemm(gemm, p, w):
     try:
         return gemm(p, w), None
     except REFUSALS as e:
-        return None, f"{type(e).__name__}: {e}"
+        return None, _refusal(e)
 
 
 def compare_gemms(cand, ref, p, w) -> dict:
