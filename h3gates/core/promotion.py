@@ -529,19 +529,19 @@ def verify(
             quarantine(results, results_name_of(cfg, rec["candidate"]), rec["profile"], _trusted(cfg)) if heal else []
         )
         fix = _fix(rec["candidate"], rec["config"]["files"], moved)
-        if (
-            not heal
-        ):  # a plain verify: what the workflow's own verify does first (promote_<candidate>: --revoke --heal),
-            # else its next run would only do that and refuse, and the one after rerun: what no longer stands moved
-            # aside, the flag gone (a missing report alone reruns nothing while the record and flag exist)
-            fix = f"python -m h3gates verify --revoke --heal {shlex.quote(record)}, then {fix}"
         if untrusted_only:  # everything stands but whose key signed: trust that key, or sign it anew here
             fix = (
                 "trust the key that signed it (where that key is: python -m h3gates keys export --out FILE; "
                 f"here: python -m h3gates keys trust FILE), or promote it here, signed with this machine's key: "
                 f"{fix} --forcerun promotion_record"
             )
-        elif links_untrusted:  # reports signed by another machine's jobs: trust its key, or recompute them here
+            raise Refusal(reasons, fix=fix)
+        if not heal:
+            # a plain verify: first what the workflow's own verify does (promote_<candidate>: --revoke --heal), else
+            # the next run would only do that and refuse, and the one after it rerun: what no longer stands moved
+            # aside, the flag gone (a missing report alone reruns nothing while the record and flag exist)
+            fix = f"python -m h3gates verify --revoke --heal {shlex.quote(record)}, then {fix}"
+        if links_untrusted:  # reports signed by another machine's jobs: trust its key, or recompute them here
             fix = (
                 "trust the key that signed them (where that key is: python -m h3gates keys export --out FILE; "
                 f"here: python -m h3gates keys trust FILE), or recompute them here: {fix}"
