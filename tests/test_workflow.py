@@ -171,6 +171,9 @@ def test_block_inputs_are_one_shared_capture_in_the_digest_chain(ws):
         "bytes are not the ones its record names" in log
         and not (ws / RES / "modulate_fusion/r3_projection/block3.json").exists()
     )
+    # the log says whose doing it is (the shared capture's, with its rm), not a bug of the ladder
+    assert "a shared artifact is not trusted here (not the candidate's doing)" in log and "the LADDER failed" not in log
+    assert f"remove it (rm {RES}/baseline/{caps[1].name}) and rerun" in log, log[-2000:]
 
 
 def test_report_and_plots_build(ws):

@@ -19,7 +19,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from h3gates.core.errors import GemmReferenceMismatch
+from h3gates.core.errors import ArtifactError, GemmReferenceMismatch
 from h3gates.core.fingerprints import ROOT, kernel_files
 
 
@@ -48,6 +48,12 @@ def guarded(fn, ctx, out, block, upstream):
         return fn(ctx, out, block, upstream=upstream)
     except GemmReferenceMismatch:
         raise  # the host is not the one the job was planned for: the job's refusal, not a crash of either side
+    except ArtifactError as e:  # a shared artifact this rung reads but cannot trust (its block capture): its own way
+        print(
+            f"h3gates rung {ctx.rung}: a shared artifact is not trusted here (not the candidate's doing): {e}",
+            file=sys.stderr,
+        )
+        raise
     except Exception as e:  # noqa: BLE001 (sorted below: the candidate's crash or the ladder's)
         from h3gates.rungs.gate import CURRENT
 
