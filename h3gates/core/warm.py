@@ -471,12 +471,7 @@ def _child(job: dict, fds: list[int], close: list, sel, run, mask=None) -> None:
 
         traceback.print_exc()
     finally:
-        for f in (sys.stdout, sys.stderr):
-            try:
-                f.flush()
-            except Exception:  # noqa: BLE001
-                pass
-        _cflush()
+        _flush_all()
         if interrupted:  # exit by SIGINT, as the interpreter does after an uncaught KeyboardInterrupt
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGINT)
@@ -493,20 +488,25 @@ def leave(code: int) -> None:
     """End this process as a job forked from the worker ends (_child), never returning: its threads awaited and
     its atexit handlers run (the lease's end record), its streams and C stdio flushed, then os._exit, without the
     interpreter's module teardown. For a job in a fresh process, a rung-4 gate and its timing workers above all:
-    a cohort of six timing processes ended in 1.17 s through the interpreter's exit and 0.42 s this way on an
-    H100 (medians of 4 ABBA rounds, studies/ladder/evidence/exit_probe_h100_2026-12-06/); a process's GPU lease
+    a cohort of six torch processes holding GPU memory and a graph ended in 1.16 s through the interpreter's exit
+    and 0.46 s this way on an H100 (medians of 4 ABBA rounds, studies/ladder/evidence/exit_probe_h100_2026-12-06/); a process's GPU lease
     (a flock) lasts until it is gone, and a cohort's end is part of its gate's lease. Nothing is timed then: the
     gate has decided and its processes have answered."""
     try:
         _finalize()
     finally:
-        for f in (sys.stdout, sys.stderr):
-            try:
-                f.flush()
-            except Exception:  # noqa: BLE001
-                pass
-        _cflush()
+        _flush_all()
         os._exit(code)
+
+
+def _flush_all() -> None:
+    """Python's standard streams and C stdio, written before an os._exit."""
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except Exception:  # noqa: BLE001
+            pass
+    _cflush()
 
 
 def _finalize() -> None:
