@@ -4,6 +4,7 @@ codes documented, --version, and a status table with whole rung names."""
 from __future__ import annotations
 
 import ast
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -47,7 +48,7 @@ def test_fc2_study_needs_a_gpu_and_says_so_in_one_line():
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "needs" in p.stderr
 
 
-def test_refusal_fix_line_repeats_the_runs_own_cores_and_resources():
+def test_refusal_fix_line_repeats_the_runs_own_cores_and_resources(monkeypatch):
     """A refusal's `fix:` command carries the --cores / --resources / --profile / --workflow-profile / --config of the
     snakemake run the job belongs to (read from its ancestors' command lines, or the run's own where the snakemake
     process prints it), and `--cores 1` outside snakemake."""
@@ -81,9 +82,9 @@ def test_refusal_fix_line_repeats_the_runs_own_cores_and_resources():
         "snakemake",
         "--cores",
         "8",
+        "all",
         "--resources",
         "gpu=2",
-        "all",
         "--configfile",
         "config/canonical.yaml",
     ]
@@ -103,6 +104,25 @@ def test_refusal_fix_line_repeats_the_runs_own_cores_and_resources():
             return run
 
     assert invocation(Own(["/sbin/init"])) == "--cores 8 --resources gpu=2"
+    # what a fix prints parses as the run it repeats: the target first, the many-valued options after it
+    from snakemake.cli import get_argument_parser
+
+    from h3gates.core import promotion
+
+    odd = [*cluster[1:], "note=a b", "--resources", "gpu=2", "--sdm", "conda", "apptainer", "-j", "unlimited"]
+    for argv in (run, [*cluster, "note=a b"], ["/venv/bin/snakemake", "all", *odd]):
+
+        class Run(Proc):
+            def cmdline(self, argv=argv):
+                return argv
+
+        monkeypatch.setattr(promotion, "invocation", lambda argv=argv: invocation(Run()))
+        fix = promotion._fix("x", ["config/config.yaml", "/tmp/o.yaml"], [], " --forcerun r4_block")
+        a = get_argument_parser().parse_args(shlex.split(fix)[1:])
+        assert a.targets == ["promote_x"] and a.forcerun == {"r4_block"}, fix
+        assert [str(c) for c in a.configfile] == ["/tmp/o.yaml"], fix  # (config/config.yaml is the default)
+        if "--config" in argv:
+            assert a.config == ["device=cuda", "seed=3", "note=a b"], fix
     assert invocation(Proc(["/bin/bash"], ["/sbin/init"])) == "--cores 1"  # a direct call from a shell
     assert invocation(Proc(shell, None)) == "--cores 1"  # an ancestor the process table does not show
     assert "--cores" in invocation()  # this very process (pytest): no snakemake among its ancestors, or the run's own

@@ -178,3 +178,28 @@ def test_backend_info_records_the_gemm_precision_not_the_moment():
         assert m.allow_bf16_reduced_precision_reduction is False
     finally:
         m.allow_bf16_reduced_precision_reduction = before
+
+
+def test_a_machine_failure_is_never_a_refusal():
+    """side_by_side.machine_failure: out of GPU memory and a device fault (torch's own classes, or the words torch
+    puts in a plain RuntimeError) are the machine's, raised again as a crash by run_producer / run_gemm; a library's
+    deterministic "not supported" and a kernel's ValueError stay refusals (both sides may share them)."""
+    import torch
+
+    from h3gates.rungs.side_by_side import machine_failure, run_gemm
+
+    assert machine_failure(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    assert machine_failure(RuntimeError("CUDA error: an illegal memory access was encountered"))
+    assert machine_failure(RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"))
+    assert not machine_failure(RuntimeError("CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling `cublasLtMatmul`"))
+    assert not machine_failure(ValueError("K must be a multiple of 16"))
+
+    def oom(p, w):
+        raise torch.OutOfMemoryError("CUDA out of memory.")
+
+    def refuse(p, w):
+        raise ValueError("K must be a multiple of 16")
+
+    with pytest.raises(torch.OutOfMemoryError):
+        run_gemm(oom, None, None)
+    assert run_gemm(refuse, None, None) == (None, "ValueError: K must be a multiple of 16")

@@ -1937,9 +1937,9 @@ def test_the_verdicts_fix_after_a_rung4_refusal_that_did_not_decide():
     und = {"attempt": 1, "max_attempts": 2, "decision": "undecided"}
     fix = _attempts_fix(row("fail", **{"0": und}), files)
     assert "attempt 2 of 2" in fix and fix.endswith(
-        " promote_c --forcerun r4_block --configfile config/canonical.yaml config/x.yaml"
-    )
-    assert _attempts_fix(row("fail", **{"0": und})).endswith(" promote_c --forcerun r4_block")
+        ": snakemake promote_c --forcerun r4_block --cores 1 --configfile config/canonical.yaml config/x.yaml"
+    )  # (--cores 1: no snakemake among this process's ancestors)
+    assert _attempts_fix(row("fail", **{"0": und})).endswith(" promote_c --forcerun r4_block --cores 1")
     spent = _attempts_fix(row("fail", **{"0": {**und, "attempt": 2}}))
     refused = _attempts_fix(row("fail", **{"0": {"attempt": None, "max_attempts": 2, "decision": "refused"}}))
     assert "spent" in spent and "timing_long" in spent and refused == spent

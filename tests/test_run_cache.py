@@ -275,3 +275,21 @@ def test_source_digests_kept_by_content_are_never_stale(tmp_path, monkeypatch):
     assert SD._cached(str(src), 2, 0) == hashlib.sha256(first).digest()
     monkeypatch.setenv("H3GATES_SOURCE_CACHE", "off")
     assert SD._cached(str(src), 3, 0) == hashlib.sha256(first).digest()
+
+
+def test_what_the_run_cache_keeps():
+    """runcache.cacheable: a report any rerun at its key would write again is kept; not a crash (it may be the
+    machine's), an enforced gate that did not decide (another attempt), or a GPU rung 8 without Nsight Compute
+    captures of both sides (whether ncu is found is not in the key: the deployable refusal moves such a report
+    aside, and its rerun must capture, not get it back). A CPU rung 8 has no capture to make: kept."""
+    from h3gates.core.runcache import cacheable
+
+    ok = {"verdict": "pass", "rung": 8, "measurements": {}, "device": {"device_type": "cuda"}}
+    both = {"nsight": {"baseline": {"available": True}, "candidate": {"available": True}}}
+    assert cacheable({**ok, "timing": both})[0]
+    one = {"nsight": {"baseline": {"available": True}, "candidate": {"available": False, "reason": "no ncu"}}}
+    assert not cacheable({**ok, "timing": one})[0] and not cacheable({**ok, "timing": {}})[0]
+    assert cacheable({**ok, "device": {"device_type": "cpu"}, "timing": {}})[0]
+    assert not cacheable({**ok, "rung": 1, "measurements": {"crash": {"type": "TypeError"}}})[0]
+    undecided = {"performance_gate": {"enforced": True, "decision": "undecided"}}
+    assert not cacheable({**ok, "rung": 4, "verdict": "fail", "timing": undecided})[0]

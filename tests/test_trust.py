@@ -261,7 +261,7 @@ def test_promote_refuses_the_issues_forged_report_and_the_printed_command_heals_
     out = p.stdout + p.stderr
     assert p.returncode != 0 and "does not follow from its measurements" in out and "edited after the job" in out
     fix = next(line for line in out.splitlines() if "fix:" in line).split("fix:", 1)[1].split("   (")[0].strip()
-    assert fix == f"snakemake --cores 2 promote_{CAND}", fix
+    assert fix == f"snakemake --cores 2 promote_{CAND}", fix  # (the token's: the same command, as typed)
     assert not (ws / FLAG).exists() and list((ws / RES / CAND / "refused").rglob("r8_profile.json"))
     again = snakemake(ws, *fix.split()[1:])
     assert again.returncode == 0, again.stderr[-3000:]
@@ -291,7 +291,7 @@ def test_promote_and_the_report_refuse_a_link_forgery_and_the_fix_heals_it(ws, t
     assert p.returncode != 0 and "not in the trusted list" in out and f"{art.name}: no link" in out, out[-3000:]
     assert not (ws / FLAG).exists() and not art.exists() and not (ws / KINDS[8]).exists()
     assert list((ws / RES / "refused").rglob(art.name))  # kept as evidence
-    assert f"fix: snakemake --cores 2 promote_{CAND}   (reruns the 2 report(s) moved aside" in out, out[-3000:]
+    assert f"fix: snakemake promote_{CAND} --cores 2   (reruns the 2 report(s) moved aside" in out, out[-3000:]
     again = snakemake(ws, f"promote_{CAND}")  # the fix line's command
     assert again.returncode == 0, again.stderr[-3000:]
     assert h3gates(ws, "verify", RECORD).returncode == 0

@@ -170,11 +170,22 @@ def test_a_job_in_a_process_of_its_own_leaves_as_a_forked_one_does(tmp_path, job
     assert (tmp_path / "job.atexit").read_text() == "ran" and (tmp_path / "job.thread").read_text() == "done"
 
 
-def test_fresh_jobs_leave_and_profiled_targets_do_not():
-    """The jobs that leave() where they run in their own process are those that import torch (rung, baseline and
-    rung 4's timing workers); never rung 8's profiled target, whose Nsight Compute injection may finish in the C
-    library's exit handlers."""
-    assert set(warm.QUICK_EXIT) == {"rung", "baseline", "perf-worker"} and "profile-target" not in warm.QUICK_EXIT
+@pytest.mark.parametrize("argv,leaves", [(["rung", "9"], True), (["perf-worker"], True), (["profile-target"], False)])
+def test_fresh_jobs_leave_and_profiled_targets_do_not(argv, leaves):
+    """h3gates/__main__.py ends a rung, baseline or timing-worker job that runs in its own process through
+    warm.leave (here each refused by its parser: exit 2, which leave keeps); never rung 8's profiled target, whose
+    Nsight Compute injection may finish in the C library's exit handlers."""
+    code = (
+        "import os, runpy, sys\n"
+        "from h3gates.core import warm\n"
+        "warm.leave = lambda c: (print('LEFT', c, flush=True), os._exit(c))\n"
+        f"sys.argv = ['h3gates', *{argv!r}]\n"
+        "runpy.run_module('h3gates', run_name='__main__')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != warm.ENV}
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert ("LEFT 2" in r.stdout) == leaves, (r.stdout, r.stderr[-500:])
 
 
 def _context(tmp_path) -> str:

@@ -552,9 +552,9 @@ def test_an_undecided_gate_names_its_next_attempt_and_the_forcerun_times_it(ws):
         if attempt == 1:
             assert fix.startswith("fix: time block 0 again (attempt 2 of 2, fresh processes): snakemake "), fix
             cmd = fix.split(": snakemake ", 1)[1].split()
-            assert cmd[:2] == ["--cores", "2"] and cmd[2:] == [  # (the run's own --cores: workflow_util.snakemake)
-                "promote_modulate_fusion", "--forcerun", "r4_block", "--configfile", str(overlay)]  # fmt: skip
-            args = cmd[2:]  # the helper gives the cores
+            assert cmd == [  # the target first, then the run's own --cores (workflow_util.snakemake) and config files
+                "promote_modulate_fusion", "--forcerun", "r4_block", "--cores", "2", "--configfile", str(overlay)]  # fmt: skip
+            args = [*cmd[:3], *cmd[5:]]  # the helper gives the cores
         else:
             assert "this fingerprint's attempts are spent" in fix, fix
 
@@ -703,7 +703,7 @@ def test_kernel_edit_then_touch_is_refused_and_the_next_run_heals(ws):
     _refused(
         p,
         "stale: kernel kernels/modulate_fusion/cpu.py changed since the gate ran",
-        "fix: snakemake --cores 2 promote_modulate_fusion",
+        "fix: snakemake promote_modulate_fusion --cores 2",
     )  # the run's own --cores
     assert not (ws / RES / "promotion/modulate_fusion.env").exists()
     st = _status(ws)
@@ -758,7 +758,8 @@ def test_a_plain_verify_refusals_fix_heals_in_one_run_when_followed_as_printed(t
 def test_a_deployable_refusal_for_a_missing_rung8_capture_moves_rung_8_aside_and_its_fix_reruns_it(ws, monkeypatch):
     """On a deployable profile on a GPU, rung 8 without Nsight Compute captures refuses the promotion (facts: made to
     say so here, on the CPU). Nothing rung 8 was made from changes when ncu is installed, so the refusal moves its
-    report aside: the printed command then reruns rung 8 (here, on the CPU, and promotes its rehearsal)."""
+    report aside, and the printed command makes it again: on a GPU by running the gate (the run cache never keeps a
+    GPU rung 8 without its captures: test_run_cache), here on the CPU from the run cache, and promotes."""
     from h3gates.core import promotion as P
     from h3gates.core.errors import Refusal
 

@@ -161,9 +161,11 @@ def invocation(process=None) -> str:
     return "--cores 1"
 
 
-# the run's options a fix repeats: each with its one value, or (MANY) with every key=value word after it
-ONE = ("--profile", "--workflow-profile", "--executor", "-e", "--sdm", "--software-deployment-method")
-MANY = ("--resources", "--res", "--config", "-C")
+# the run's options a fix repeats: each with its one value, or (MANY) with every word after it up to the next option
+# (the fix puts them after its target: snakemake's many-valued options would take a target after them as a value)
+ONE = ("--profile", "--workflow-profile", "--executor", "-e")
+MANY = ("--resources", "--res", "--config", "-C", "--sdm", "--software-deployment-method", "--deployment-method",
+        "--deployment")  # fmt: skip
 
 
 def _run_options(argv: list[str]) -> str:
@@ -177,13 +179,17 @@ def _run_options(argv: list[str]) -> str:
                 "=" not in a
                 and not re.fullmatch(r"-[cj]\d+", a)
                 and i + 1 < len(argv)
-                and re.fullmatch(r"\d+|all", argv[i + 1])
+                and re.fullmatch(r"\d+|all|unlimited", argv[i + 1])
             ):
                 kept.append(argv[i + 1])
                 i += 1
         elif name in MANY:
             kept.append(a)
-            while i + 1 < len(argv) and re.fullmatch(r"[\w.-]+=\S*", argv[i + 1]):
+            while (
+                i + 1 < len(argv)
+                and not argv[i + 1].startswith("-")
+                and ("=" in argv[i + 1] or name not in ("--resources", "--res", "--config", "-C"))
+            ):  # (every word up to the next option, but a target after key=value words is not one of them)
                 kept.append(argv[i + 1])
                 i += 1
         elif name in ONE:
@@ -212,7 +218,7 @@ def _fix(candidate: str, configfiles, moved, extra: str = "") -> str:
 
     configfiles = overlays(configfiles)
     cfg = " --configfile " + " ".join(configfiles) if configfiles else ""
-    cmd = f"snakemake {invocation()} promote_{candidate}{extra}{cfg}"
+    cmd = f"snakemake promote_{candidate}{extra} {invocation()}{cfg}"  # (the target first: see MANY)
     return f"{cmd}   (reruns the {len(moved)} report(s) moved aside and what depends on them)" if moved else cmd
 
 

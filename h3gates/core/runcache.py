@@ -159,6 +159,15 @@ def cacheable(doc: dict) -> tuple[bool, str]:
     gate = (doc.get("timing") or {}).get("performance_gate") or {}
     if doc["verdict"] == "fail" and gate.get("enforced") and gate.get("decision") not in DECIDED:
         return False, f"an enforced performance gate that did not decide ({gate.get('decision')}) is another attempt"
+    if doc.get("rung") == 8 and (doc.get("device") or {}).get("device_type") == "cuda":
+        ns = (doc.get("timing") or {}).get("nsight") or {}
+        if not all((ns.get(side) or {}).get("available") for side in ("baseline", "candidate")):
+            # (the key does not hold whether ncu is found: a deployable promotion refuses such a report and moves it
+            # aside, h3gates.core.promotion.promote, and its rerun must capture, not get it back)
+            return (
+                False,
+                "a GPU rung 8 without Nsight Compute captures of both sides is not kept: a run that finds ncu makes them",
+            )
     return True, ""
 
 

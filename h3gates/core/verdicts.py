@@ -137,7 +137,8 @@ def _gate_fix(rung, docs: list[dict], replay: bool, row: dict, configfiles=None,
     if untrusted or next(iter(first.get("reasons") or []), "").startswith(UNTRUSTED):
         # the artifacts and the reports that read them: a report that exists is not made again after its input is
         # (Snakemake's mtime trigger sees no newer input), and the remade artifact's bytes are a new run-cache key
-        files = [*dict.fromkeys([*(u["path"] for _, u in untrusted if u.get("path")), *(p for p, _ in untrusted if p)])]
+        named = [(p, u["path"]) for p, u in untrusted if u.get("path")]  # (a report goes only with its artifact)
+        files = [*dict.fromkeys([*(a for _, a in named), *(p for p, _ in named if p)])]
         if not any(u.get("path") for _, u in untrusted):
             return (
                 "the shared baseline artifact, not the kernel: remove the artifact the reason names and the failing "

@@ -487,7 +487,8 @@ QUICK_EXIT = ("rung", "baseline", "perf-worker")
 def leave(code: int) -> None:
     """End this process as a job forked from the worker ends (_child), never returning: its threads awaited and
     its atexit handlers run (the lease's end record), its streams and C stdio flushed, then os._exit, without the
-    interpreter's module teardown. For a job in a fresh process, a rung-4 gate and its timing workers above all:
+    interpreter's module teardown (so a file object the job left open and unflushed is not written: a job writes its
+    outputs through closed files, h3gates.core.fsutil). For a job in a fresh process, a rung-4 gate and its timing workers above all:
     a cohort of six torch processes holding GPU memory and a graph ended in 1.16 s through the interpreter's exit
     and 0.46 s this way on an H100 (medians of 4 ABBA rounds, studies/ladder/evidence/exit_probe_h100_2026-12-06/); a process's GPU lease
     (a flock) lasts until it is gone, and a cohort's end is part of its gate's lease. Nothing is timed then: the
@@ -495,18 +496,20 @@ def leave(code: int) -> None:
     try:
         _finalize()
     finally:
-        _flush_all()
-        os._exit(code)
+        flushed = _flush_all()
+        os._exit(code if flushed or code else 120)  # (120: the interpreter's status where its streams fail to flush)
 
 
-def _flush_all() -> None:
-    """Python's standard streams and C stdio, written before an os._exit."""
+def _flush_all() -> bool:
+    """Python's standard streams and C stdio, written before an os._exit -> whether the streams were."""
+    ok = True
     for f in (sys.stdout, sys.stderr):
         try:
             f.flush()
         except Exception:  # noqa: BLE001
-            pass
+            ok = False
     _cflush()
+    return ok
 
 
 def _finalize() -> None:

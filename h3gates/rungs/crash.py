@@ -61,6 +61,15 @@ def guarded(fn, ctx, out, block, upstream):
         where = _where(e, files)
         gate = CURRENT[0] if CURRENT else None
         ready = gate is not None and all(hasattr(gate, a) for a in ("device", "reference_q", "model_profile"))
+        from h3gates.rungs.side_by_side import machine_failure
+
+        if where is None and machine_failure(e):  # out of GPU memory or a device fault, outside the candidate's code
+            print(
+                f"h3gates rung {ctx.rung}: the MACHINE failed ({type(e).__name__}: {str(e)[:200]}), not the candidate or "
+                "the ladder: run the same command again (no report was written)",
+                file=sys.stderr,
+            )
+            raise
         if where is None:
             print(
                 f"h3gates rung {ctx.rung}: the LADDER failed (not the candidate: no frame of the traceback is in its kernel files); "
