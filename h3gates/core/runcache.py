@@ -46,6 +46,7 @@ from h3gates.core.outputs import RESULTS
 KEY_VERSION = 1
 ENV = "H3GATES_RUN_CACHE"  # off / 0 / no / false: run every gate, keep nothing
 PACKAGES = ("torch", "numpy", "comfy-kitchen", "cuda-python", "nvmath-python", "nvidia-cutlass-dsl")
+PACKAGES += ("nvidia-cublas", "nvidia-cublas-cu13", "nvidia-cublas-cu12")  # cuBLASLt (fc2_algo's pin names its version)
 DECIDED = ("pass", "fail", "not timed")  # rung-4 decisions a rerun at the same key repeats (h3gates.core.perfgate)
 
 
