@@ -137,7 +137,8 @@ def test_peak_memory_growth_is_caught_at_rung_8(tree):
 def test_an_untrusted_baseline_artifact_fails_its_rung_as_the_artifacts_not_the_kernels(tree):
     """Rung 6 reading a baseline artifact made for another rung (rung 5's put in its place) writes a failing
     report whose reason says the shared artifact is not trusted (h3gates.core.errors.UNTRUSTED), and the
-    verdict table's way on is the artifact's own rm command, not a change of the kernel."""
+    verdict table's way on is the artifact's (its pass token moves it and the report aside), not a change of the kernel;
+    the token does so and its fix is the same command."""
     from inprocess import make_artifact, make_captures
 
     from h3gates.core.context import RungContext, results_name_of
@@ -151,14 +152,18 @@ def test_an_untrusted_baseline_artifact_fails_its_rung_as_the_artifacts_not_the_
     shutil.copyfile(five.baseline_artifact, six.baseline_artifact)
     rung, why = _climb(tree, cfg)
     assert rung == 6 and UNTRUSTED in why and "made from another baseline context" in why, why
-    rep = json.loads(Path(paths.report_path("ci", results_name_of(cfg, "modulate_fusion"), 6)).read_text())
+    # its pass token refused it and moved the report and the artifact aside (kept under refused/, never deleted), so
+    # that the same command makes the artifact and then this gate again
+    r6 = paths.report_path("ci", results_name_of(cfg, "modulate_fusion"), 6)
+    assert not Path(r6).exists() and not Path(six.baseline_artifact).exists()
+    (kept,) = Path(r6).parent.glob(f"refused/*/{Path(r6).name}")
+    (art,) = Path("results/ci/refused").glob(f"*/{Path(six.baseline_artifact).relative_to('results/ci')}")
+    assert art.read_bytes() == Path(five.baseline_artifact).read_bytes()
+    rep = json.loads(kept.read_text())
     assert rep["verdict"] == "fail" and rep["reasons"][0].startswith(UNTRUSTED), rep["reasons"]
     assert rep["measurements"]["untrusted_artifact"] == {"path": six.baseline_artifact}, rep["measurements"]
-    r6 = paths.report_path("ci", results_name_of(cfg, "modulate_fusion"), 6)
+    # such a report that its token has not seen: the table's way on is the promote command that runs the token
     fix = _gate_fix(6, [rep], False, {"candidate": "modulate_fusion", "rungs": {6: {"state": "fail"}}}, paths=[r6])
-    rm = f"rm -f {six.baseline_artifact} {r6}"
-    assert (
-        fix
-        == f"the shared baseline artifact, not the kernel: remove it and the report that read it ({rm}), then run the same command again"
-    ), fix  # noqa: E501
+    assert fix.startswith("the shared baseline artifact, not the kernel: snakemake promote_modulate_fusion "), fix
+    assert f"its pass token moves {six.baseline_artifact} and the report that read it aside" in fix, fix
     assert "rm" not in rep["reasons"][0], rep["reasons"]  # (the reason says what is wrong; the way on is the table's)

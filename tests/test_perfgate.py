@@ -1956,11 +1956,11 @@ def test_the_verdicts_fix_after_a_rung4_refusal_that_did_not_decide():
 def test_the_verdicts_fix_says_what_the_first_failing_gate_needs():
     """h3gates.core.verdicts._gate_fix, from the first failing rung's reports: a byte mismatch or a decided fail
     is the kernel's to change (with the replay line where there is one); a crash is rerun (never kept); an
-    untrusted shared artifact is the artifact's (the rm of the file its report names), not the kernel's; rung 4's attempts way on
-    only where rung 4 is the first failing rung (an earlier rung's failure beside a stale undecided rung 4 is
-    not told to time block 0 again)."""
+    untrusted shared artifact is the artifact's (its pass token moves the file its report names aside), not the
+    kernel's; rung 4's attempts way on only where rung 4 is the first failing rung (an earlier rung's failure
+    beside a stale undecided rung 4 is not told to time block 0 again)."""
     from h3gates.core.errors import UNTRUSTED
-    from h3gates.core.verdicts import CRASHED, GATE_SAID_NO, REPLAY_SAYS, _gate_fix
+    from h3gates.core.verdicts import GATE_SAID_NO, REPLAY_SAYS, _gate_fix
 
     und = {"attempt": 1, "max_attempts": 2, "decision": "undecided"}
     row = {"candidate": "c", "rungs": {1: {"state": "fail"}, 4: {"state": "fail"}}, "attempts": {"0": und}}
@@ -1971,24 +1971,26 @@ def test_the_verdicts_fix_says_what_the_first_failing_gate_needs():
     decided = {"candidate": "c", "rungs": {4: {"state": "fail"}}, "attempts": {"0": {**und, "decision": "fail"}}}
     assert _gate_fix(4, [{"reasons": ["speed"], "measurements": {}}], False, decided) == GATE_SAID_NO
     crash = {"reasons": ["candidate crashed: ValueError"], "measurements": {"crash": {"type": "ValueError"}}}
-    r1 = "results/ci/c/r1_adversarial.json"  # the crashed report goes first: the same command would not rerun it
-    assert _gate_fix(1, [crash], True, row, paths=[r1]) == (
-        f"remove the crashed report (rm -f {r1}), {CRASHED}; the replay line above reruns the crashing case alone"
-    )
+    r1 = "results/ci/c/r1_adversarial.json"
+    # a crashed report its pass token has not yet seen (the token moves it aside and says to run the same command):
+    # the promote command that runs the token, never an rm (refused/ keeps it)
+    fix = _gate_fix(1, [crash], True, row, paths=[r1])
+    assert fix.startswith("snakemake promote_c ") and "rm " not in fix, fix
+    assert "its pass token moves the crashed report aside" in fix and fix.endswith("reruns the crashing case alone")
     cap0 = "results/ci/baseline/r0-x.block0.pt"
     # the way on comes from the report's field, not the reason's words (a reason naming another file in passing gives
-    # the rm of the file the field names), with the failing report itself (it would not rerun for a remade input);
-    # an odd path is quoted for the shell
+    # the file the field names); an odd path is quoted for the shell
     why = f"{UNTRUSTED}{cap0} was made from another context than results/x.pt's"
     r5 = "results/ci/c/r5_step.json"
     doc = {"reasons": [why], "measurements": {"untrusted_artifact": {"path": cap0}}}
-    way = "the shared baseline artifact, not the kernel: remove it and the report that read it"
-    assert _gate_fix(5, [doc], False, row, paths=[r5]) == f"{way} (rm -f {cap0} {r5}), then run the same command again"
+    fix = _gate_fix(5, [doc], False, row, paths=[r5])
+    assert fix.startswith("the shared baseline artifact, not the kernel: snakemake promote_c ") and "rm " not in fix
+    assert f"its pass token moves {cap0} and the report that read it aside" in fix, fix
     odd = {"reasons": [why], "measurements": {"untrusted_artifact": {"path": "results/my run/r5-x.pt"}}}
-    assert f"(rm -f 'results/my run/r5-x.pt' {r5})" in _gate_fix(5, [odd], False, row, paths=[r5])
-    for elsewhere in ("/home/me/.ssh/id_ed25519", "results/../README.md"):  # never an rm outside the workflow's files
+    assert "moves 'results/my run/r5-x.pt' and" in _gate_fix(5, [odd], False, row, paths=[r5])
+    for elsewhere in ("/home/me/.ssh/id_ed25519", "results/../README.md"):  # never a file outside the workflow's
         far = {"reasons": [why], "measurements": {"untrusted_artifact": {"path": elsewhere}}}
-        assert "rm" not in _gate_fix(5, [far], False, row, paths=[r5]), elsewhere
+        assert elsewhere not in _gate_fix(5, [far], False, row, paths=[r5]), elsewhere
     nopath = {"reasons": [why], "measurements": {"untrusted_artifact": {"path": None}}}
     cap = _gate_fix(
         8, [nopath], False, row, paths=[r5]

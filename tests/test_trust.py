@@ -321,11 +321,16 @@ def test_a_candidate_that_raises_while_built_or_imported_gets_a_failing_report(w
         in out
     ), out[-3000:]
     assert not (ws / FLAG).exists()  # its basis broke: revoked at once, by the rung's job
-    d = _doc(ws, KINDS[1])
+    # its pass token moved it aside (a crash may be the machine's: the same command runs the gate anew), kept
+    assert not (ws / KINDS[1]).exists() and "(the same command: a crashed gate is not kept" in out, out[-3000:]
+    kept = _aside(ws, KINDS[1])
+    d = json.loads(kept.read_text())
     crash = d["measurements"]["crash"]
     assert d["verdict"] == "fail" and crash["file"] == f"kernels/{CAND}/cpu.py" and crash["line"] == line
     monkeypatch.chdir(ws)
-    assert links.check_product(KINDS[1], attest.trusted()) == []  # a failing report is signed like any other
+    # a failing report is signed like any other (its link, moved with it, signs these bytes under its own path)
+    stmt, _ = attest.verify_envelope(f"{kept}.link", attest.trusted(), predicate_type=links.LINK_PREDICATE)
+    assert attest._subjects(stmt)[KINDS[1]] == R.file_sha256(kept)
     # the failing report flipped to pass is refused: the crash is in its measurements
     from h3gates.core import derive
 
@@ -338,7 +343,13 @@ def test_a_candidate_that_raises_while_built_or_imported_gets_a_failing_report(w
         and "candidate crashed: SyntaxError" in out
         and f"kernels/{CAND}/cpu.py:{len(original.splitlines()) + 2}" in out
     ), out[-3000:]
-    assert _doc(ws, KINDS[1])["measurements"]["crash"]["type"] == "SyntaxError"
+    assert json.loads(_aside(ws, KINDS[1]).read_text())["measurements"]["crash"]["type"] == "SyntaxError"
+
+
+def _aside(ws, path) -> Path:
+    """The newest copy of a report that a refusal moved aside (results/<profile>/<candidate>/refused/<time>/)."""
+    home = ws / RES / CAND
+    return sorted(home.glob(f"refused/*/{(ws / path).relative_to(home)}"))[-1]
 
 
 # ------------------------------------------------------------------ bad input, refused before any job

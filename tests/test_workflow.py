@@ -108,27 +108,33 @@ links.sign(pred["name"], [p], {m["name"]: attest._value(m["digest"]) for m in pr
 """
 
 
-def test_an_untrusted_baseline_artifact_is_refused_with_its_rm_and_the_rm_heals(ws):
+def test_an_untrusted_baseline_artifact_is_moved_aside_and_the_same_command_heals(ws):
     """Rung 6's baseline artifact made under another torch, and signed by its job there: the candidate's rung 6
     runs again (its input changed) and writes a failing report that names the file
-    (measurements.untrusted_artifact); the verdict table's way on is that file's rm, not a change of the kernel;
-    after the rm, the same command makes the artifact again and promotes."""
+    (measurements.untrusted_artifact); its pass token refuses it as the artifact's, not the kernel's, and moves the
+    report and the artifact aside (kept under refused/, never deleted); the fix is the same command, which makes
+    the artifact again and promotes."""
     (r6,) = (ws / RES / "baseline").glob("r6-*.pt")
     rel = str(r6.relative_to(ws))
     subprocess.run([sys.executable, "-c", ELSEWHERE, rel], cwd=ws, env=wf_env(), check=True)
     p = snakemake(ws, "promote_modulate_fusion")
     assert p.returncode != 0
-    rep = json.loads((ws / RES / "modulate_fusion/r6_two_step.json").read_text())
+    report = ws / RES / "modulate_fusion/r6_two_step.json"
+    (kept,) = report.parent.glob("refused/*/r6_two_step.json")
+    assert not report.exists() and not r6.exists(), p.stderr[-3000:]
+    (art,) = (ws / RES / "refused").glob(f"*/baseline/{r6.name}")  # the artifact kept, with its link
+    assert Path(f"{art}.link").exists() and Path(f"{kept}.link").exists()
+    rep = json.loads(kept.read_text())
     assert rep["verdict"] == "fail" and rep["measurements"]["untrusted_artifact"] == {"path": rel}, rep
     assert "computed with another torch" in rep["reasons"][0], rep["reasons"]
-    report = f"{RES}/modulate_fusion/r6_two_step.json"
-    rm = re.search(
-        r"fix: the shared baseline artifact, not the kernel: .*\((rm -f [^)]*)\), then run the same", p.stderr
-    )
-    assert rm and rm.group(1) == f"rm -f {rel} {report}", p.stderr[-3000:]
-    subprocess.run(rm.group(1), shell=True, cwd=ws, check=True)  # the printed way on, as printed
-    snakemake(ws, "promote_modulate_fusion", check=True)
-    assert json.loads((ws / RES / "modulate_fusion/r6_two_step.json").read_text())["verdict"] == "pass"
+    same = "fix: snakemake --cores 2 promote_modulate_fusion   (the same command: the shared baseline artifact, not"
+    assert same in p.stderr and "rm " not in p.stderr, p.stderr[-3000:]
+    # the verdict table says why the report is missing and the promote command
+    table = p.stderr[p.stderr.rindex("h3gates verdicts") :]
+    assert "r6: moved aside (refused/" in table and "/): the shared baseline artifact is not trusted" in table, table
+    assert "fix: snakemake promote_modulate_fusion " in table, table
+    snakemake(ws, "promote_modulate_fusion", check=True)  # the printed way on, as printed: the same command
+    assert json.loads(report.read_text())["verdict"] == "pass" and r6.exists()
     assert (ws / RES / "promotion/modulate_fusion.env").exists()
 
 
@@ -387,7 +393,8 @@ def test_candidate_crash_gets_a_failing_report(ws):
     _plant(ws, "modulate_fusion", append=CRASH_ON_SHORT_INPUTS)
     rung, err = _climb(ws, "modulate_fusion")
     assert rung == 1 and "candidate crashed: TypeError" in err and "cpu.py" in err
-    rep = json.loads((ws / RES / _name(ws, "modulate_fusion") / "r1_adversarial.json").read_text())
+    (kept,) = (ws / RES / _name(ws, "modulate_fusion")).glob("refused/*/r1_adversarial.json")  # (moved aside)
+    rep = json.loads(kept.read_text())
     crash = rep["measurements"]["crash"]
     assert (
         rep["verdict"] == "fail" and crash["type"] == "TypeError" and crash["file"] == "faulty/modulate_fusion/cpu.py"
@@ -396,17 +403,22 @@ def test_candidate_crash_gets_a_failing_report(ws):
     name = _name(ws, "modulate_fusion")  # the planted source variant's results name
     dump = ws / RES / name / crash["replay"]  # the crashed case's inputs, for replay
     assert dump.is_file() and f"replay: python -m h3gates replay {RES}/{name}/{crash['replay']}" in err
-    # the verdict table's way on is a crash's (the crashed report removed, then run again: a crashed gate is not
-    # kept), not a byte mismatch's
-    m = re.search(r"fix: remove the crashed report \((rm -f [^)]*)\), then run the same command again \(a crashed", err)
-    assert m and m.group(1) == f"rm -f {RES}/{name}/r1_adversarial.json" and "crashing case alone" in err, err
+    # the crashed report is moved aside (kept), and the way on is the same command (a crashed gate is not kept by
+    # the run cache: it runs anew), not a byte mismatch's
+    report = ws / RES / name / "r1_adversarial.json"
+    assert not report.exists() and len(list(report.parent.glob("refused/*/r1_adversarial.json"))) == 1
+    assert "fix: snakemake --cores 2 promote_modulate_fusion   (the same command: a crashed gate is not kept" in err, (
+        err
+    )
+    assert "crashing case alone" in err and "rm " not in err, err
     p = h3gates(ws, "replay", str(dump))
     assert p.returncode == 1 and "RAISES on this case: TypeError" in p.stdout, p.stdout + p.stderr
     # followed as printed, the way on runs the gate again (here it crashes again: the kernel is unchanged)
-    subprocess.run(m.group(1), shell=True, cwd=ws, check=True)
     rung, err = _climb(ws, "modulate_fusion")
-    again = json.loads((ws / RES / name / "r1_adversarial.json").read_text())
-    assert rung == 1 and again["written_at"] != rep["written_at"] and "crash" in again["measurements"], err
+    copies = sorted(report.parent.glob("refused/*/r1_adversarial.json"))
+    again = json.loads(copies[-1].read_text())
+    assert rung == 1 and len(copies) == 2 and again["written_at"] != rep["written_at"], err
+    assert "crash" in again["measurements"], err
 
 
 OUT_OF_MEMORY_ON_SHORT_INPUTS = """
@@ -432,9 +444,10 @@ def test_the_machines_failure_in_a_case_is_a_crash_not_a_refusal_or_a_verdict(ws
     with the kernel to change, which the run cache would keep and give back (side_by_side.machine_failure)."""
     _plant(ws, "modulate_fusion", append=OUT_OF_MEMORY_ON_SHORT_INPUTS)
     rung, err = _climb(ws, "modulate_fusion")
-    rep = json.loads((ws / RES / _name(ws, "modulate_fusion") / "r1_adversarial.json").read_text())
+    (kept,) = (ws / RES / _name(ws, "modulate_fusion")).glob("refused/*/r1_adversarial.json")  # (moved aside)
+    rep = json.loads(kept.read_text())
     assert rung == 1 and rep["measurements"]["crash"]["type"] == "OutOfMemoryError", err[-3000:]
-    assert "fix: remove the crashed report" in err and "cases differ" not in err, err[-3000:]
+    assert "(the same command: a crashed gate is not kept" in err and "cases differ" not in err, err[-3000:]
 
 
 def test_fault_nibble_swap_in_one_tile_caught_at_rung_2(ws):

@@ -52,7 +52,7 @@ class ArtifactError(RuntimeError):
     file whose removal is the way on (the workflow makes it again), where there is one: the message then ends
     with its rm, right for a job that stops here (it writes no report, so a rerun runs it again). A gate that
     reads it writes a failing report instead (h3gates.rungs.gate.Gate.untrusted): its reason is the `problem`
-    alone, and it records `path`, from which the verdict table builds the way on (that report goes too)."""
+    alone, and it records `path`, which its pass token moves aside with that report (h3gates.core.tokens)."""
 
     def __init__(self, problem: str, path=None):
         self.problem, self.path = problem, None if path is None else str(path)

@@ -12,11 +12,12 @@ from pathlib import Path
 from h3gates.core.outputs import RESULTS
 
 
-def quarantine(results: dict, candidate: str, profile: str, trusted: dict | None = None) -> list[str]:
-    """Move reports that no longer stand (stale, edited, invalid) aside, under
-    results/<profile>/<candidate>/refused/<time>/: Snakemake then recomputes exactly those rungs (and,
-    their reports being new, the pass tokens and rungs after them). A workflow artifact an invalid report
-    read whose own link does not stand (h3gates.core.links) goes aside too, under results/<profile>/refused/
+def quarantine(results: dict, candidate: str, profile: str, trusted: dict | None = None, artifacts=()) -> list[str]:
+    """Move reports that no longer stand (stale, edited, invalid; or a failing report that is not the kernel's
+    verdict: h3gates.core.tokens) aside, under results/<profile>/<candidate>/refused/<time>/: Snakemake then
+    recomputes exactly those rungs (and, their reports being new, the pass tokens and rungs after them). A
+    workflow artifact an invalid report read whose own link does not stand (h3gates.core.links), and each of
+    `artifacts` (a shared baseline artifact not trusted here), goes aside too, under results/<profile>/refused/
     <time>/, so that its job reruns rather than the rung reading it again."""
     from h3gates.core import links
 
@@ -32,8 +33,27 @@ def quarantine(results: dict, candidate: str, profile: str, trusted: dict | None
             for up in doc.get("upstream") or {}:
                 inside = Path(up).is_relative_to(Path(RESULTS, profile, candidate))
                 if not inside and Path(up).exists() and links.check_product(up, keys):
-                    _move(up, Path(RESULTS, profile, "refused", stamp, Path(up).relative_to(Path(RESULTS, profile))))
+                    _move_artifact(up, profile, stamp)
+    for a in artifacts:
+        if workflow_file(a, profile) and not Path(a).is_relative_to(Path(RESULTS, profile, candidate)):
+            _move_artifact(a, profile, stamp)
     return moved
+
+
+def workflow_file(path, profile: str | None = None) -> bool:
+    """Whether `path` is a file the workflow makes (under results/, or results/<profile>/, with no `..`): the
+    only files a refusal moves, or a fix names."""
+    parts = Path(path).parts
+    return parts[: 2 if profile else 1] == (RESULTS, profile)[: 2 if profile else 1] and ".." not in parts
+
+
+def _move_artifact(path, profile: str, stamp: str) -> None:
+    """A shared artifact to results/<profile>/refused/<stamp>/; one already gone (another candidate's refusal in the
+    same run moved it first) is left so."""
+    try:
+        _move(path, Path(RESULTS, profile, "refused", stamp, Path(path).relative_to(Path(RESULTS, profile))))
+    except FileNotFoundError:
+        pass
 
 
 def _move(p, target: Path) -> None:

@@ -37,16 +37,19 @@ def token(reports: list[str], out: str, trusted_keys=None) -> None:
         docs[p] = d
     if bad:
         raise Refusal([r for why in bad.values() for r in why], fix=_heal(bad))
-    for p, d in docs.items():
-        if d["verdict"] != "pass":
-            raise Refusal(
-                [
-                    f"rung {d['rung']} ({d['rung_name']}) FAILED for {d['candidate']}"
-                    + (f" block {d['block']}" if d["block"] is not None else "")
-                    + f": {d['reasons'][0]} -- see {p}"
-                ]
-                + ([f"replay: python -m h3gates replay {Path(p).parent / d['replay'][0]}"] if d.get("replay") else [])
-            )
+    failing = {p: d for p, d in docs.items() if d["verdict"] != "pass"}
+    if failing:
+        p, d = next(iter(failing.items()))
+        aside = {q: e for q, e in failing.items() if not_the_kernels(e)}  # moved aside: the same command reruns them
+        raise Refusal(
+            [
+                f"rung {d['rung']} ({d['rung_name']}) FAILED for {d['candidate']}"
+                + (f" block {d['block']}" if d["block"] is not None else "")
+                + f": {d['reasons'][0]} -- see {p}"
+            ]
+            + ([f"replay: python -m h3gates replay {Path(p).parent / d['replay'][0]}"] if d.get("replay") else []),
+            fix=_set_aside(aside, p) if aside else None,
+        )
     first = next(iter(docs.values()))
     report.write(
         out,
@@ -71,6 +74,47 @@ def _heal(bad: dict) -> str:
     if not moved:
         return same_command()
     return f"{same_command()}   (the same command: it recomputes the {len(moved)} report(s) moved aside, kept under refused/)"
+
+
+def not_the_kernels(doc: dict) -> str | None:
+    """Why a failing report is not the kernel's verdict, or None: a crash (h3gates.rungs.gate: it may be the
+    machine's; never kept by the run cache) or a shared baseline artifact not trusted here (Gate.untrusted). Its
+    pass token moves it aside (with the artifact) so that the same command runs its gate again: an existing report
+    is not made again (no rerun trigger fires for it), and a remade input alone would not rerun it."""
+    m = doc.get("measurements") or {}
+    if "crash" in m:
+        return "crash"
+    return "untrusted" if isinstance(m.get("untrusted_artifact"), dict) else None
+
+
+def _set_aside(aside: dict, first: str) -> str | None:
+    """Move the failing reports that are not the kernel's verdict aside (results/<profile>/<name>/refused/<time>/),
+    and each shared artifact they name (results/<profile>/refused/<time>/) -> the fix line for the refusal of
+    `first` (None where `first` is the kernel's: the verdict table says what to change)."""
+    from h3gates.core.heal import quarantine, same_command, workflow_file
+
+    moved = []
+    for p, d in aside.items():
+        parts = Path(p).parts
+        if not (Path(p).exists() and len(parts) > 3 and workflow_file(p)):
+            continue
+        art = d["measurements"]["untrusted_artifact"].get("path") if not_the_kernels(d) == "untrusted" else None
+        if not_the_kernels(d) == "untrusted" and not (isinstance(art, str) and workflow_file(art, parts[1])):
+            continue  # no file of this profile named: the report stays, and the verdict table gives the general way
+        moved += quarantine({p: ("invalid", [], None)}, parts[2], parts[1], artifacts=[art] if art else [])
+    why = not_the_kernels(aside[first]) if first in aside and first in moved else None
+    if why == "crash":
+        return (
+            f"{same_command()}   (the same command: a crashed gate is not kept; its report is moved aside, under "
+            "refused/, and the gate runs anew; if it crashes again, the kernel is what to change)"
+            + ("; the replay line above reruns the crashing case alone" if aside[first].get("replay") else "")
+        )
+    if why == "untrusted":
+        return (
+            f"{same_command()}   (the same command: the shared baseline artifact, not the kernel; it and the "
+            f"{len(moved)} report(s) that read it are moved aside, kept under refused/, and made again)"
+        )
+    return None
 
 
 def revoke(*paths) -> None:

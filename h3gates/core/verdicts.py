@@ -43,6 +43,7 @@ def verdicts(config: dict, candidates=None, configfiles=None) -> list[str]:
             ),
             None,
         )
+        aside = _moved_aside(config, row)
         if not Path(record).exists():
             promo = "no record" + (f" (a flag {flag} without its record)" if Path(flag).exists() else "")
         else:
@@ -56,11 +57,13 @@ def verdicts(config: dict, candidates=None, configfiles=None) -> list[str]:
                 promo = "REFUSED"
                 fix = None if problem else e.fix  # (a rung's own problem: its job's refusal said what to do)
                 problem = problem or f"promotion: {e.reasons[0]}"
+        if aside:  # a pass token's refusal moved the report aside (not the kernel's verdict): the promote command
+            problem, fix = aside, _rerun(row, configfiles) + "   (makes the report moved aside again)"
         cells = " ".join(f"{'-' if s == 'missing' else s:7s}" for s in states)
         lines.append(f"  {row['results_name']:{w}s} {cells} {promo}")
         if problem:
             lines.append(f"    {one_line(problem, 160)}")
-            if any(row["rungs"][r]["state"] == "fail" for r in RUNG_NAMES):  # a gate said no: its replay, not a rerun
+            if not aside and any(row["rungs"][r]["state"] == "fail" for r in RUNG_NAMES):  # a gate said no: its replay
                 rung, failing = _failing(config, row)
                 replay = next(
                     (
@@ -87,10 +90,6 @@ GATE_SAID_NO = (  # the kernel's verdict: the same sources get the same report b
     "sources get the same verdict back)"
 )
 REPLAY_SAYS = "the replay line above reruns the gate's first differing case alone"
-CRASHED = (  # a crash is never kept by the run cache (h3gates.core.runcache.cacheable): it may be the machine's
-    "then run the same command again (a crashed gate is not kept: it runs anew); if it crashes again, the kernel is "
-    "what to change"
-)
 
 
 def _failing(config: dict, row: dict) -> tuple[int | None, list[tuple[str, dict]]]:
@@ -115,57 +114,85 @@ def _failing(config: dict, row: dict) -> tuple[int | None, list[tuple[str, dict]
 
 
 def _gate_fix(rung, docs: list[dict], replay: bool, row: dict, configfiles=None, paths=()) -> str:
-    """What to do after the first failing rung's reports: rung 4's way on where its gate did not decide; a rerun
-    after a crash (the replay line reruns the crashing case); the artifact's own way where the shared baseline
-    artifact was not trusted (not the kernel's doing: the rm of the file the report's
-    `measurements.untrusted_artifact` names, from h3gates.rungs.gate.Gate.untrusted; a report whose reason alone
-    says so, h3gates.core.errors.UNTRUSTED, gets the general way); else the kernel's change."""
+    """What to do after the first failing rung's reports: rung 4's way on where its gate did not decide; where a
+    report is not the kernel's verdict (a crash, or a shared baseline artifact not trusted here: h3gates.core.tokens.
+    not_the_kernels) and its pass token has not run since (the token moves such a report aside, with the artifact it
+    names, and its refusal's fix is the same command), the promote command that runs that token; else the kernel's
+    change."""
     from h3gates.core.errors import UNTRUSTED
+    from h3gates.core.tokens import not_the_kernels
 
     if rung == 4:
         fix = _attempts_fix(row, configfiles)
         if fix:
             return fix
     first = docs[0] if docs else {}
-    if "crash" in (first.get("measurements") or {}):
-        # the crashed reports go first: an existing report is not made again by the same command (no rerun trigger
-        # fires), and nothing else would remove it
-        crashed = [p for p, d in zip(paths, docs) if "crash" in (d.get("measurements") or {})]
-        rm = f"remove the crashed report ({_rm(crashed)}), " if crashed else "remove the crashed report, "
-        return rm + CRASHED + ("; the replay line above reruns the crashing case alone" if replay else "")
-    untrusted = [(p, u) for p, d in zip([*paths, *[None] * len(docs)], docs) if (u := _untrusted(d))]
-    if untrusted or next(iter(first.get("reasons") or []), "").startswith(UNTRUSTED):
-        # the artifacts and the reports that read them: a report that exists is not made again after its input is
-        # (Snakemake's mtime trigger sees no newer input), and the remade artifact's bytes are a new run-cache key
-        named = [(p, u["path"]) for p, u in untrusted if u.get("path")]  # (a report goes only with its artifact)
-        files = [*dict.fromkeys([*(a for _, a in named), *(p for p, _ in named if p)])]
-        if not any(u.get("path") for _, u in untrusted):
-            return (
-                "the shared baseline artifact, not the kernel: remove the artifact the reason names and the failing "
-                "report, then run the same command again"
-            )
+    why = not_the_kernels(first)
+    if why == "crash":
         return (
-            "the shared baseline artifact, not the kernel: remove it and the report that read it "
-            f"({_rm(files)}), then run the same command again"
+            _rerun(row, configfiles)
+            + "   (its pass token moves the crashed report aside, kept under refused/, and says to run it again: a "
+            "crashed gate is not kept, it runs anew; if it crashes again, the kernel is what to change)"
+            + ("; the replay line above reruns the crashing case alone" if replay else "")
+        )
+    art = (_untrusted(first) or {}).get("path")
+    if art:
+        return (
+            f"the shared baseline artifact, not the kernel: {_rerun(row, configfiles)}   (its pass token moves "
+            f"{shlex.quote(art)} and the report that read it aside, kept under refused/, and says to run it again: "
+            "the artifact is made anew)"
+        )
+    if why == "untrusted" or next(iter(first.get("reasons") or []), "").startswith(UNTRUSTED):
+        return (
+            "the shared baseline artifact, not the kernel: remove the artifact the reason names and the failing "
+            "report, then run the same command again"
         )
     return GATE_SAID_NO + ("; " + REPLAY_SAYS if replay else "")
 
 
-def _rm(files) -> str:
-    return "rm -f " + " ".join(shlex.quote(str(f)) for f in files)
+def _rerun(row: dict, configfiles=None) -> str:
+    """The candidate's promote command under this run's options and config files."""
+    from h3gates.core.promotion import _fix
+
+    return _fix(row["candidate"], configfiles, [])
+
+
+def _moved_aside(config: dict, row: dict) -> str | None:
+    """Where the first rung that does not pass lacks a report that a refusal moved aside (results/<profile>/<name>/
+    refused/<time>/: h3gates.core.heal), the problem line, from the newest such copy; else None. The promote command
+    makes a missing report again."""
+    import json
+
+    from h3gates.core.outputs import RESULTS, report_paths
+
+    rung = next((r for r, v in row["rungs"].items() if v["state"] != "pass"), None)
+    if rung is None or row["rungs"][rung]["state"] != "missing":
+        return None
+    home = Path(RESULTS, config["profile"], row["results_name"])
+    for p in report_paths(config["profile"], row["results_name"], config["blocks"]).get(rung, []):
+        if Path(p).exists():
+            continue
+        copies = sorted(home.glob(f"refused/*/{Path(p).relative_to(home)}"), key=lambda c: c.relative_to(home).parts[1])
+        if not copies:
+            continue
+        try:
+            reason = next(iter(json.loads(copies[-1].read_text()).get("reasons") or []), "it no longer stood")
+        except (OSError, ValueError):
+            reason = "it no longer stood"
+        return f"r{rung}: moved aside ({copies[-1].parent.relative_to(home)}/): {reason}"
+    return None
 
 
 def _untrusted(doc: dict) -> dict | None:
     """A failing report's `measurements.untrusted_artifact` (h3gates.rungs.gate.Gate.untrusted), or None; its path
-    kept only where it is a workflow artifact's (under results/, no `..`): the table prints an rm of it."""
-    from h3gates.core.outputs import RESULTS
+    kept only where it is a workflow artifact's (under results/, no `..`: h3gates.core.heal.workflow_file)."""
+    from h3gates.core.heal import workflow_file
 
     u = (doc.get("measurements") or {}).get("untrusted_artifact")
     if not isinstance(u, dict):
         return None
     path = u.get("path")
-    ok = isinstance(path, str) and Path(path).parts[:1] == (RESULTS,) and ".." not in Path(path).parts
-    return {**u, "path": path if ok else None}
+    return {**u, "path": path if isinstance(path, str) and workflow_file(path) else None}
 
 
 def _attempts_fix(row: dict, configfiles=None) -> str | None:

@@ -139,8 +139,8 @@ class Gate:
         """Fail because the shared baseline artifact cannot be trusted here (an ArtifactError): not the kernel's doing."""
         from h3gates.core.errors import UNTRUSTED
 
-        # the reason says what is wrong; the way on (the artifact's rm and this report's) is the verdict table's, from
-        # the file the measurements name (h3gates.core.verdicts): a rerun alone would not run this gate again
+        # the reason says what is wrong; the way on is the pass token's (h3gates.core.tokens): it moves this report and
+        # the file the measurements name aside, so that the same command makes both again (a rerun alone would not)
         self.fail(f"{UNTRUSTED}{getattr(e, 'problem', e)}")
         self.untrusted_artifact = {"path": getattr(e, "path", None)}
 
