@@ -955,6 +955,37 @@ def test_a_cohort_that_runs_the_gpu_out_of_memory_is_refused_with_the_resident_i
     assert "1 of its 3 processes prepared" in e.reasons[0] and "not even two" in e.fix and "resident:" not in e.fix
 
 
+def test_a_worker_reading_a_capture_not_the_checked_one_stops_the_rung_on_the_artifacts_way(tmp_path, monkeypatch):
+    """A timing worker whose read of the block's capture raises ArtifactError (the file changed after the rung's
+    own process checked it) says so on its channel and ends; the rung's process raises the ArtifactError with the
+    file (h3gates.rungs.crash.guarded then prints the shared artifact's line), not a bare "exited with 1" read as
+    the ladder's failure, and no process of the cohort is left running."""
+    from h3gates.core.errors import ArtifactError
+    from h3gates.rungs import timing as T
+
+    code = (
+        "import json, sys\n"
+        "from h3gates.core.errors import ArtifactError\n"
+        "from h3gates.rungs import timing as T\n"
+        "T.await_go()\n"
+        "with T.out_of_memory_said():\n"
+        "    if int(sys.argv[1]) == 1:\n"
+        "        raise ArtifactError('results/ci/baseline/r0-x.block0.pt: edited', 'results/ci/baseline/r0-x.block0.pt')\n"
+        "print(json.dumps({'modes': {'A': 'eager', 'B': 'eager'}, 'reasons': {'A': None, 'B': None}}), flush=True)\n"
+        "for line in sys.stdin:\n    if json.loads(line).get('quit'): break\n"
+    )
+    real = subprocess.Popen
+    made = []
+    with open(tmp_path / "err", "w") as f:
+        monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: real(*a, **{**k, "stderr": f, "cwd": ROOT}))
+        monkeypatch.setattr(T, "close_all", lambda procs, _c=T.close_all: made.extend(procs) or _c(procs))
+        with pytest.raises(ArtifactError) as e:
+            T.Launcher(2, lambda i, first: [sys.executable, "-c", code, str(i)], at_once=1)(range(2))
+        monkeypatch.undo()
+    assert e.value.path == "results/ci/baseline/r0-x.block0.pt" and "timing worker" in e.value.problem, e.value
+    assert "edited" in e.value.problem and made and all(w.p.poll() is not None for w in made)
+
+
 def test_a_discarded_worker_still_importing_ends_at_once_and_quietly(tmp_path, monkeypatch):
     """Launcher.discard on workers that never had their go (rung 4's early launch where the block then is not
     timed, r4_block.launch_ahead): one still importing is terminated after DISCARD_WAIT_S, not awaited until it

@@ -48,7 +48,7 @@ import time
 import torch
 
 from h3gates.core import perfgate as PG
-from h3gates.core.errors import Refusal
+from h3gates.core.errors import ArtifactError, Refusal
 from h3gates.core.jobs import progress
 from h3gates.nvfp4.cuda.sync import sync
 from h3gates.nvfp4.gemm import AlphaTape
@@ -503,12 +503,19 @@ class Worker:
                 f"timing worker ({self.first} first) exited with {self.p.wait()} before answering (see the log above)"
             )
         out = json.loads(line)
-        if out.get("error") == OUT_OF_MEMORY:  # (its traceback is in the log: its stderr is the rung's)
+        if out.get("error") in (
+            OUT_OF_MEMORY,
+            UNTRUSTED_INPUT,
+        ):  # (its traceback is in the log: its stderr is the rung's)
             try:
                 self.p.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 self.p.kill()
                 self.p.wait()
+            if (
+                out["error"] == UNTRUSTED_INPUT
+            ):  # the rung's own way for a shared artifact (h3gates.rungs.crash.guarded)
+                raise ArtifactError(f"timing worker ({self.first} first): {out.get('problem')}", out.get("path"))
             raise WorkerOutOfMemory(self.first, out)
         return out
 
@@ -559,6 +566,7 @@ class Worker:
 
 
 OUT_OF_MEMORY = "out_of_memory"  # a worker's line where its preparation ran the GPU out of memory (out_of_memory_said)
+UNTRUSTED_INPUT = "untrusted_input"  # ... where the block's capture it read was not the one checked (ArtifactError)
 
 
 class WorkerOutOfMemory(RuntimeError):
@@ -575,17 +583,26 @@ def out_of_memory_said():
     """Around a worker's build and preparation: where they run the GPU out of memory, one line on the protocol
     channel says so (with the GPU's total and free memory and what this process reserved), so that the rung's
     process refuses with the cohort size that fits (Launcher) instead of a bare exit status; the exception
-    still ends the worker (its traceback to the log)."""
+    still ends the worker (its traceback to the log). Likewise a block capture the worker reads that is not the
+    one its context names (an ArtifactError: the file changed after the rung's own process checked it): the rung
+    then stops on the artifact's way (h3gates.rungs.crash.guarded), not on a bare exit status."""
     try:
         yield
     except torch.OutOfMemoryError as e:
-        line = {"error": OUT_OF_MEMORY, "detail": _oom_detail(e), "memory_gb": _memory_gb()}
-        try:
-            sys.stdout.write(json.dumps(line) + "\n")
-            sys.stdout.flush()
-        except OSError:  # (a parent gone: the exception below says it in the log)
-            pass
+        _say({"error": OUT_OF_MEMORY, "detail": _oom_detail(e), "memory_gb": _memory_gb()})
         raise
+    except ArtifactError as e:
+        _say({"error": UNTRUSTED_INPUT, "problem": e.problem, "path": e.path})
+        raise
+
+
+def _say(line: dict) -> None:
+    """One line on a worker's protocol channel, where its parent still reads it."""
+    try:
+        sys.stdout.write(json.dumps(line) + "\n")
+        sys.stdout.flush()
+    except OSError:  # (a parent gone: the exception the caller raises says it in the log)
+        pass
 
 
 def _memory_gb() -> dict:
