@@ -1,5 +1,6 @@
 # A passing rung becomes a pass token; a failing one stops the climb with a one-line reason that
-# names the report (the reports themselves stay as evidence) and revokes the candidate's flag if its
+# names the report (kept as evidence: in place where it is the kernel's verdict, else moved aside under
+# refused/ with the same command as its fix, h3gates.core.tokens) and revokes the candidate's flag if its
 # record no longer verifies (a failing gate proves nothing about a record made under another config).
 
 

@@ -179,7 +179,13 @@ def test_block_inputs_are_one_shared_capture_in_the_digest_chain(ws):
     )
     # the log says whose doing it is (the shared capture's, with its rm), not a bug of the ladder
     assert "a shared artifact is not trusted here (not the candidate's doing)" in log and "the LADDER failed" not in log
-    assert f"remove it (rm {RES}/baseline/{caps[1].name}) and rerun" in log, log[-2000:]
+    aside = f"mv {RES}/baseline/{caps[1].name} {RES}/baseline/{caps[1].name}.untrusted"
+    assert f"move it aside ({aside}), then run the same command again" in log, log[-2000:]
+    # followed as printed: the capture is kept beside its place, made again, and the rung passes
+    subprocess.run(aside, shell=True, cwd=ws, check=True)
+    snakemake(ws, f"{RES}/modulate_fusion/r3_projection/block3.json", check=True)
+    assert json.loads((ws / RES / "modulate_fusion/r3_projection/block3.json").read_text())["verdict"] == "pass"
+    assert (ws / RES / "baseline" / f"{caps[1].name}.untrusted").is_file()
 
 
 def test_report_and_plots_build(ws):
@@ -401,8 +407,9 @@ def test_candidate_crash_gets_a_failing_report(ws):
     )
     assert crash["at"].startswith("case ") and "Traceback" in crash["traceback"][0]
     name = _name(ws, "modulate_fusion")  # the planted source variant's results name
-    dump = ws / RES / name / crash["replay"]  # the crashed case's inputs, for replay
-    assert dump.is_file() and f"replay: python -m h3gates replay {RES}/{name}/{crash['replay']}" in err
+    dump = kept.parent / crash["replay"]  # the crashed case's inputs, for replay (moved aside with the report)
+    assert dump.is_file() and Path(f"{dump}.link").is_file() and not (ws / RES / name / crash["replay"]).exists()
+    assert f"replay: python -m h3gates replay {dump.relative_to(ws)}" in err and f"see {kept.relative_to(ws)}" in err
     # the crashed report is moved aside (kept), and the way on is the same command (a crashed gate is not kept by
     # the run cache: it runs anew), not a byte mismatch's
     report = ws / RES / name / "r1_adversarial.json"

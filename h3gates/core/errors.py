@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+from pathlib import Path
 
 
 class ConfigError(ValueError):
@@ -49,14 +50,22 @@ class Refusal(Exception):
 
 class ArtifactError(RuntimeError):
     """An artifact that is not the one its rung's context names (a ladder bug, never a candidate's). `path`: the
-    file whose removal is the way on (the workflow makes it again), where there is one: the message then ends
-    with its rm, right for a job that stops here (it writes no report, so a rerun runs it again). A gate that
+    file whose setting aside is the way on (the workflow makes it again), where there is one: the message then
+    ends with its mv (set_aside), right for a job that stops here (it writes no report, so a rerun runs it again). A gate that
     reads it writes a failing report instead (h3gates.rungs.gate.Gate.untrusted): its reason is the `problem`
     alone, and it records `path`, which its pass token moves aside with that report (h3gates.core.tokens)."""
 
     def __init__(self, problem: str, path=None):
         self.problem, self.path = problem, None if path is None else str(path)
-        super().__init__(problem if path is None else f"{problem}; remove it (rm {shlex.quote(self.path)}) and rerun")
+        super().__init__(problem if path is None else f"{problem}; {set_aside(self.path)}")
+
+
+def set_aside(path: str) -> str:
+    """The way on from an artifact a job stopped on: kept beside its place, never deleted; its job makes it again."""
+    if not Path(path).exists():
+        return "run the same command again (its job makes it again)"
+    q = shlex.quote(path)
+    return f"move it aside (mv {q} {shlex.quote(path + '.untrusted')}), then run the same command again (its job makes it again)"
 
 
 # How a gate's failing report begins where the shared baseline artifact could not be trusted (an ArtifactError:

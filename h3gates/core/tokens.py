@@ -41,14 +41,17 @@ def token(reports: list[str], out: str, trusted_keys=None) -> None:
     if failing:
         p, d = next(iter(failing.items()))
         aside = {q: e for q, e in failing.items() if not_the_kernels(e)}  # moved aside: the same command reruns them
+        where: dict = {}
+        fix = _set_aside(aside, p, where) if aside else None
+        dump = str(Path(p).parent / d["replay"][0]) if d.get("replay") else None
         raise Refusal(
             [
                 f"rung {d['rung']} ({d['rung_name']}) FAILED for {d['candidate']}"
                 + (f" block {d['block']}" if d["block"] is not None else "")
-                + f": {d['reasons'][0]} -- see {p}"
+                + f": {d['reasons'][0]} -- see {where.get(p, p)}"
             ]
-            + ([f"replay: python -m h3gates replay {Path(p).parent / d['replay'][0]}"] if d.get("replay") else []),
-            fix=_set_aside(aside, p) if aside else None,
+            + ([f"replay: python -m h3gates replay {where.get(dump, dump)}"] if dump else []),
+            fix=fix,
         )
     first = next(iter(docs.values()))
     report.write(
@@ -87,21 +90,26 @@ def not_the_kernels(doc: dict) -> str | None:
     return "untrusted" if isinstance(m.get("untrusted_artifact"), dict) else None
 
 
-def _set_aside(aside: dict, first: str) -> str | None:
-    """Move the failing reports that are not the kernel's verdict aside (results/<profile>/<name>/refused/<time>/),
-    and each shared artifact they name (results/<profile>/refused/<time>/) -> the fix line for the refusal of
+def _set_aside(aside: dict, first: str, where: dict) -> str | None:
+    """Move the failing reports that are not the kernel's verdict aside (results/<profile>/<name>/refused/<time>/,
+    with their replay dumps), and each shared baseline artifact they name while it holds the bytes the report read
+    (results/<profile>/refused/<time>/; `where` gets where each file went) -> the fix line for the refusal of
     `first` (None where `first` is the kernel's: the verdict table says what to change)."""
-    from h3gates.core.heal import quarantine, same_command, workflow_file
+    from h3gates.core.heal import baseline_file, quarantine, same_command
+    from h3gates.core.outputs import RESULTS
 
     moved = []
     for p, d in aside.items():
         parts = Path(p).parts
-        if not (Path(p).exists() and len(parts) > 3 and workflow_file(p)):
+        if not (Path(p).exists() and len(parts) > 3 and parts[0] == RESULTS and ".." not in parts):
             continue
-        art = d["measurements"]["untrusted_artifact"].get("path") if not_the_kernels(d) == "untrusted" else None
-        if not_the_kernels(d) == "untrusted" and not (isinstance(art, str) and workflow_file(art, parts[1])):
-            continue  # no file of this profile named: the report stays, and the verdict table gives the general way
-        moved += quarantine({p: ("invalid", [], None)}, parts[2], parts[1], artifacts=[art] if art else [])
+        arts = {}
+        if not_the_kernels(d) == "untrusted":
+            art = d["measurements"]["untrusted_artifact"].get("path")
+            if not (isinstance(art, str) and baseline_file(art, parts[1])):
+                continue  # no baseline artifact of this profile named: the report stays; the table's general way
+            arts = {art: (d.get("upstream") or {}).get(art)}
+        moved += quarantine({p: ("aside", [], d)}, parts[2], parts[1], artifacts=arts, where=where)
     why = not_the_kernels(aside[first]) if first in aside and first in moved else None
     if why == "crash":
         return (
@@ -110,9 +118,11 @@ def _set_aside(aside: dict, first: str) -> str | None:
             + ("; the replay line above reruns the crashing case alone" if aside[first].get("replay") else "")
         )
     if why == "untrusted":
+        art = (aside[first]["measurements"]["untrusted_artifact"] or {}).get("path")
+        what = f"{len(moved)} report(s)" + (" and the artifact they read" if art in where else "")
         return (
-            f"{same_command()}   (the same command: the shared baseline artifact, not the kernel; it and the "
-            f"{len(moved)} report(s) that read it are moved aside, kept under refused/, and made again)"
+            f"{same_command()}   (the same command: the shared baseline artifact, not the kernel; {what} moved "
+            "aside, kept under refused/, and made again)"
         )
     return None
 

@@ -43,7 +43,7 @@ def verdicts(config: dict, candidates=None, configfiles=None) -> list[str]:
             ),
             None,
         )
-        aside = _moved_aside(config, row)
+        aside = _moved_aside(config, row)  # (problem line, fix, replay line)
         if not Path(record).exists():
             promo = "no record" + (f" (a flag {flag} without its record)" if Path(flag).exists() else "")
         else:
@@ -58,11 +58,13 @@ def verdicts(config: dict, candidates=None, configfiles=None) -> list[str]:
                 fix = None if problem else e.fix  # (a rung's own problem: its job's refusal said what to do)
                 problem = problem or f"promotion: {e.reasons[0]}"
         if aside:  # a pass token's refusal moved the report aside (not the kernel's verdict): the promote command
-            problem, fix = aside, _rerun(row, configfiles) + "   (makes the report moved aside again)"
+            problem, fix = aside[0], _rerun(row, configfiles) + aside[1]
         cells = " ".join(f"{'-' if s == 'missing' else s:7s}" for s in states)
         lines.append(f"  {row['results_name']:{w}s} {cells} {promo}")
         if problem:
             lines.append(f"    {one_line(problem, 160)}")
+            if aside and aside[2]:
+                lines.append(f"    {one_line(aside[2], 260)}")
             if not aside and any(row["rungs"][r]["state"] == "fail" for r in RUNG_NAMES):  # a gate said no: its replay
                 rung, failing = _failing(config, row)
                 replay = next(
@@ -157,42 +159,67 @@ def _rerun(row: dict, configfiles=None) -> str:
     return _fix(row["candidate"], configfiles, [])
 
 
-def _moved_aside(config: dict, row: dict) -> str | None:
-    """Where the first rung that does not pass lacks a report that a refusal moved aside (results/<profile>/<name>/
-    refused/<time>/: h3gates.core.heal), the problem line, from the newest such copy; else None. The promote command
-    makes a missing report again."""
+def _moved_aside(config: dict, row: dict) -> tuple[str, str, str | None] | None:
+    """Where the first rung that does not pass lacks a report that its pass token moved aside as not the kernel's
+    verdict (a crash or an untrusted shared artifact: h3gates.core.tokens, under results/<profile>/<name>/refused/
+    <time>/) since the rung's job last ran (its log: a job that ran after the move and wrote no report has its own
+    way on, in its log) -> (the problem line from that copy, the words after the promote command that makes the
+    report again, the copy's replay line or None); else None."""
     import json
+    import time
 
+    from h3gates.core.heal import STAMP
     from h3gates.core.outputs import RESULTS, report_paths
+    from h3gates.core.tokens import not_the_kernels
 
     rung = next((r for r, v in row["rungs"].items() if v["state"] != "pass"), None)
     if rung is None or row["rungs"][rung]["state"] != "missing":
         return None
     home = Path(RESULTS, config["profile"], row["results_name"])
     for p in report_paths(config["profile"], row["results_name"], config["blocks"]).get(rung, []):
+        rel = Path(p).relative_to(home)
         if Path(p).exists():
             continue
-        copies = sorted(home.glob(f"refused/*/{Path(p).relative_to(home)}"), key=lambda c: c.relative_to(home).parts[1])
+        copies = sorted(home.glob(f"refused/*/{rel}"), key=lambda c: c.relative_to(home).parts[1])
         if not copies:
             continue
+        copy = copies[-1]
+        log = Path("logs", config["profile"], row["results_name"], f"{str(rel.with_suffix('')).replace('/', '_')}.log")
         try:
-            reason = next(iter(json.loads(copies[-1].read_text()).get("reasons") or []), "it no longer stood")
+            moved_at = time.mktime(time.strptime(copy.relative_to(home).parts[1], STAMP))  # (local time, as written)
+            doc = json.loads(copy.read_text())
         except (OSError, ValueError):
-            reason = "it no longer stood"
-        return f"r{rung}: moved aside ({copies[-1].parent.relative_to(home)}/): {reason}"
+            continue
+        why = not_the_kernels(doc)
+        if not why or (log.exists() and log.stat().st_mtime > moved_at + 1):
+            continue
+        replay = (
+            f"replay: python -m h3gates replay {copy.parent / doc['replay'][0]}"
+            if doc.get("replay") and (copy.parent / doc["replay"][0]).is_file()
+            else None
+        )
+        reason = next(iter(doc.get("reasons") or []), why)
+        words = (
+            "   (a crashed gate is not kept: it runs anew; if it crashes again, the kernel is what to change)"
+            + ("; the replay line above reruns the crashing case alone" if replay else "")
+            if why == "crash"
+            else "   (makes the shared baseline artifact and the report again)"
+        )
+        return f"r{rung}: moved aside ({copy.parent.relative_to(home)}/): {reason}", words, replay
     return None
 
 
 def _untrusted(doc: dict) -> dict | None:
     """A failing report's `measurements.untrusted_artifact` (h3gates.rungs.gate.Gate.untrusted), or None; its path
-    kept only where it is a workflow artifact's (under results/, no `..`: h3gates.core.heal.workflow_file)."""
-    from h3gates.core.heal import workflow_file
+    kept only where it is a shared baseline artifact's (results/<profile>/baseline/, no `..`: h3gates.core.heal.
+    baseline_file), the only files a pass token moves aside."""
+    from h3gates.core.heal import baseline_file
 
     u = (doc.get("measurements") or {}).get("untrusted_artifact")
     if not isinstance(u, dict):
         return None
     path = u.get("path")
-    return {**u, "path": path if isinstance(path, str) and workflow_file(path) else None}
+    return {**u, "path": path if isinstance(path, str) and baseline_file(path) else None}
 
 
 def _attempts_fix(row: dict, configfiles=None) -> str | None:

@@ -157,7 +157,7 @@ def read_capture(path: str, want, block: int, copy: bool = False) -> tuple[torch
         d = torch.load(p, weights_only=True, mmap=True)
         meta, x = d["meta"], d["x"]
     except FileNotFoundError:
-        raise
+        raise missing(p) from None
     except Exception as e:  # noqa: BLE001 (cut short, not a torch file, another layout)
         raise ArtifactError(
             f"{p} is not a readable block capture ({type(e).__name__}: {e})",
@@ -190,7 +190,10 @@ def load(path: str, want, here: dict | None = None) -> dict:
     """The artifact at `path`, checked to be made from the ArtifactContext `want`: {meta, tensors}.
     `here`: the environment to check it against (default: environment(device))."""
     p = Path(path)
-    d = torch.load(p, weights_only=True)
+    try:
+        d = torch.load(p, weights_only=True)
+    except FileNotFoundError:
+        raise missing(p) from None
     if d["meta"]["context"] != want.to_dict() or not _named_by_key(p, d["meta"]):
         raise ArtifactError(
             f"{p} was made from another baseline context than this rung's",
@@ -198,6 +201,12 @@ def load(path: str, want, here: dict | None = None) -> dict:
         )
     same_environment(p, d["meta"].get("environment"), here or environment(want.device))
     return d
+
+
+def missing(p: Path) -> ArtifactError:
+    """A shared artifact gone while its reader ran (a refusal of another candidate's moved it aside, or a person):
+    the shared artifact's way (the same command makes it again), not a bug of the ladder."""
+    return ArtifactError(f"{p} is missing (moved aside while this job ran?)", path=p)
 
 
 def same_environment(p: Path, then: dict | None, here: dict) -> None:

@@ -5,7 +5,8 @@ candidate's, or the configured `source`), or a SyntaxError in one of them, is th
 while its module is imported, while it is built, or while a case runs. The rung writes a schema-valid
 failing report naming the exception, the file (its path in the tree) and the line, the traceback and
 the case or block; where the case's inputs are known (gate.case), a replay dump of it. It exits 0, so
-the token rule refuses with its usual one line and the report stands in place of the previous one.
+the token rule refuses with its usual one line, moving the report (and its replay dumps) aside under
+refused/ (h3gates.core.tokens: a crash may be the machine's, and the same command runs the gate anew).
 
 Any other exception is a bug of the ladder itself (or a shared artifact it cannot trust): it propagates
 and the job fails loudly, with a message that says so (the rung job still revokes a flag whose basis
