@@ -135,7 +135,9 @@ def test_compute_then_load_checks_the_context(tmp_path, monkeypatch):
     assert Path(ctx.baseline_artifact).is_file() and not list(Path(ctx.baseline_artifact).parent.glob(".*.tmp"))
     here = artifacts.environment("cpu")
     monkeypatch.setattr(artifacts, "environment", lambda device: {**here, "torch": "9.9.9"})
-    with pytest.raises(ArtifactError, match=r"computed with another torch .*remove it \(rm results/ci/baseline/r6-"):
+    with pytest.raises(
+        ArtifactError, match=r"computed with another torch .*move it aside \(mv results/ci/baseline/r6-"
+    ):
         artifacts.load(ctx.baseline_artifact, ctx.artifact_context())
 
 
