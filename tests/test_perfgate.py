@@ -2018,7 +2018,9 @@ def test_the_verdicts_fix_says_what_the_first_failing_gate_needs():
     assert fix.startswith("the shared baseline artifact, not the kernel: snakemake promote_c ") and "rm " not in fix
     assert f"its pass token moves {cap0} and the report that read it aside" in fix, fix
     odd = {"reasons": [why], "measurements": {"untrusted_artifact": {"path": "results/my run/baseline/r5-x.pt"}}}
-    assert "moves 'results/my run/baseline/r5-x.pt' and" in _gate_fix(5, [odd], False, row, paths=[r5])
+    mine = "results/my run/c/r5_step.json"  # (a profile's own baseline artifact only: the one its token moves)
+    assert "moves 'results/my run/baseline/r5-x.pt' and" in _gate_fix(5, [odd], False, row, paths=[mine])
+    assert "my run" not in _gate_fix(5, [odd], False, row, paths=[r5])  # another profile's: the general way
     # never a file outside the workflow's shared baseline artifacts
     for elsewhere in ("/home/me/.ssh/id_ed25519", "results/../README.md", "results/ci/promotion/c.json"):
         far = {"reasons": [why], "measurements": {"untrusted_artifact": {"path": elsewhere}}}

@@ -137,15 +137,18 @@ def test_the_table_names_a_report_moved_aside_only_until_its_rung_runs_again(tre
     copy = Path("results/ci/c/refused", time.strftime(STAMP, time.localtime(moved_at)), "r1_adversarial.json")
     copy.parent.mkdir(parents=True)
     (copy.parent / "r1_adversarial.replay.case7.pt").write_bytes(b"d")
-    crash = {"reasons": ["candidate crashed: TypeError: planted"], "measurements": {"crash": {}}}
-    copy.write_text(json.dumps({**crash, "replay": ["r1_adversarial.replay.case7.pt"]}))
+    dump = "results/ci/c/r1_adversarial.replay.case7.pt"  # where the crash's reason names its dump: moved since
+    crash = {"reasons": [f"candidate crashed: TypeError: planted; replay: python -m h3gates replay {dump}"]}
+    copy.write_text(json.dumps({**crash, "measurements": {"crash": {}}, "replay": ["r1_adversarial.replay.case7.pt"]}))
+    os.utime(copy.parent, (moved_at, moved_at))  # the move (the rename into refused/<time>/)
     log = Path("logs/ci/c/r1_adversarial.log")
     log.parent.mkdir(parents=True)
     log.write_text("the rung's log")
     os.utime(log, (moved_at - 5, moved_at - 5))  # the gate's job, before its token moved the report
     problem, words, replay = verdicts._moved_aside(config, _row())
-    assert problem.startswith("r1: moved aside (refused/") and problem.endswith("candidate crashed: TypeError: planted")
-    assert replay == f"replay: python -m h3gates replay {copy.parent / 'r1_adversarial.replay.case7.pt'}"
+    moved_dump = copy.parent / "r1_adversarial.replay.case7.pt"
+    assert problem.startswith("r1: moved aside (refused/") and "candidate crashed: TypeError: planted" in problem
+    assert problem.endswith(f"replay {moved_dump}") and replay == f"replay: python -m h3gates replay {moved_dump}"
     assert "if it crashes again, the kernel is what to change" in words
     os.utime(log, (moved_at + 50, moved_at + 50))  # the rung ran again since, and wrote no report
     assert verdicts._moved_aside(config, _row()) is None
@@ -153,3 +156,25 @@ def test_the_table_names_a_report_moved_aside_only_until_its_rung_runs_again(tre
     copy.write_text(json.dumps({"reasons": ["stale"], "measurements": {}}))  # moved as stale: the kernel's news
     assert verdicts._moved_aside(config, _row()) is None
     assert verdicts._moved_aside(config, _row("fail")) is None
+
+
+def test_a_crash_behind_the_kernels_failure_is_moved_and_said(tree, monkeypatch):
+    """The first failing report is the kernel's verdict (it stays: the table says what to change), a later one of
+    the same rung crashed: the crash goes aside too, and the refusal says so on a line of its own."""
+    monkeypatch.setattr("h3gates.core.attest.trusted", lambda keys=None: {})
+    monkeypatch.setattr("h3gates.core.derive.check", lambda d: [])
+    monkeypatch.setattr("h3gates.core.links.check_product", lambda *a, **k: [])
+    monkeypatch.setattr("h3gates.core.links.report_materials", lambda d: {})
+    monkeypatch.setattr("h3gates.core.report.read", lambda p: json.loads(Path(p).read_text()))
+    base = {"rung": 3, "rung_name": "projection", "candidate": "c", "verdict": "fail", "measurements": {}}
+    first, second = Path("results/ci/c/r3_projection/block0.json"), Path("results/ci/c/r3_projection/block24.json")
+    first.parent.mkdir(parents=True)
+    first.write_text(json.dumps({**base, "block": 0, "reasons": ["qkv differs"]}))
+    crash = {**base, "block": 24, "reasons": ["candidate crashed: IndexError"], "measurements": {"crash": {}}}
+    second.write_text(json.dumps(crash))
+    with pytest.raises(Refusal) as e:
+        tokens.token([str(first), str(second)], "results/ci/c/r3.token")
+    (copy,) = Path("results/ci/c/refused").glob("*/r3_projection/block24.json")
+    assert first.exists() and not second.exists() and e.value.fix is None
+    assert "qkv differs -- see results/ci/c/r3_projection/block0.json" in e.value.reasons[0]
+    assert e.value.reasons[-1] == f"also moved aside (not the kernel's verdict: the same command runs it anew): {copy}"

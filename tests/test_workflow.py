@@ -418,6 +418,9 @@ def test_candidate_crash_gets_a_failing_report(ws):
         err
     )
     assert "crashing case alone" in err and "rm " not in err, err
+    # the verdict table keeps the variant's line (every rung missing now, no record: a first climb) and says why
+    table = err[err.rindex("h3gates verdicts") :]
+    assert f"  {name} " in table and "r1: moved aside (refused/" in table and "candidate crashed" in table, table
     p = h3gates(ws, "replay", str(dump))
     assert p.returncode == 1 and "RAISES on this case: TypeError" in p.stdout, p.stdout + p.stderr
     # followed as printed, the way on runs the gate again (here it crashes again: the kernel is unchanged)

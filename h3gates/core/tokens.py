@@ -44,13 +44,16 @@ def token(reports: list[str], out: str, trusted_keys=None) -> None:
         where: dict = {}
         fix = _set_aside(aside, p, where) if aside else None
         dump = str(Path(p).parent / d["replay"][0]) if d.get("replay") else None
+        reason = d["reasons"][0] if not dump else d["reasons"][0].replace(dump, where.get(dump, dump))
+        also = [q for q in aside if q != p and q in where]  # (moved too, the first failing report not among them)
         raise Refusal(
             [
                 f"rung {d['rung']} ({d['rung_name']}) FAILED for {d['candidate']}"
                 + (f" block {d['block']}" if d["block"] is not None else "")
-                + f": {d['reasons'][0]} -- see {where.get(p, p)}"
+                + f": {reason} -- see {where.get(p, p)}"
             ]
-            + ([f"replay: python -m h3gates replay {where.get(dump, dump)}"] if dump else []),
+            + ([f"replay: python -m h3gates replay {where.get(dump, dump)}"] if dump else [])
+            + [f"also moved aside (not the kernel's verdict: the same command runs it anew): {where[q]}" for q in also],
             fix=fix,
         )
     first = next(iter(docs.values()))

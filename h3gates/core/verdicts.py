@@ -32,7 +32,8 @@ def verdicts(config: dict, candidates=None, configfiles=None) -> list[str]:
     for row in rows:
         record, flag = promotion_paths(config["profile"], row["results_name"])
         states = [row["rungs"][r]["state"] for r in RUNG_NAMES]
-        if not Path(record).exists() and not Path(flag).exists() and all(s == "missing" for s in states):
+        aside = _moved_aside(config, row)  # (problem line, fix, replay line)
+        if not aside and not Path(record).exists() and not Path(flag).exists() and all(s == "missing" for s in states):
             continue  # never climbed here: no line
         fix = None
         problem = next(
@@ -43,7 +44,6 @@ def verdicts(config: dict, candidates=None, configfiles=None) -> list[str]:
             ),
             None,
         )
-        aside = _moved_aside(config, row)  # (problem line, fix, replay line)
         if not Path(record).exists():
             promo = "no record" + (f" (a flag {flag} without its record)" if Path(flag).exists() else "")
         else:
@@ -137,7 +137,8 @@ def _gate_fix(rung, docs: list[dict], replay: bool, row: dict, configfiles=None,
             "crashed gate is not kept, it runs anew; if it crashes again, the kernel is what to change)"
             + ("; the replay line above reruns the crashing case alone" if replay else "")
         )
-    art = (_untrusted(first) or {}).get("path")
+    profile = Path(paths[0]).parts[1] if paths and len(Path(paths[0]).parts) > 1 else None
+    art = (_untrusted(first, profile) or {}).get("path")
     if art:
         return (
             f"the shared baseline artifact, not the kernel: {_rerun(row, configfiles)}   (its pass token moves "
@@ -146,8 +147,8 @@ def _gate_fix(rung, docs: list[dict], replay: bool, row: dict, configfiles=None,
         )
     if why == "untrusted" or next(iter(first.get("reasons") or []), "").startswith(UNTRUSTED):
         return (
-            "the shared baseline artifact, not the kernel: remove the artifact the reason names and the failing "
-            "report, then run the same command again"
+            "the shared baseline artifact, not the kernel: move the artifact the reason names and the failing "
+            "report aside (out of results/), then run the same command again"
         )
     return GATE_SAID_NO + ("; " + REPLAY_SAYS if replay else "")
 
@@ -166,9 +167,7 @@ def _moved_aside(config: dict, row: dict) -> tuple[str, str, str | None] | None:
     way on, in its log) -> (the problem line from that copy, the words after the promote command that makes the
     report again, the copy's replay line or None); else None."""
     import json
-    import time
 
-    from h3gates.core.heal import STAMP
     from h3gates.core.outputs import RESULTS, report_paths
     from h3gates.core.tokens import not_the_kernels
 
@@ -186,7 +185,7 @@ def _moved_aside(config: dict, row: dict) -> tuple[str, str, str | None] | None:
         copy = copies[-1]
         log = Path("logs", config["profile"], row["results_name"], f"{str(rel.with_suffix('')).replace('/', '_')}.log")
         try:
-            moved_at = time.mktime(time.strptime(copy.relative_to(home).parts[1], STAMP))  # (local time, as written)
+            moved_at = copy.parent.stat().st_mtime  # (the rename into it: epoch seconds, whatever the time zone)
             doc = json.loads(copy.read_text())
         except (OSError, ValueError):
             continue
@@ -199,6 +198,8 @@ def _moved_aside(config: dict, row: dict) -> tuple[str, str, str | None] | None:
             else None
         )
         reason = next(iter(doc.get("reasons") or []), why)
+        if doc.get("replay"):  # (a crash's reason names its dump where it was written: the copy's place instead)
+            reason = reason.replace(str(Path(p).parent / doc["replay"][0]), str(copy.parent / doc["replay"][0]))
         words = (
             "   (a crashed gate is not kept: it runs anew; if it crashes again, the kernel is what to change)"
             + ("; the replay line above reruns the crashing case alone" if replay else "")
@@ -209,7 +210,7 @@ def _moved_aside(config: dict, row: dict) -> tuple[str, str, str | None] | None:
     return None
 
 
-def _untrusted(doc: dict) -> dict | None:
+def _untrusted(doc: dict, profile: str | None = None) -> dict | None:
     """A failing report's `measurements.untrusted_artifact` (h3gates.rungs.gate.Gate.untrusted), or None; its path
     kept only where it is a shared baseline artifact's (results/<profile>/baseline/, no `..`: h3gates.core.heal.
     baseline_file), the only files a pass token moves aside."""
@@ -219,7 +220,7 @@ def _untrusted(doc: dict) -> dict | None:
     if not isinstance(u, dict):
         return None
     path = u.get("path")
-    return {**u, "path": path if isinstance(path, str) and baseline_file(path) else None}
+    return {**u, "path": path if isinstance(path, str) and baseline_file(path, profile) else None}
 
 
 def _attempts_fix(row: dict, configfiles=None) -> str | None:
