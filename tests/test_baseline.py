@@ -135,10 +135,13 @@ def test_compute_then_load_checks_the_context(tmp_path, monkeypatch):
     assert Path(ctx.baseline_artifact).is_file() and not list(Path(ctx.baseline_artifact).parent.glob(".*.tmp"))
     here = artifacts.environment("cpu")
     monkeypatch.setattr(artifacts, "environment", lambda device: {**here, "torch": "9.9.9"})
-    with pytest.raises(
-        ArtifactError, match=r"computed with another torch .*move it aside \(mv results/ci/baseline/r6-"
-    ):
+    with pytest.raises(ArtifactError, match=r"computed with another torch") as e:
         artifacts.load(ctx.baseline_artifact, ctx.artifact_context())
+    assert e.value.path == ctx.baseline_artifact  # (the file a stopping job moves aside: crash.guarded)
+    gone = ctx.baseline_artifact.replace("/r6-", "/r6-gone-")
+    with pytest.raises(ArtifactError, match=r"is missing \(moved aside while this job ran\?\)") as e:
+        artifacts.load(gone, ctx.artifact_context())  # gone while read: the artifact's way, not a ladder bug
+    assert e.value.path == gone
 
 
 def test_rung8_reads_the_baseline_capture_on_a_gpu_only():

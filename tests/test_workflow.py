@@ -179,13 +179,14 @@ def test_block_inputs_are_one_shared_capture_in_the_digest_chain(ws):
     )
     # the log says whose doing it is (the shared capture's, with its rm), not a bug of the ladder
     assert "a shared artifact is not trusted here (not the candidate's doing)" in log and "the LADDER failed" not in log
-    aside = f"mv {RES}/baseline/{caps[1].name} {RES}/baseline/{caps[1].name}.untrusted"
-    assert f"move it aside ({aside}), then run the same command again" in log, log[-2000:]
-    # followed as printed: the capture is kept beside its place, made again, and the rung passes
-    subprocess.run(aside, shell=True, cwd=ws, check=True)
+    # the job moved the capture aside itself (h3gates.core.heal: kept under refused/, never deleted) and says to run
+    # the same command; followed as printed, the capture is made again and the rung passes
+    (kept,) = (ws / RES / "refused").glob(f"*/baseline/{caps[1].name}")
+    assert f"moved aside to {kept.relative_to(ws)} (kept): run the same command again" in log, log[-2000:]
+    assert not caps[1].exists() and Path(f"{kept}.link").exists()
     snakemake(ws, f"{RES}/modulate_fusion/r3_projection/block3.json", check=True)
     assert json.loads((ws / RES / "modulate_fusion/r3_projection/block3.json").read_text())["verdict"] == "pass"
-    assert (ws / RES / "baseline" / f"{caps[1].name}.untrusted").is_file()
+    assert caps[1].exists() and torch.load(kept, weights_only=True)["x"][0, 0] == d["x"][0, 0]
 
 
 def test_report_and_plots_build(ws):

@@ -20,9 +20,7 @@ workflow's jobs (h3gates.job) alike.
 from __future__ import annotations
 
 import os
-import shlex
 import sys
-from pathlib import Path
 
 
 class ConfigError(ValueError):
@@ -50,22 +48,14 @@ class Refusal(Exception):
 
 class ArtifactError(RuntimeError):
     """An artifact that is not the one its rung's context names (a ladder bug, never a candidate's). `path`: the
-    file whose setting aside is the way on (the workflow makes it again), where there is one: the message then
-    ends with its mv (set_aside), right for a job that stops here (it writes no report, so a rerun runs it again). A gate that
+    file whose setting aside is the way on (the workflow makes it again), where there is one. A job that stops
+    here moves it aside itself (h3gates.rungs.crash.guarded, through h3gates.core.heal.set_aside); a gate that
     reads it writes a failing report instead (h3gates.rungs.gate.Gate.untrusted): its reason is the `problem`
     alone, and it records `path`, which its pass token moves aside with that report (h3gates.core.tokens)."""
 
     def __init__(self, problem: str, path=None):
         self.problem, self.path = problem, None if path is None else str(path)
-        super().__init__(problem if path is None else f"{problem}; {set_aside(self.path)}")
-
-
-def set_aside(path: str) -> str:
-    """The way on from an artifact a job stopped on: kept beside its place, never deleted; its job makes it again."""
-    if not Path(path).exists():
-        return "run the same command again (its job makes it again)"
-    q = shlex.quote(path)
-    return f"move it aside (mv {q} {shlex.quote(path + '.untrusted')}), then run the same command again (its job makes it again)"
+        super().__init__(problem)
 
 
 # How a gate's failing report begins where the shared baseline artifact could not be trusted (an ArtifactError:

@@ -65,6 +65,16 @@ def baseline_file(path, profile: str | None = None) -> bool:
     )
 
 
+def set_aside(path, profile: str) -> str | None:
+    """A shared baseline artifact of this profile that a job stopped on (not the one its context names), moved to
+    results/<profile>/refused/<time>/ with its link -> where it went; None where it is no such file (left as it is)."""
+    if not (baseline_file(path, profile) and Path(path).is_file()):
+        return None
+    where: dict = {}
+    _move_artifact(path, profile, time.strftime(STAMP), where)
+    return where.get(str(path))
+
+
 def _replays(p, doc) -> list[Path]:
     """The replay dumps a report lists (`<stem>.replay.*.pt` beside it, h3gates.core.links.report_products) that
     exist; a name of any other form is not the report's to move."""

@@ -44,6 +44,20 @@ def _rel(filename: str) -> str:
     return str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else filename
 
 
+def _artifact_way(e: ArtifactError, profile: str) -> str:
+    """The way on from a shared artifact this job stopped on (it writes no report, so the same command runs it
+    again): the artifact moved aside where it is one of this profile's baseline artifacts (h3gates.core.heal, kept
+    under results/<profile>/refused/<time>/), so that its job makes it again."""
+    from h3gates.core.heal import set_aside
+
+    if e.path and not Path(e.path).exists():  # (gone while this job read it: another refusal moved it)
+        return "run the same command again (its job makes it again)"
+    dest = set_aside(e.path, profile) if e.path else None
+    if dest:
+        return f"moved aside to {dest} (kept): run the same command again (its job makes it again)"
+    return f"move {e.path} out of results/, then run the same command again" if e.path else "run the same command again"
+
+
 def guarded(fn, ctx, out, block, upstream):
     try:
         return fn(ctx, out, block, upstream=upstream)
@@ -51,7 +65,8 @@ def guarded(fn, ctx, out, block, upstream):
         raise  # the host is not the one the job was planned for: the job's refusal, not a crash of either side
     except ArtifactError as e:  # a shared artifact this rung reads but cannot trust (its block capture): its own way
         print(
-            f"h3gates rung {ctx.rung}: a shared artifact is not trusted here (not the candidate's doing): {e}",
+            f"h3gates rung {ctx.rung}: a shared artifact is not trusted here (not the candidate's doing): {e}; "
+            + _artifact_way(e, ctx.profile),
             file=sys.stderr,
         )
         raise
