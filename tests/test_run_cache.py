@@ -293,3 +293,23 @@ def test_what_the_run_cache_keeps():
     assert not cacheable({**ok, "rung": 1, "measurements": {"crash": {"type": "TypeError"}}})[0]
     undecided = {"performance_gate": {"enforced": True, "decision": "undecided"}}
     assert not cacheable({**ok, "rung": 4, "verdict": "fail", "timing": undecided})[0]
+
+
+def test_the_key_holds_the_cublaslt_wheels_versions(monkeypatch):
+    """fc2_algo's pin names the cuBLASLt version: a report pinned under one is not restored under another, so the
+    key's environment (runcache.environment, in every Entry's inputs) holds the cuBLASLt wheels' versions."""
+    from importlib import metadata
+
+    from h3gates.core import runcache
+
+    def version(v):
+        return lambda name: v if name.startswith("nvidia-cublas") else "1.0"
+
+    monkeypatch.setattr(metadata, "version", version("13.1.0"))
+    a = runcache.environment("cpu")
+    monkeypatch.setattr(metadata, "version", version("13.2.0"))
+    b = runcache.environment("cpu")
+    assert a["packages"]["nvidia-cublas"] == "13.1.0" and b["packages"]["nvidia-cublas-cu13"] == "13.2.0"
+    assert a != b and {k: v for k, v in a["packages"].items() if "cublas" not in k} == {
+        k: v for k, v in b["packages"].items() if "cublas" not in k
+    }
