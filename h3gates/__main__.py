@@ -9,13 +9,22 @@ from h3gates import job
 if sys.argv[1:2] == ["warm-worker"]:  # a run's warm worker (the Snakefile's onstart: h3gates.core.warm.start)
     from h3gates.core import warm
 
-    sys.exit(warm.serve(sys.argv[2], int(sys.argv[3]), job.main, job.preload))
+    # (it ends as a job in a process of its own does: the run's end waits for it, not for torch's teardown)
+    warm.leave(
+        warm.run_here(
+            lambda: warm.serve(sys.argv[2], int(sys.argv[3]), job.main, job.preload, job.light, job.light_preload)
+        )
+    )
 
 if sys.argv[1:2] and sys.argv[1] in job.JOBS:
-    from h3gates.core import warm  # a rung or baseline job forks from the run's warm worker where there is one
+    from h3gates.core import warm  # a job forks from the run's warm worker where there is one
 
-    # (a rung whose report the run cache keeps is restored here first: a restore needs no worker)
-    code = job.restored(sys.argv[1:]) if warm.delegable(sys.argv) else None
+    # a pass token or a promotion, and a rung job's restore, fork before the worker's imports of torch (light);
+    # a rung whose report the run cache keeps is restored so, or here where the worker takes no light job now
+    code = warm.delegate(sys.argv, light_job=True) if warm.light(sys.argv) else None
+    if code is None and warm.delegable(sys.argv):
+        code = job.restored(sys.argv[1:])
+    code = None if code == warm.NOT_RESTORED and sys.argv[1] == warm.RESTORE else code
     code = warm.delegate(sys.argv) if code is None else code
     if code is None and sys.argv[1] in warm.QUICK_EXIT:  # the job runs here: it ends as a forked one does
         warm.leave(warm.run_here(job.main))

@@ -91,6 +91,33 @@ def restored(argv: list[str]) -> int | None:
     return exit_status(a.cmd, attempt, a)
 
 
+def light(argv: list[str]) -> int:
+    """What a child of the run's warm worker forked before its imports of torch and Comfy Kitchen runs
+    (h3gates.core.warm.LIGHT): a pass token or a promotion whole; of a rung job, its restore alone (`restored`):
+    the exit status where its kept report was restored (or the job refused), warm.NOT_RESTORED where the gate
+    must run (the job then goes to the worker as a rung job, or runs in its own process)."""
+    if argv[:1] == ["rung"]:
+        from h3gates.core.warm import NOT_RESTORED
+
+        code = restored(argv)
+        return NOT_RESTORED if code is None else code
+    return main(argv)
+
+
+def light_preload() -> list[str]:
+    """What the warm worker imports before it forks its first light job (`light`): the h3gates core modules and
+    libraries a pass token, a promotion and a restore import (no torch; no rung, candidate kernel or file read
+    at import: a child reads its files itself). The worker watches these modules' files as its own
+    (h3gates.core.warm: an edit sends every job to a fresh process). The names of those it imported."""
+    import h3gates.core.context
+    import h3gates.core.links
+    import h3gates.core.promotion
+    import h3gates.core.runcache
+    import h3gates.core.tokens  # noqa: F401
+
+    return ["h3gates.core"] + [m for m in ("jsonschema", "yaml", "securesystemslib") if m in sys.modules]
+
+
 NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"  # torch.cuda.is_available() through NVML, not the CUDA driver
 
 

@@ -78,9 +78,12 @@ def test_a_revert_restores_the_reports_and_the_promotion_without_running_a_gate(
     assert not list((ws / RES / "modulate_fusion").glob("r1_adversarial.replay.*"))
     logs = sorted((ws / "logs/ci/modulate_fusion").glob("r[1-8]_*.log"))
     assert len(logs) == len(before) and all("restored from the run cache" in f.read_text() for f in logs)
-    # each restore ran in its job's own process, before the warm worker (h3gates.job.restored): none went to it
+    # each restore, token and the record forked from the warm worker before its imports of torch (light jobs):
+    # it served them all, imported h3gates' core for them and never torch; no job ran in a fresh process
     worker = (ws / "logs/ci/warm_worker.log").read_text()
-    assert "served 0 jobs" in worker and "imported" not in worker, worker  # (it imports for its first job only)
+    assert f"served {len(before) + 9} jobs" in worker and "for light jobs" in worker, worker
+    assert "imported torch" not in worker, worker  # (it imports torch for its first rung or baseline job only)
+    assert not [f for f in (ws / "logs/ci").rglob("*.log") if "a fresh process" in f.read_text()]
     # the keys read their upstream files' digests through the store (every file here: STORE_ALL), and each
     # kept digest is its file's SHA-256 (the CI profile's captures are under the 1-MB default)
     kept = {e.read_text() for e in (ws / RES / "cache/digests").iterdir()}

@@ -70,7 +70,45 @@ def test_a_job_in_the_worker_exits_and_speaks_as_its_own_process(worker):
     assert there.returncode == here.returncode == 2 and "invalid choice: 9" in there.stderr
     assert there.stderr == here.stderr and there.stdout == here.stdout
     warm.stop(p)
-    assert _served(log) == 1, log.read_text()
+    assert _served(log) == 2, log.read_text()  # a rung job: its restore (a light child), then its gate
+
+
+def test_a_light_job_forks_before_the_imports_and_speaks_as_its_own_process(worker):
+    """A pass token (a light job: warm.LIGHT) forks from the worker before its imports of torch and Comfy Kitchen:
+    its exit status and messages are a fresh process's, and the worker imports h3gates' core alone for it."""
+    p, log = worker
+    bad = ("token", "--out", "x.pass")  # argparse refuses: --record and --flag are required
+    there = _job(*bad)
+    here = _job(*bad, H3GATES_WARM="off")
+    assert there.returncode == here.returncode == 2 and "required" in there.stderr, there.stderr
+    assert there.stderr == here.stderr and there.stdout == here.stdout
+    # the job's own signal handlers are back once the worker has answered (a rung job whose restore found
+    # nothing goes on, and a stop is its own again)
+    probe = (
+        "import os, signal, sys; sys.path[0] = os.getcwd(); from h3gates.core import warm; "
+        "sigs = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP); before = [signal.getsignal(s) for s in sigs]; "
+        f"code = warm.delegate(['h3gates', *{list(bad)!r}], light_job=True); "
+        "print(code, [signal.getsignal(s) for s in sigs] == before)"
+    )
+    r = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=_job_env(), capture_output=True, text=True)
+    assert r.stdout.split() == ["2", "True"], r.stdout + r.stderr
+    warm.stop(p)
+    text = log.read_text()
+    assert _served(log) == 2 and "for light jobs" in text and "imported torch" not in text, text
+
+
+def test_a_light_job_runs_here_while_the_worker_imports_torch(worker, tmp_path):
+    """While the worker imports torch for a rung job (its marker beside the socket), a light job does not wait
+    for it: it runs in its own process (no refusal said), and a rung job's restore is tried there."""
+    p, log = worker
+    marker = Path(os.environ[warm.ENV]).parent / warm.LOADING
+    marker.touch()
+    try:
+        assert warm.delegate(["h3gates", "token", "--out", "x.pass"], light_job=True) is None
+    finally:
+        marker.unlink()
+    warm.stop(p)
+    assert _served(log) == 0 and "imported" not in log.read_text()
 
 
 def test_a_job_whose_start_environment_differs_runs_fresh_and_says_why(worker):
@@ -79,6 +117,7 @@ def test_a_job_whose_start_environment_differs_runs_fresh_and_says_why(worker):
     first = r.stderr.splitlines()[0]
     assert first.startswith("h3gates: a fresh process: OMP_NUM_THREADS differs from the warm worker's"), r.stderr
     assert r.returncode == 2 and "invalid choice: 9" in r.stderr
+    assert r.stderr.count("a fresh process") == 1  # said once, though refused twice (its restore, its gate)
     assert os.environ.get(warm.ENV) and warm.delegate(["h3gates", "rung", "4", "--context", "{}"]) is None  # rung 4
     warm.stop(p)
     assert _served(log) == 0
@@ -116,7 +155,8 @@ def test_the_worker_imports_for_its_first_job_and_a_stop_ends_the_import(worker)
     warm.stop(p)
     took = time.monotonic() - t0
     text = log.read_text()
-    assert "imported" not in text and "served 0 jobs; stopped" in text, text  # no job forked after the stop
+    # no job forked after the stop: the rung job's restore (a light child, before the imports) alone
+    assert "imported torch" not in text and "served 1 jobs; stopped" in text, text
     assert took < 5, took  # not stop's 30-s kill (the imports: 2-4 s on a CPU, 8 s on the H200)
     _, err = client.communicate(timeout=300)
     assert client.returncode == 2 and "invalid choice: 9" in err, err
@@ -129,7 +169,12 @@ def test_no_worker_and_jobs_it_never_takes_run_fresh(tmp_path, monkeypatch):
     )
     assert r.returncode == 2 and "a fresh process" not in r.stderr
     assert warm.delegate(["h3gates", "perf-worker", "--first", "baseline"]) is None  # timing processes: never
-    assert warm.delegate(["h3gates", "token"]) is None
+    assert warm.delegate(["h3gates", "token"]) is None  # (a light job: warm.delegate(..., light_job=True))
+    monkeypatch.setenv(warm.ENV, str(tmp_path / "gone.sock"))
+    assert warm.light(["h3gates", "token"]) and warm.light(["h3gates", "rung", "4"])  # a restore times nothing
+    assert not warm.light(["h3gates", "baseline"]) and not warm.light(["h3gates", "perf-worker"])
+    monkeypatch.setenv("H3GATES_RUN_CACHE", "off")
+    assert not warm.light(["h3gates", "rung", "1"])  # nothing to restore
     monkeypatch.delenv(warm.SWITCH, raising=False)
     assert warm.wanted("cpu") and warm.wanted("cuda")  # the GPU default too (the H200: warm_gpu_h200_2026-12-03)
     monkeypatch.setenv(warm.SWITCH, "off")
@@ -274,8 +319,30 @@ def test_an_edit_to_the_workers_own_modules_sends_jobs_to_fresh_processes(tmp_pa
         )
     finally:
         warm.stop(p)
-    assert "a fresh process: h3gates' own modules in the warm worker were edited since it started" in r.stderr
+    assert "a fresh process: h3gates' own modules in the warm worker were edited since it imported them" in r.stderr
     assert r.returncode == 2 and _served(tmp_path / "warm.log") == 0
+
+
+def test_an_edit_to_a_core_module_a_light_job_imported_sends_jobs_to_fresh_processes(tmp_path, monkeypatch):
+    """The h3gates core modules the worker imported for its light jobs are watched as its own: a pass token
+    forks from it, then an edit of h3gates/core/tokens.py sends the next token to a fresh process."""
+    shutil.copytree(ROOT / "h3gates", tmp_path / "h3gates", ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.chdir(tmp_path)
+    p = warm.start(str(tmp_path / "warm.log"))
+    assert p is not None
+    token = [sys.executable, "-m", "h3gates", "token", "--out", "x.pass"]  # argparse refuses it (exit 2)
+    try:
+        first = subprocess.run(token, cwd=tmp_path, env=_job_env(), capture_output=True, text=True, timeout=300)
+        src = tmp_path / "h3gates/core/tokens.py"
+        src.write_text(src.read_text() + "\n# edited\n")
+        second = subprocess.run(token, cwd=tmp_path, env=_job_env(), capture_output=True, text=True, timeout=300)
+    finally:
+        warm.stop(p)
+    assert first.returncode == second.returncode == 2 and "a fresh process" not in first.stderr, first.stderr
+    assert (
+        "a fresh process: h3gates' own modules in the warm worker were edited since it imported them" in second.stderr
+    )
+    assert _served(tmp_path / "warm.log") == 1 and "for light jobs" in (tmp_path / "warm.log").read_text()
 
 
 def test_the_signature_names_what_a_fork_would_keep():

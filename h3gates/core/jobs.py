@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 
+RUN_CACHE = "H3GATES_RUN_CACHE"  # off / 0 / no / false: run every gate, keep nothing (h3gates.core.runcache)
 OFF = ("off", "0", "no", "false")  # what turns an H3GATES_* switch off (H3GATES_RUN_CACHE, H3GATES_PREP_RELEASE, ...)
 
 

@@ -40,11 +40,11 @@ from pathlib import Path
 from h3gates.core import report
 from h3gates.core.errors import ReportError
 from h3gates.core.fingerprints import digest, large_file_min, provenance
-from h3gates.core.jobs import nvidia_smi_query, progress, switched_on
+from h3gates.core.jobs import RUN_CACHE, nvidia_smi_query, progress, switched_on
 from h3gates.core.outputs import RESULTS
 
 KEY_VERSION = 1
-ENV = "H3GATES_RUN_CACHE"  # off / 0 / no / false: run every gate, keep nothing
+ENV = RUN_CACHE  # off / 0 / no / false: run every gate, keep nothing
 PACKAGES = ("torch", "numpy", "comfy-kitchen", "cuda-python", "nvmath-python", "nvidia-cutlass-dsl")
 PACKAGES += ("nvidia-cublas", "nvidia-cublas-cu13", "nvidia-cublas-cu12")  # cuBLASLt (fc2_algo's pin names its version)
 DECIDED = ("pass", "fail", "not timed")  # rung-4 decisions a rerun at the same key repeats (h3gates.core.perfgate)

@@ -9,7 +9,9 @@ the job writes its log as before). The worker forks; the child takes the job's e
 argv and runs `h3gates.job.main` as a fresh process would, then the worker sends its exit status back.
 
 What a job shares with the one before it (docs/ladder.md, "The warm worker"): the worker's imported
-third-party modules (h3gates.job.preload) and the job entry (h3gates.job), nothing else. The worker never runs a job
+third-party modules (h3gates.job.preload), the job entry (h3gates.job) and h3gates' core modules a light job
+imports (h3gates.job.light_preload: a pass token, a promotion and a rung job's restore fork before the worker's
+imports of torch; LIGHT), nothing else. The worker never runs a job
 itself, never imports h3gates' rungs or a candidate's kernels (the child imports those from the files as they are now) and never touches
 a GPU: each child starts from the same state, so the job order cannot change a report (tests/test_warm.py
 and tests/test_run_cache.py's climbs in two orders). A job runs in its own fresh process instead (and says
@@ -44,6 +46,15 @@ ENV = "H3GATES_WARM_SOCKET"
 WORKER = "warm-worker"  # `python -m h3gates warm-worker SOCKET PARENT_PID` (h3gates/__main__.py)
 SWITCH = "H3GATES_WARM"  # off: never; anything else (unset, on): every local run, CPU or GPU
 DELEGATED = ("rung", "baseline")  # the jobs that import torch; the others cost a Python start
+# jobs the worker forks before its imports of torch and Comfy Kitchen (`light`): a pass token, a promotion and a
+# rung job's run-cache restore (any rung: a restore times nothing), each otherwise a Python start and h3gates'
+# core imports (0.2-0.4 s a job, one after another up a revert's chain of restores and tokens)
+LIGHT = ("token", "promote")
+RESTORE = "rung"  # a rung job's light request is its restore alone (h3gates.job.light)
+# a light rung child's exit status where no kept report was restored, so the gate must run: outside the job
+# statuses (0, 1 and 2: h3gates.core.errors.exit_status) and the interpreter's (120, 128 + a signal)
+NOT_RESTORED = 75
+LOADING = "loading"  # a file beside the socket while the worker imports torch: a light job does not wait for it
 FRESH_RUNGS = tuple(str(r.n) for r in RUNGS if r.fresh)  # rung 4 times in its own process (timing process 0)
 # read when the interpreter or a library starts: a fork keeps the worker's values, so a job whose values
 # differ runs in its own process (Snakemake sets the thread counts per job: the worker starts with a 1-thread
@@ -84,6 +95,7 @@ _BEFORE: dict = {}  # the worker's environment before its imports (what a job's 
 _ADDED: dict = {}  # what its imports set there
 _RESTORED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE, signal.SIGCHLD)
 _SIGNALS: dict = {}  # the worker's handlers of _RESTORED before it set its own: what a child gets back
+_SAID: set = set()  # the refusals this job has printed
 _OWN: dict = {}  # the h3gates modules the worker has imported (its package and this module): path -> stat
 
 
@@ -121,11 +133,25 @@ def delegable(argv: list[str]) -> bool:
     return not (argv[1] == "rung" and argv[2:3] and argv[2] in FRESH_RUNGS)
 
 
-def delegate(argv: list[str]) -> int | None:
-    """Run this job in the warm worker; its exit status, or None where it must run here (no worker, or the
-    worker refused it: the reason goes to the log)."""
+def light(argv: list[str]) -> bool:
+    """Whether this job would go to the run's warm worker as a light one (`LIGHT`, or a rung job's restore)."""
+    if not os.environ.get(ENV) or len(argv) < 2 or os.environ.get(SWITCH) == "off":
+        return False
+    if argv[1] == RESTORE:
+        from h3gates.core.jobs import RUN_CACHE, switched_on
+
+        return switched_on(RUN_CACHE)  # (off: nothing to restore)
+    return argv[1] in LIGHT
+
+
+def delegate(argv: list[str], light_job: bool = False) -> int | None:
+    """Run this job in the warm worker (`light_job`: forked before the worker's imports of torch and Comfy Kitchen,
+    h3gates.job.light); its exit status, or None where it must run here (no worker, the worker refused it: the
+    reason goes to the log; a light job while the worker imports, which it does not wait for)."""
     path = os.environ.get(ENV)
-    if not delegable(argv):
+    if not (light(argv) if light_job else delegable(argv)):
+        return None
+    if light_job and os.path.exists(os.path.join(os.path.dirname(path), LOADING)):
         return None
     try:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -134,7 +160,7 @@ def delegate(argv: list[str]) -> int | None:
     except OSError:
         return None  # no worker (gone, or never started here: a cluster node): a fresh process, silently
     job = {"argv": argv, "env": dict(os.environ), "cwd": os.getcwd(), "executable": sys.executable, "path": sys.path}
-    job["flags"] = _flags()
+    job["flags"], job["light"] = _flags(), light_job
     payload = json.dumps(job).encode()
     try:
         socket.send_fds(s, [_LEN.pack(len(payload))], [0, 1, 2])
@@ -144,7 +170,10 @@ def delegate(argv: list[str]) -> int | None:
     except (OSError, ValueError) as e:
         first = {"refused": f"the warm worker did not answer ({e})"}
     if "pid" not in first:
-        print(f"h3gates: a fresh process: {first.get('refused', 'the warm worker closed')}", file=sys.stderr)
+        why = first.get("refused", "the warm worker closed")
+        if why not in _SAID:  # (a rung job asks twice: its restore, then its gate)
+            _SAID.add(why)
+            print(f"h3gates: a fresh process: {why}", file=sys.stderr)
         return None
     pid = first["pid"]
     s.settimeout(None)
@@ -155,15 +184,20 @@ def delegate(argv: list[str]) -> int | None:
     def forward(sig, _frame):  # Snakemake ends a job by signalling it: the child gets the same
         try:
             os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
+        except ProcessLookupError:  # the child gone (a light restore that found nothing): the job takes it
+            signal.signal(sig, signal.SIG_DFL)
+            os.kill(os.getpid(), sig)
 
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, forward)
+    handlers = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     try:
         last = json.loads(answers.readline() or "{}")
     except (OSError, ValueError):
         last = {}
+    finally:  # (a job whose light restore found nothing goes on: a stop is its own again)
+        for sig, h in handlers.items():
+            signal.signal(sig, h)
+        answers.close()
+        s.close()
     if "exit" not in last:  # the worker died under the job: its child goes with it (PDEATHSIG), or now
         try:
             os.kill(pid, signal.SIGKILL)
@@ -266,10 +300,11 @@ def stop(p: subprocess.Popen | None) -> None:
             pass
 
 
-def serve(path: str, parent: int, run, preload) -> None:
+def serve(path: str, parent: int, run, preload, light_run=None, light_preload=None) -> None:
     """Listen at `path`; when the first job comes, call `preload()` (it imports the libraries and names them); fork
-    a child per job, which calls `run(argv)`, until the run's process `parent` is gone. The entry (h3gates/__main__.py) passes
-    h3gates.job's `main` and `preload`: the core imports neither torch nor the job runner."""
+    a child per job, which calls `run(argv)`, until the run's process `parent` is gone; a light job's child (LIGHT)
+    calls `light_run(argv)` after `light_preload()` alone. The entry (h3gates/__main__.py) passes h3gates.job's `main`,
+    `preload`, `light` and `light_preload`: the core imports neither torch nor the job runner."""
     global _OWN, _BEFORE, _WORKER_PID
     _WORKER_PID = os.getpid()
     _OWN = _own_sources()  # before it listens: an edit after `start` returns is seen
@@ -281,8 +316,9 @@ def serve(path: str, parent: int, run, preload) -> None:
     listener.listen(64)
     os.rename(path + ".new", path)  # the path exists once it listens: the first job waits for the imports
     _BEFORE = dict(os.environ)
-    state = {"loaded": False, "loading": False}
+    state = {"loaded": False, "loading": False, "light": False}
     stopping = []
+    marker = os.path.join(os.path.dirname(path), LOADING)
 
     def load():
         """The imports, before the first job the worker takes is forked: a run none of whose jobs comes to it (a
@@ -297,9 +333,14 @@ def serve(path: str, parent: int, run, preload) -> None:
         state["loading"] = True
         if stopping:
             raise SystemExit(0)
-        # preload asks torch.cuda.is_available() (Comfy Kitchen's import calls it) through NVML, which leaves the
-        # CUDA driver alone: a child could not use a driver its parent started
-        names = preload()
+        with open(marker, "w"):  # light jobs run in their own processes meanwhile, not waiting (delegate)
+            pass
+        try:
+            # preload asks torch.cuda.is_available() (Comfy Kitchen's import calls it) through NVML, which leaves the
+            # CUDA driver alone: a child could not use a driver its parent started
+            names = preload()
+        finally:
+            os.unlink(marker)
         state["loading"], state["loaded"] = False, True
         if stopping:  # (a library's import that catches every exception can swallow the handler's SystemExit)
             print(f"warm worker {os.getpid()}: stopped during its imports", flush=True)
@@ -308,15 +349,49 @@ def serve(path: str, parent: int, run, preload) -> None:
         _ADDED = {k: v for k, v in os.environ.items() if _BEFORE.get(k) != v}
         print(f"warm worker {os.getpid()}: imported {' '.join(names)} in {time.monotonic() - t0:.1f} s", flush=True)
 
+    def load_light():
+        """The imports a light job's child would otherwise make (`light_preload`: h3gates' core and the libraries
+        a pass token, a promotion and a restore import; no torch), before the first light job is forked. The
+        h3gates modules among them join those whose edit sends every job to a fresh process (_OWN); one edited
+        while they were imported does at once."""
+        global _OWN, _ADDED
+        if state["light"] or light_preload is None:
+            return
+        t0, before, own = time.monotonic(), time.time_ns(), _OWN
+        names = light_preload()
+        state["light"] = True
+        now = _own_sources()
+        # a module whose file changed while it was imported may be the edit's or the file's former bytes: the
+        # stamps are then not the loaded module's, and _OWN keeps its former set (every job refused from here)
+        if all(now.get(f) == st for f, st in own.items()) and not any(
+            st[0] >= before - 10_000_000 for f, st in now.items() if f not in own
+        ):  # (10 ms: a file system's coarse clock may stamp an edit before it was made)
+            _OWN = now
+        _ADDED = {k: v for k, v in os.environ.items() if _BEFORE.get(k) != v}
+        print(
+            f"warm worker {os.getpid()}: imported {' '.join(names)} for light jobs in {time.monotonic() - t0:.2f} s",
+            flush=True,
+        )
+
+    wake_r, wake_w = os.pipe()  # a stop wakes the loop at once, not at its next poll (the run's end waits for it)
+    os.set_blocking(wake_w, False)
+
     def on_term(*_):
         stopping.append(True)
+        try:
+            os.write(wake_w, b"s")
+        except OSError:
+            pass
         if state["loading"]:
             raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, on_term)
     sel = selectors.DefaultSelector()
     sel.register(listener, selectors.EVENT_READ, None)
+    sel.register(wake_r, selectors.EVENT_READ, ("stop",))
     jobs: dict[int, socket.socket] = {}  # child pid -> its job's connection
+    ends: dict[int, int] = {}  # child pid -> its pidfd, readable when it ends: its status is sent at once, not at
+    # the next poll (0.2 s: every job forked from the worker waited 0.1 s on average, a revert's 20 in a row)
     served = 0
     try:
         while not stopping and os.getppid() == parent:
@@ -326,14 +401,21 @@ def serve(path: str, parent: int, run, preload) -> None:
                         conn, _ = listener.accept()
                     except OSError:
                         continue
-                    pid = _accept(conn, listener, sel, jobs, run, load)
+                    extra = [wake_r, wake_w, *ends.values()]
+                    pid = _accept(conn, listener, sel, jobs, (run, load), (light_run, load_light), extra)
                     if pid:
                         served += 1
                         sel.register(conn, selectors.EVENT_READ, pid)
+                        _watch_end(pid, ends, sel)
+                elif isinstance(key.data, tuple):  # a child ended (reaped below), or a stop
+                    pass
                 elif not _recv1(key.fileobj):  # the job's process is gone: so goes its child
                     sel.unregister(key.fileobj)
                     _kill(key.data)
             _reap(jobs, sel)
+            for pid in [p for p in ends if p not in jobs]:
+                sel.unregister(ends[pid])
+                os.close(ends.pop(pid))
     finally:
         for pid in list(jobs):
             _kill(pid)
@@ -347,6 +429,16 @@ def serve(path: str, parent: int, run, preload) -> None:
         print(f"warm worker {os.getpid()}: served {served} jobs; stopped", flush=True)
 
 
+def _watch_end(pid: int, ends: dict, sel) -> None:
+    """Wake the worker when child `pid` ends (a pidfd, Linux 5.3 and later; elsewhere the 0.2-s poll finds it)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):  # no pidfd here, or the child already reaped
+        return
+    ends[pid] = fd
+    sel.register(fd, selectors.EVENT_READ, ("end", pid))
+
+
 def _recv1(conn) -> bytes:
     try:
         return conn.recv(1)
@@ -358,9 +450,11 @@ def _recv1(conn) -> bytes:
 _FORK_BLOCKED = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
 
 
-def _accept(conn, listener, sel, jobs, run, load=lambda: None) -> int | None:
-    """Read a job, check it (`_refusal`), import what the children share (`load`, the first time), and fork its
-    child; the child's pid, or None if the job was refused (it runs on its own)."""
+def _accept(conn, listener, sel, jobs, heavy, light=(None, lambda: None), extra_fds=()) -> int | None:
+    """Read a job, check it (`_refusal`), import what the children share (`load` of `heavy` or, for a light job,
+    of `light`: each `(run, load)`, the first time), and fork its child, which calls `run` (the worker's own
+    descriptors, `extra_fds` among them, closed there); the child's pid, or None if the job was refused (it runs
+    on its own)."""
     pid = None
     conn.settimeout(10)  # a job sends its request at once (one that hangs holds the others back this long)
     fds = []
@@ -374,7 +468,8 @@ def _accept(conn, listener, sel, jobs, run, load=lambda: None) -> int | None:
                 raise OSError("the job closed its request")
             buf += chunk
         job = json.loads(buf)
-        reason = _refusal(job, len(fds))
+        run, load = light if job.get("light") else heavy
+        reason = _refusal(job, len(fds)) or (None if run else "it takes no light jobs")
         if not reason:
             load()
             reason = _cuda_refusal()
@@ -390,7 +485,7 @@ def _accept(conn, listener, sel, jobs, run, load=lambda: None) -> int | None:
         try:
             pid = os.fork()
             if pid == 0:
-                _child(job, fds, [listener, conn, *jobs.values()], sel, run, mask)
+                _child(job, fds, [listener, conn, *jobs.values(), *extra_fds], sel, run, mask)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         jobs[pid] = conn
@@ -419,7 +514,7 @@ def _refusal(job: dict, nfds: int) -> str | None:
     if job.get("flags") != _flags():
         return "other interpreter options (-X, -W, -u, -O ...)"
     if _own_sources() != _OWN:
-        return "h3gates' own modules in the warm worker were edited since it started"
+        return "h3gates' own modules in the warm worker were edited since it imported them"
     return differs(job.get("env", {}), _BEFORE)
 
 
@@ -442,7 +537,10 @@ def _child(job: dict, fds: list[int], close: list, sel, run, mask=None) -> None:
             os._exit(1)
         sel.close()
         for s in close:
-            s.close()
+            if hasattr(s, "close"):
+                s.close()
+            else:
+                os.close(s)
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
