@@ -156,7 +156,7 @@ def test_the_worker_imports_for_its_first_job_and_a_stop_ends_the_import(worker)
     took = time.monotonic() - t0
     text = log.read_text()
     # no job forked after the stop: the rung job's restore (a light child, before the imports) alone
-    assert "imported torch" not in text and "served 1 jobs; stopped" in text, text
+    assert "imported torch" not in text and "served 1 jobs (1 light); stopped" in text, text
     assert took < 5, took  # not stop's 30-s kill (the imports: 2-4 s on a CPU, 8 s on the H200)
     _, err = client.communicate(timeout=300)
     assert client.returncode == 2 and "invalid choice: 9" in err, err

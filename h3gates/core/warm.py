@@ -390,9 +390,10 @@ def serve(path: str, parent: int, run, preload, light_run=None, light_preload=No
     sel.register(listener, selectors.EVENT_READ, None)
     sel.register(wake_r, selectors.EVENT_READ, ("stop",))
     jobs: dict[int, socket.socket] = {}  # child pid -> its job's connection
+    light_pids: set[int] = set()  # the light jobs' children (counted in the log's last line)
     ends: dict[int, int] = {}  # child pid -> its pidfd, readable when it ends: its status is sent at once, not at
     # the next poll (0.2 s: every job forked from the worker waited 0.1 s on average, a revert's 20 in a row)
-    served = 0
+    served, light_served = 0, 0
     try:
         while not stopping and os.getppid() == parent:
             for key, _ in sel.select(timeout=0.2):
@@ -402,9 +403,12 @@ def serve(path: str, parent: int, run, preload, light_run=None, light_preload=No
                     except OSError:
                         continue
                     extra = [wake_r, wake_w, *ends.values()]
-                    pid = _accept(conn, listener, sel, jobs, (run, load), (light_run, load_light), extra)
+                    pid = _accept(conn, listener, sel, jobs, (run, load), (light_run, load_light), extra, light_pids)
                     if pid:
                         served += 1
+                        if pid in light_pids:
+                            light_served += 1
+                            light_pids.discard(pid)
                         sel.register(conn, selectors.EVENT_READ, pid)
                         _watch_end(pid, ends, sel)
                 elif isinstance(key.data, tuple):  # a child ended (reaped below), or a stop
@@ -426,7 +430,7 @@ def serve(path: str, parent: int, run, preload, light_run=None, light_preload=No
         listener.close()
         if os.path.exists(path):
             os.unlink(path)
-        print(f"warm worker {os.getpid()}: served {served} jobs; stopped", flush=True)
+        print(f"warm worker {os.getpid()}: served {served} jobs ({light_served} light); stopped", flush=True)
 
 
 def _watch_end(pid: int, ends: dict, sel) -> None:
@@ -450,7 +454,7 @@ def _recv1(conn) -> bytes:
 _FORK_BLOCKED = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
 
 
-def _accept(conn, listener, sel, jobs, heavy, light=(None, lambda: None), extra_fds=()) -> int | None:
+def _accept(conn, listener, sel, jobs, heavy, light=(None, lambda: None), extra_fds=(), light_pids=None) -> int | None:
     """Read a job, check it (`_refusal`), import what the children share (`load` of `heavy` or, for a light job,
     of `light`: each `(run, load)`, the first time), and fork its child, which calls `run` (the worker's own
     descriptors, `extra_fds` among them, closed there); the child's pid, or None if the job was refused (it runs
@@ -489,6 +493,8 @@ def _accept(conn, listener, sel, jobs, heavy, light=(None, lambda: None), extra_
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         jobs[pid] = conn
+        if job.get("light") and light_pids is not None:
+            light_pids.add(pid)
         conn.sendall((json.dumps({"pid": pid}) + "\n").encode())
         conn.settimeout(None)
         return pid
