@@ -19,7 +19,7 @@ if sys.argv[1:2] == ["warm-worker"]:  # a run's warm worker (the Snakefile's ons
 if sys.argv[1:2] and sys.argv[1] in job.JOBS:
     from h3gates.core import warm  # a job forks from the run's warm worker where there is one
 
-    # a pass token or a promotion, and a rung job's restore, fork before the worker's imports of torch (light);
+    # a pass token or a promotion, and a rung job's restore, fork from the worker without its imports of torch (light);
     # a rung whose report the run cache keeps is restored so, or here where the worker takes no light job now
     code = warm.delegate(sys.argv, light_job=True) if warm.light(sys.argv) else None
     if code is None and warm.delegable(sys.argv):

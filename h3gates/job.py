@@ -92,7 +92,7 @@ def restored(argv: list[str]) -> int | None:
 
 
 def light(argv: list[str]) -> int:
-    """What a child of the run's warm worker forked before its imports of torch and Comfy Kitchen runs
+    """What a child of the run's warm worker forked without waiting for its imports of torch runs
     (h3gates.core.warm.LIGHT): a pass token or a promotion whole; of a rung job, its restore alone (`restored`):
     the exit status where its kept report was restored (or the job refused), warm.NOT_RESTORED where the gate
     must run (the job then goes to the worker as a rung job, or runs in its own process)."""

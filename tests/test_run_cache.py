@@ -78,7 +78,7 @@ def test_a_revert_restores_the_reports_and_the_promotion_without_running_a_gate(
     assert not list((ws / RES / "modulate_fusion").glob("r1_adversarial.replay.*"))
     logs = sorted((ws / "logs/ci/modulate_fusion").glob("r[1-8]_*.log"))
     assert len(logs) == len(before) and all("restored from the run cache" in f.read_text() for f in logs)
-    # each restore, token and the record forked from the warm worker before its imports of torch (light jobs):
+    # each restore, token and the record forked from the warm worker without its imports of torch (light jobs):
     # it served them all, imported h3gates' core for them and never torch; no job ran in a fresh process
     worker = (ws / "logs/ci/warm_worker.log").read_text()
     assert f"served {len(before) + 9} jobs" in worker and "for light jobs" in worker, worker

@@ -74,7 +74,7 @@ def test_a_job_in_the_worker_exits_and_speaks_as_its_own_process(worker):
 
 
 def test_a_light_job_forks_before_the_imports_and_speaks_as_its_own_process(worker):
-    """A pass token (a light job: warm.LIGHT) forks from the worker before its imports of torch and Comfy Kitchen:
+    """A pass token (a light job: warm.LIGHT) forks from the worker without its imports of torch and Comfy Kitchen:
     its exit status and messages are a fresh process's, and the worker imports h3gates' core alone for it."""
     p, log = worker
     bad = ("token", "--out", "x.pass")  # argparse refuses: --record and --flag are required
@@ -147,10 +147,12 @@ def test_the_worker_imports_for_its_first_job_and_a_stop_ends_the_import(worker)
         stderr=subprocess.PIPE,
         text=True,
     )
-    start = _cpu_ticks(p.pid)
+    marker = Path(os.environ[warm.ENV]).parent / warm.LOADING  # there while it imports torch (after the restore)
     deadline = time.monotonic() + 60
-    while _cpu_ticks(p.pid) < start + 20 and time.monotonic() < deadline:  # 0.2 s of CPU into torch's import
-        time.sleep(0.02)
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert marker.exists(), log.read_text()
+    time.sleep(0.2)  # into torch's import
     t0 = time.monotonic()
     warm.stop(p)
     took = time.monotonic() - t0
@@ -343,6 +345,54 @@ def test_an_edit_to_a_core_module_a_light_job_imported_sends_jobs_to_fresh_proce
         "a fresh process: h3gates' own modules in the warm worker were edited since it imported them" in second.stderr
     )
     assert _served(tmp_path / "warm.log") == 1 and "for light jobs" in (tmp_path / "warm.log").read_text()
+
+
+def test_a_light_job_whose_imports_fail_runs_fresh_and_the_worker_serves_on(tmp_path, monkeypatch):
+    """A core module half-edited before the worker first imports it (a syntax error): the light job that asked is
+    refused with the reason and runs in its own process (which meets the same error), and the worker lives on."""
+    shutil.copytree(ROOT / "h3gates", tmp_path / "h3gates", ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.chdir(tmp_path)
+    src = tmp_path / "h3gates/core/tokens.py"
+    good = src.read_text()
+    src.write_text(good + "\ndef half(\n")
+    p = warm.start(str(tmp_path / "warm.log"))
+    assert p is not None
+    token = [
+        sys.executable,
+        "-m",
+        "h3gates",
+        "token",
+        "--out",
+        "x.pass",
+        "--record",
+        "r.json",
+        "--flag",
+        "f.env",
+        "r1.json",
+    ]
+    try:
+        r = subprocess.run(token, cwd=tmp_path, env=_job_env(), capture_output=True, text=True, timeout=300)
+        alive = p.poll() is None
+    finally:
+        warm.stop(p)
+    assert "h3gates: a fresh process: its imports failed (SyntaxError" in r.stderr, r.stderr
+    assert r.returncode == 1 and "SyntaxError" in r.stderr.splitlines()[-1], r.stderr
+    assert alive and _served(tmp_path / "warm.log") == 0, (tmp_path / "warm.log").read_text()
+
+
+def test_a_job_that_gave_up_waiting_is_never_forked():
+    """warm._gone: the job's end closed (it runs on its own after its 120-s wait) -> no fork; still open -> fork."""
+    import socket
+
+    a, b = socket.socketpair()
+    a.settimeout(10)
+    assert not warm._gone(a)  # open, nothing sent: answered at once, not after the 10-s timeout
+    b.sendall(b"x")
+    assert not warm._gone(a) and a.recv(1) == b"x"  # (peeked, not read)
+    b.close()
+    t0 = time.monotonic()
+    assert warm._gone(a) and time.monotonic() - t0 < 1 and a.gettimeout() == 10
+    a.close()
 
 
 def test_the_signature_names_what_a_fork_would_keep():

@@ -46,7 +46,7 @@ ENV = "H3GATES_WARM_SOCKET"
 WORKER = "warm-worker"  # `python -m h3gates warm-worker SOCKET PARENT_PID` (h3gates/__main__.py)
 SWITCH = "H3GATES_WARM"  # off: never; anything else (unset, on): every local run, CPU or GPU
 DELEGATED = ("rung", "baseline")  # the jobs that import torch; the others cost a Python start
-# jobs the worker forks before its imports of torch and Comfy Kitchen (`light`): a pass token, a promotion and a
+# jobs the worker forks without its imports of torch and Comfy Kitchen (`light`): a pass token, a promotion and a
 # rung job's run-cache restore (any rung: a restore times nothing), each otherwise a Python start and h3gates'
 # core imports (0.2-0.4 s a job, one after another up a revert's chain of restores and tokens)
 LIGHT = ("token", "promote")
@@ -110,6 +110,18 @@ def _own_sources() -> dict:
     return out
 
 
+def _package_stats() -> dict:
+    """Every module file of the h3gates package: path -> stat, as _own_sources gives them."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = {}
+    for d, _, files in os.walk(root):
+        for name in files:
+            if name.endswith(".py"):
+                st = os.stat(os.path.join(d, name))
+                out[os.path.join(d, name)] = (st.st_mtime_ns, st.st_size)
+    return out
+
+
 def signature(env) -> dict:
     return {k: v for k, v in env.items() if k.startswith(SIGNATURE_PREFIXES) or k in SIGNATURE_NAMES}
 
@@ -145,7 +157,7 @@ def light(argv: list[str]) -> bool:
 
 
 def delegate(argv: list[str], light_job: bool = False) -> int | None:
-    """Run this job in the warm worker (`light_job`: forked before the worker's imports of torch and Comfy Kitchen,
+    """Run this job in the warm worker (`light_job`: forked without waiting for the worker's imports of torch,
     h3gates.job.light); its exit status, or None where it must run here (no worker, the worker refused it: the
     reason goes to the log; a light job while the worker imports, which it does not wait for)."""
     path = os.environ.get(ENV)
@@ -181,7 +193,10 @@ def delegate(argv: list[str], light_job: bool = False) -> int | None:
     if os.getppid() == 1:  # the parent went before the death signal was set
         os.kill(pid, signal.SIGTERM)
 
+    forwarded = []
+
     def forward(sig, _frame):  # Snakemake ends a job by signalling it: the child gets the same
+        forwarded.append(sig)
         try:
             os.kill(pid, sig)
         except ProcessLookupError:  # the child gone (a light restore that found nothing): the job takes it
@@ -198,6 +213,8 @@ def delegate(argv: list[str], light_job: bool = False) -> int | None:
             signal.signal(sig, h)
         answers.close()
         s.close()
+        if light_job:  # and it dies with its parent no more than a fresh process does
+            pdeath.die_with_parent(0)
     if "exit" not in last:  # the worker died under the job: its child goes with it (PDEATHSIG), or now
         try:
             os.kill(pid, signal.SIGKILL)
@@ -206,6 +223,8 @@ def delegate(argv: list[str], light_job: bool = False) -> int | None:
         print("h3gates: the warm worker went away during the job", file=sys.stderr)
         return 1
     code = last["exit"]
+    if code >= 0 and forwarded:  # the child had ended, unreaped, when the stop came (its kill went nowhere)
+        code = -forwarded[0]
     if code < 0:  # the child was killed by a signal: so is this process, as a fresh job would have been
         signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
@@ -333,15 +352,17 @@ def serve(path: str, parent: int, run, preload, light_run=None, light_preload=No
         state["loading"] = True
         if stopping:
             raise SystemExit(0)
-        with open(marker, "w"):  # light jobs run in their own processes meanwhile, not waiting (delegate)
-            pass
         try:
+            with open(marker, "w"):  # light jobs run in their own processes meanwhile, not waiting (delegate)
+                pass
             # preload asks torch.cuda.is_available() (Comfy Kitchen's import calls it) through NVML, which leaves the
             # CUDA driver alone: a child could not use a driver its parent started
             names = preload()
         finally:
-            os.unlink(marker)
-        state["loading"], state["loaded"] = False, True
+            state["loading"] = False
+            if os.path.exists(marker):
+                os.unlink(marker)
+        state["loaded"] = True
         if stopping:  # (a library's import that catches every exception can swallow the handler's SystemExit)
             print(f"warm worker {os.getpid()}: stopped during its imports", flush=True)
             raise SystemExit(0)
@@ -357,15 +378,15 @@ def serve(path: str, parent: int, run, preload, light_run=None, light_preload=No
         global _OWN, _ADDED
         if state["light"] or light_preload is None:
             return
-        t0, before, own = time.monotonic(), time.time_ns(), _OWN
+        t0, before, own = time.monotonic(), _package_stats(), _OWN
         names = light_preload()
         state["light"] = True
         now = _own_sources()
-        # a module whose file changed while it was imported may be the edit's or the file's former bytes: the
-        # stamps are then not the loaded module's, and _OWN keeps its former set (every job refused from here)
-        if all(now.get(f) == st for f, st in own.items()) and not any(
-            st[0] >= before - 10_000_000 for f, st in now.items() if f not in own
-        ):  # (10 ms: a file system's coarse clock may stamp an edit before it was made)
+        # a module whose file changed while it was imported may hold the edit's or the file's former bytes: its
+        # stamp then differs from the one taken before, and _OWN keeps its former set (every job refused from here)
+        if all(now.get(f) == st for f, st in own.items()) and all(
+            before.get(os.path.abspath(f)) == st for f, st in now.items()
+        ):
             _OWN = now
         _ADDED = {k: v for k, v in os.environ.items() if _BEFORE.get(k) != v}
         print(
@@ -403,7 +424,9 @@ def serve(path: str, parent: int, run, preload, light_run=None, light_preload=No
                     except OSError:
                         continue
                     extra = [wake_r, wake_w, *ends.values()]
-                    pid = _accept(conn, listener, sel, jobs, (run, load), (light_run, load_light), extra, light_pids)
+                    pid = _accept(
+                        conn, listener, sel, jobs, (run, load), (light_run, load_light), extra, light_pids, stopping
+                    )
                     if pid:
                         served += 1
                         if pid in light_pids:
@@ -443,6 +466,20 @@ def _watch_end(pid: int, ends: dict, sel) -> None:
     sel.register(fd, selectors.EVENT_READ, ("end", pid))
 
 
+def _gone(conn) -> bool:
+    """Whether the job's end of `conn` is closed (it sends nothing more after its request)."""
+    timeout = conn.gettimeout()
+    conn.setblocking(False)  # (with a timeout set, a recv would wait for data first)
+    try:
+        return conn.recv(1, socket.MSG_PEEK) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+    finally:
+        conn.settimeout(timeout)
+
+
 def _recv1(conn) -> bytes:
     try:
         return conn.recv(1)
@@ -454,7 +491,9 @@ def _recv1(conn) -> bytes:
 _FORK_BLOCKED = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
 
 
-def _accept(conn, listener, sel, jobs, heavy, light=(None, lambda: None), extra_fds=(), light_pids=None) -> int | None:
+def _accept(
+    conn, listener, sel, jobs, heavy, light=(None, lambda: None), extra_fds=(), light_pids=None, stopping=()
+) -> int | None:
     """Read a job, check it (`_refusal`), import what the children share (`load` of `heavy` or, for a light job,
     of `light`: each `(run, load)`, the first time), and fork its child, which calls `run` (the worker's own
     descriptors, `extra_fds` among them, closed there); the child's pid, or None if the job was refused (it runs
@@ -475,8 +514,15 @@ def _accept(conn, listener, sel, jobs, heavy, light=(None, lambda: None), extra_
         run, load = light if job.get("light") else heavy
         reason = _refusal(job, len(fds)) or (None if run else "it takes no light jobs")
         if not reason:
-            load()
-            reason = _cuda_refusal()
+            try:
+                load()
+            except Exception as e:  # noqa: BLE001 (a module half-edited: this job and those after it run fresh)
+                reason = f"its imports failed ({type(e).__name__}: {e})"
+            reason = reason or _cuda_refusal()
+        if not reason and stopping:
+            reason = "the run is ending"
+        if not reason and _gone(conn):  # the job gave up waiting (its 120 s) and runs on its own: never twice
+            reason = "the job no longer waits"
         if reason:
             conn.sendall((json.dumps({"refused": reason}) + "\n").encode())
             conn.close()
