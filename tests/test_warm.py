@@ -395,6 +395,25 @@ def test_a_job_that_gave_up_waiting_is_never_forked():
     a.close()
 
 
+def test_the_light_imports_read_no_file_and_import_no_rung_or_torch():
+    """What docs/ladder.md says a light job shares with the worker: h3gates.job.light_preload opens no file but
+    module sources (no config, schema or kernel read at import, which a child would then not read itself), imports
+    no rung module, no candidate kernel and no torch, and leaves every h3gates lru cache empty."""
+    probe = (
+        "import sys, functools, gc; opened = []\n"
+        "sys.addaudithook(lambda ev, a: opened.append(a[0]) if ev == 'open' and isinstance(a[0], str) "
+        "and not a[0].endswith('.py') and '.pyc' not in a[0] and '__pycache__' not in a[0] "
+        "and 'site-packages' not in a[0] and 'lib/python' not in a[0] else None)\n"
+        "from h3gates import job; job.light_preload()\n"
+        "mods = [m for m in sys.modules if m.startswith(('h3gates.rungs', 'kernels', 'torch', 'comfy_kitchen'))]\n"
+        "filled = [o.__qualname__ for o in gc.get_objects() if isinstance(o, functools._lru_cache_wrapper)\n"
+        "          and getattr(o, '__module__', '').startswith('h3gates') and o.cache_info().currsize]\n"
+        "print(opened, mods, filled)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "[] [] []", r.stdout + r.stderr
+
+
 def test_the_signature_names_what_a_fork_would_keep():
     env = {"PATH": "/bin", "OMP_NUM_THREADS": "1", "PYTHONPATH": "/x", "H3GATES_KEY": "k", "TMPDIR": "/tmp"}
     assert warm.signature(env) == {"OMP_NUM_THREADS": "1", "PYTHONPATH": "/x", "TMPDIR": "/tmp"}
