@@ -469,3 +469,75 @@ def test_a_run_under_a_long_tmpdir_still_forks_its_jobs_from_the_worker(tmp_path
     log = (ws / "logs/ci/warm_worker.log").read_text()
     assert _served(ws / "logs/ci/warm_worker.log") >= 2, log
     assert not [f for f in (ws / "logs/ci").rglob("*.log") if "a fresh process" in f.read_text()]
+
+
+_FAKE_WORKER = r"""
+import json, os, signal, socket, struct, sys, threading, time, ctypes
+from h3gates.core import warm
+
+path, how, light = sys.argv[1], sys.argv[2], sys.argv[3] == "light"
+srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+srv.bind(path)
+srv.listen(1)
+os.environ[warm.ENV] = path
+child = os.fork()  # the worker's child of the job: it ends at once
+if child == 0:
+    os._exit(0)
+if how == "reaped":  # gone when the stop comes (a light restore that found nothing)
+    os.waitpid(child, 0)
+else:  # ended normally and not yet reaped by the worker when the stop comes (a zombie: a kill reaches nothing)
+    time.sleep(0.2)
+
+
+def fake():
+    conn, _ = srv.accept()
+    msg, fds, _, _ = socket.recv_fds(conn, warm._LEN.size, 3)
+    n = warm._LEN.unpack(msg)[0]
+    got = b""
+    while len(got) < n:
+        got += conn.recv(n - len(got))
+    assert json.loads(got)["light"] == light
+    conn.sendall(json.dumps({"pid": child}).encode() + b"\n")
+    if how != "none":
+        time.sleep(0.3)
+        os.kill(os.getpid(), signal.SIGTERM)  # Snakemake's stop, while the job waits on the worker's answer
+        time.sleep(0.3)
+    conn.sendall(json.dumps({"exit": 0}).encode() + b"\n")
+    conn.close()
+
+
+threading.Thread(target=fake, daemon=True).start()
+argv = ["h3gates", "token", "x"] if light else ["h3gates", "baseline", "x"]
+code = warm.delegate(argv, light_job=light)
+sig = ctypes.c_int(-1)
+ctypes.CDLL(None).prctl(2, ctypes.byref(sig))  # PR_GET_PDEATHSIG
+print(json.dumps({"code": code, "pdeathsig": sig.value}))
+sys.exit(code)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl, recv_fds")
+@pytest.mark.parametrize(
+    "how, light, rc",
+    [("zombie", False, -signal.SIGTERM), ("reaped", True, -signal.SIGTERM), ("none", True, 0), ("none", False, 0)],
+)
+def test_a_stop_during_a_forked_job_ends_the_job_whatever_its_child_did(tmp_path, how, light, rc):
+    """Against a stand-in worker: a SIGTERM that comes while the job waits for the worker's answer ends the job by
+    SIGTERM, as it would end a fresh process, even when the worker's child had already ended normally (its kill
+    reached a zombie, and the worker then answered exit 0) or was gone (the job takes the signal itself); with no
+    stop the job exits as its child did. A light job's parent-death signal is cleared when it returns (it may go
+    on as a fresh process: the worker's refusal or a restore that found nothing); a heavy job keeps its own."""
+    sock = Path(tempfile.mkdtemp(dir="/tmp")) / "w.sock"
+    r = subprocess.run(
+        [sys.executable, "-c", _FAKE_WORKER, str(sock), how, "light" if light else "heavy"],
+        cwd=ROOT,
+        env=_job_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    shutil.rmtree(sock.parent, ignore_errors=True)
+    assert r.returncode == rc, (r.returncode, r.stdout, r.stderr)
+    if rc == 0:
+        said = json.loads(r.stdout)
+        assert said["code"] == 0 and said["pdeathsig"] == (0 if light else signal.SIGTERM), said

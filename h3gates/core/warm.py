@@ -99,27 +99,30 @@ _SAID: set = set()  # the refusals this job has printed
 _OWN: dict = {}  # the h3gates modules the worker has imported (its package and this module): path -> stat
 
 
-def _own_sources() -> dict:
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the h3gates package
+
+
+def _stats(files) -> dict:
+    """path -> (mtime_ns, size) of each of `files` that exists: what an edit changes."""
     out = {}
-    for m in list(sys.modules.values()):
-        f = getattr(m, "__file__", None)
-        if f and os.path.abspath(f).startswith(root + os.sep) and os.path.exists(f):
+    for f in files:
+        try:
             st = os.stat(f)
-            out[f] = (st.st_mtime_ns, st.st_size)
+        except OSError:
+            continue
+        out[f] = (st.st_mtime_ns, st.st_size)
     return out
+
+
+def _own_sources() -> dict:
+    """The h3gates modules this process has imported, as _stats gives them."""
+    files = (getattr(m, "__file__", None) for m in list(sys.modules.values()))
+    return _stats(f for f in files if f and os.path.abspath(f).startswith(_ROOT + os.sep))
 
 
 def _package_stats() -> dict:
-    """Every module file of the h3gates package: path -> stat, as _own_sources gives them."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    out = {}
-    for d, _, files in os.walk(root):
-        for name in files:
-            if name.endswith(".py"):
-                st = os.stat(os.path.join(d, name))
-                out[os.path.join(d, name)] = (st.st_mtime_ns, st.st_size)
-    return out
+    """Every module file of the h3gates package, as _stats gives them."""
+    return _stats(os.path.join(d, n) for d, _, names in os.walk(_ROOT) for n in names if n.endswith(".py"))
 
 
 def signature(env) -> dict:
