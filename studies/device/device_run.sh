@@ -13,6 +13,15 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 PATH=/tmp/site/bin:$PATH
 unset PYTHONDONTWRITEBYTECODE; export PYTHONPYCACHEPREFIX=/tmp/pycache
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+# A GPU under 100 GB (an H100, which a call naming nvidia-h200 may get) times canonical rung 4 in cohorts of 2 (docs/hardware.md:
+# a cohort of 6 runs an 80 GB GPU out of memory, studies/ladder/evidence/onemore_h100_resident_2026-12-07/): the canonical steps
+# onegpu, baselines, onemore, r4only and edits (its default configs) add DEVCF after canonical.yaml. H3_DEVICE_CONFIGS overrides
+# it ("" for none).
+if [ -n "${H3_DEVICE_CONFIGS+x}" ]; then DEVCF=$H3_DEVICE_CONFIGS
+elif [ "$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1 | tr -dc 0-9)" -lt 100000 ] 2>/dev/null; then
+  printf 'timing:\n  resident: 2\n' > /tmp/h3_resident2.yaml; DEVCF=/tmp/h3_resident2.yaml
+  echo "device_run: a GPU under 100 GB: the canonical steps add $DEVCF (timing.resident: 2)"
+else DEVCF=""; fi
 # A machine idle over 30 s between calls is given back with /tmp/site: say so at once, not in a step's traceback
 # (found, not imported: an import here would warm the caches that the steps' first imports time)
 found() { python3 -c "import importlib.util as u, sys; sys.exit(not all(u.find_spec(m) for m in sys.argv[1:]))" "$@"; }
@@ -25,7 +34,7 @@ for step in "$@"; do
     cachetests) python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/test_cubin_cache.py tests/test_gpu_digest.py tests/test_standin_cuda.py 2>&1 | tee "$OUT/cache_tests.log" | tail -4 ;;
     baselines)  # the baseline artifacts of canonical.yaml (+ ONEMORE_CONFIGS) alone, from an empty results/ with BASE_CLEAN=1:
                 # the targets studies/ladder/baseline_targets.py lists (snakemake's --until left rung 8's unmade), timed; then `onemore`
-      cf="config/canonical.yaml ${ONEMORE_CONFIGS:-}"; python3 -m snakemake --unlock --configfile $cf > /dev/null 2>&1
+      cf="config/canonical.yaml ${ONEMORE_CONFIGS:-} $DEVCF"; python3 -m snakemake --unlock --configfile $cf > /dev/null 2>&1
       tg=$(python3 studies/ladder/baseline_targets.py config/config.yaml $cf)
       if [ -z "$tg" ]; then echo "baselines: no targets listed (studies/ladder/baseline_targets.py failed): skipped"; continue; fi
       [ "${BASE_CLEAN:-0}" = 1 ] && rm -rf results logs .snakemake
@@ -39,7 +48,7 @@ for step in "$@"; do
               # (fc2_algo needs .dsf/fc2.zip carried, stream_a the CuTe DSL zips: studies/device/README.md)
               # ONEMORE_SLOTS: Snakemake's gpu resource (default ONEMORE_GPUS; 3 on one GPU as docs/gpu-and-cluster.md
               # runs it: the rung-4 blocks' jobs start beside each other and wait at the lease, not for Snakemake)
-      cf="config/canonical.yaml ${ONEMORE_CONFIGS:-}"
+      cf="config/canonical.yaml ${ONEMORE_CONFIGS:-} $DEVCF"
       python3 -m snakemake --unlock --configfile $cf > /dev/null 2>&1; c=${ONEMORE:-modulate_fusion}; g=${ONEMORE_GPUS:-1}
       [ "${ONEMORE_CLEAN:-0}" = 1 ] && rm -rf results/canonical/$c results/canonical/promotion/$c.* logs/canonical/$c
       t0=$(date +%s.%N)
@@ -55,7 +64,7 @@ for step in "$@"; do
             # import: rung 1's job fails), after its revert (rung 1's report restored from the run cache, the promotion made
             # again, no GPU lease), each timed, with the jobs the console counted and the GPU leases taken
             # (EDIT_CONFIGS: config/canonical.yaml by default; on a CPU e.g. EDIT_CONFIGS=config/config.yaml EDIT_FILE=kernels/modulate_fusion/cpu.py)
-      c=${EDIT_CANDIDATE:-swiglu_fusion}; cf=${EDIT_CONFIGS:-config/canonical.yaml}; f=${EDIT_FILE:-kernels/$c/cuda.py}
+      c=${EDIT_CANDIDATE:-swiglu_fusion}; cf=${EDIT_CONFIGS:-config/canonical.yaml $DEVCF}; f=${EDIT_FILE:-kernels/$c/cuda.py}
       cp "$f" /tmp/edit_original; printf 'edit\trc\twall_s\tjobs\tgpu_leases\n' > "$OUT/edits.tsv"
       leases() { cat logs/gpu_leases.jsonl 2>/dev/null | wc -l; }
       edit_run() {
@@ -190,10 +199,10 @@ PY
     onegpu)  # the canonical ladder on ONE GPU in back-to-back invocations (ONEGPU_TARGETS; ONEGPU_CLEAN=1 starts from an
              # empty results/ and logs/), each timed; the lease timeline and the reports come back (a later call continues);
              # ONEGPU_JOBS=3: up to three GPU jobs at once, rungs 1-3 and the captures sharing the GPU (core/lease.py)
-      python3 -m snakemake --unlock --configfile config/canonical.yaml > /dev/null 2>&1
+      python3 -m snakemake --unlock --configfile config/canonical.yaml $DEVCF > /dev/null 2>&1
       [ "${ONEGPU_CLEAN:-0}" = 1 ] && rm -rf results logs .snakemake
       tag=$(date +%H%M%S); t0=$(date +%s.%N)
-      timeout "${ONEGPU_TIMEOUT:-560}" python3 -m snakemake --cores 4 --resources gpu=${ONEGPU_JOBS:-1} --keep-going --rerun-incomplete ${ONEGPU_TARGETS:-all} --configfile config/canonical.yaml > "$OUT/onegpu_$tag.log" 2>&1
+      timeout "${ONEGPU_TIMEOUT:-560}" python3 -m snakemake --cores 4 --resources gpu=${ONEGPU_JOBS:-1} --keep-going --rerun-incomplete ${ONEGPU_TARGETS:-all} --configfile config/canonical.yaml $DEVCF > "$OUT/onegpu_$tag.log" 2>&1
       echo "snakemake ${ONEGPU_TARGETS:-all} rc=$? wall $(python3 -c "import time; print(round(time.time() - $t0, 1))") s" | tee -a "$OUT/onegpu_$tag.log"; grep -E "REFUSED|FAILED|Error|steps|promoted" "$OUT/onegpu_$tag.log" | tail -8
       python3 studies/ladder/lease_timeline.py logs/gpu_leases.jsonl --json "$OUT/lease_timeline_onegpu.json" | tail -${ONEGPU_TAIL:-6}
       python3 studies/ladder/climb_breakdown.py results/canonical --leases logs/gpu_leases.jsonl --json "$OUT/breakdown_$tag.json" | tail -24
@@ -202,7 +211,7 @@ PY
     r4only)  # R4_CANDIDATE's canonical rungs 1-4 only (its r4 pass token: the captures, rungs 1-3, rung 4 at blocks 0/24/49),
              # no rung 5-8 baseline (issue 30's verdict); R4_CONFIGS over canonical.yaml, e.g. config/fc2_algo.yaml; R4_TARGETS
              # instead of its r4 token, e.g. results/canonical/fc2_algo/r4_block/block24.json (blocks 0 and 24: a call's 600 s)
-      c=${R4_CANDIDATE:-fc2_algo}; cf="config/canonical.yaml ${R4_CONFIGS:-}"; python3 -m snakemake --unlock --configfile $cf > /dev/null 2>&1
+      c=${R4_CANDIDATE:-fc2_algo}; cf="config/canonical.yaml ${R4_CONFIGS:-} $DEVCF"; python3 -m snakemake --unlock --configfile $cf > /dev/null 2>&1
       t0=$(date +%s.%N)
       timeout "${R4_TIMEOUT:-540}" python3 -m snakemake --cores 4 --resources gpu=1 --configfile $cf -- ${R4_TARGETS:-results/canonical/$c/tokens/r4.pass} > "$OUT/r4only_$c.log" 2>&1
       echo "snakemake rc=$? wall $(python3 -c "import time; print(round(time.time() - $t0, 1))") s"; grep -E "^\[|REFUSED|FAILED|Error" "$OUT/r4only_$c.log" | tail -16
