@@ -541,3 +541,38 @@ def test_a_stop_during_a_forked_job_ends_the_job_whatever_its_child_did(tmp_path
     if rc == 0:
         said = json.loads(r.stdout)
         assert said["code"] == 0 and said["pdeathsig"] == (0 if light else signal.SIGTERM), said
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="send_fds")
+def test_a_job_that_comes_as_the_run_ends_is_refused_after_the_imports_it_waited_for(monkeypatch):
+    """warm._accept: a stop that came while the worker imported for a job (Snakemake's run ending) refuses that
+    job instead of forking it (it then runs in its own process, or is ended with the run), and no child is made;
+    the same job is forked when no stop came (the run callable is what its child would run: here never reached,
+    the fork replaced by a stand-in)."""
+    import socket
+
+    monkeypatch.setattr(warm, "_OWN", warm._own_sources())
+    monkeypatch.setattr(warm, "_BEFORE", dict(os.environ))
+
+    def ask(stopping):
+        a, b = socket.socketpair()
+        job = {"argv": ["h3gates", "rung"], "env": dict(os.environ), "cwd": os.getcwd(), "executable": sys.executable}
+        job.update(path=sys.path, flags=warm._flags(), light=False)
+        payload = json.dumps(job).encode()
+        socket.send_fds(a, [warm._LEN.pack(len(payload))], [0, 1, 2])
+        a.sendall(payload)
+        loaded, jobs = [], {}
+        pid = warm._accept(b, None, None, jobs, (lambda: 0, lambda: loaded.append(True)), stopping=stopping)
+        answer = json.loads(a.makefile("r").readline() or "{}")
+        a.close()
+        return pid, jobs, loaded, answer
+
+    pid, jobs, loaded, answer = ask([True])
+    assert pid is None and not jobs and loaded == [True], (pid, jobs, loaded)
+    assert answer == {"refused": "the run is ending"}, answer
+
+    forks = []
+    monkeypatch.setattr(warm.os, "fork", lambda: forks.append(True) or 4242424)
+    pid, jobs, loaded, answer = ask([])
+    assert pid == 4242424 and forks == [True] and list(jobs) == [pid] and answer == {"pid": pid}, answer
+    jobs[pid].close()
