@@ -576,3 +576,35 @@ def test_a_job_that_comes_as_the_run_ends_is_refused_after_the_imports_it_waited
     pid, jobs, loaded, answer = ask([])
     assert pid == 4242424 and forks == [True] and list(jobs) == [pid] and answer == {"pid": pid}, answer
     jobs[pid].close()
+
+
+def test_a_core_module_edited_while_the_worker_imports_it_for_light_jobs_sends_jobs_to_fresh_processes(
+    tmp_path, monkeypatch
+):
+    """A race: h3gates/core/tokens.py changes while the worker's light imports read it (a stand-in light_preload
+    edits it just before its import). The module may hold either version, so neither the pass token that asked
+    nor any job after it is forked from the worker: each runs in its own process and says why."""
+    shutil.copytree(ROOT / "h3gates", tmp_path / "h3gates", ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.chdir(tmp_path)
+    job = tmp_path / "h3gates/job.py"
+    text = job.read_text()
+    anchor = "    import h3gates.core.context\n"
+    assert anchor in text
+    edit = (
+        "    from pathlib import Path as _P\n\n"
+        "    _t = _P(__file__).parent / 'core' / 'tokens.py'\n"
+        "    _t.write_text(_t.read_text() + '\\n# edited while imported\\n')\n"
+    )
+    job.write_text(text.replace(anchor, edit + anchor, 1))
+    p = warm.start(str(tmp_path / "warm.log"))
+    assert p is not None
+    token = [sys.executable, "-m", "h3gates", "token", "--out", "x.pass"]  # argparse refuses it (exit 2)
+    try:
+        runs = [subprocess.run(token, cwd=tmp_path, env=_job_env(), capture_output=True, text=True, timeout=300)]
+        runs.append(subprocess.run(token, cwd=tmp_path, env=_job_env(), capture_output=True, text=True, timeout=300))
+    finally:
+        warm.stop(p)
+    log = (tmp_path / "warm.log").read_text()
+    for r in runs:
+        assert r.returncode == 2 and f"a fresh process: {warm._EDITED}" in r.stderr, r.stderr
+    assert "for light jobs" in log and _served(tmp_path / "warm.log") == 0, log

@@ -97,6 +97,7 @@ _RESTORED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE, signa
 _SIGNALS: dict = {}  # the worker's handlers of _RESTORED before it set its own: what a child gets back
 _SAID: set = set()  # the refusals this job has printed
 _OWN: dict = {}  # the h3gates modules the worker has imported (its package and this module): path -> stat
+_EDITED = "h3gates' own modules in the warm worker were edited since it imported them"
 
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the h3gates package
@@ -386,7 +387,8 @@ def serve(path: str, parent: int, run, preload, light_run=None, light_preload=No
         state["light"] = True
         now = _own_sources()
         # a module whose file changed while it was imported may hold the edit's or the file's former bytes: its
-        # stamp then differs from the one taken before, and _OWN keeps its former set (every job refused from here)
+        # stamp then differs from the one taken before, and _OWN keeps its former set (the job that asked and every
+        # one after it refused: _accept checks again after the imports)
         if all(now.get(f) == st for f, st in own.items()) and all(
             before.get(os.path.abspath(f)) == st for f, st in now.items()
         ):
@@ -522,6 +524,8 @@ def _accept(
             except Exception as e:  # noqa: BLE001 (a module half-edited: this job and those after it run fresh)
                 reason = f"its imports failed ({type(e).__name__}: {e})"
             reason = reason or _cuda_refusal()
+        if not reason and _own_sources() != _OWN:  # a module edited while `load` imported it (load_light kept _OWN)
+            reason = _EDITED
         if not reason and stopping:
             reason = "the run is ending"
         if not reason and _gone(conn):  # the job gave up waiting (its 120 s) and runs on its own: never twice
@@ -569,7 +573,7 @@ def _refusal(job: dict, nfds: int) -> str | None:
     if job.get("flags") != _flags():
         return "other interpreter options (-X, -W, -u, -O ...)"
     if _own_sources() != _OWN:
-        return "h3gates' own modules in the warm worker were edited since it imported them"
+        return _EDITED
     return differs(job.get("env", {}), _BEFORE)
 
 
