@@ -351,7 +351,7 @@ def serve(path: str, parent: int, run, preload, light_run=None, light_preload=No
         forked after it."""
         global _ADDED
         if state["loaded"]:
-            return
+            return False
         t0 = time.monotonic()
         state["loading"] = True
         if stopping:
@@ -373,6 +373,7 @@ def serve(path: str, parent: int, run, preload, light_run=None, light_preload=No
         # what the imports set in the environment (torch: TORCHINDUCTOR_CACHE_DIR): a fresh job's imports set it too
         _ADDED = {k: v for k, v in os.environ.items() if _BEFORE.get(k) != v}
         print(f"warm worker {os.getpid()}: imported {' '.join(names)} in {time.monotonic() - t0:.1f} s", flush=True)
+        return True
 
     def load_light():
         """The imports a light job's child would otherwise make (`light_preload`: h3gates' core and the libraries
@@ -381,7 +382,7 @@ def serve(path: str, parent: int, run, preload, light_run=None, light_preload=No
         while they were imported does at once."""
         global _OWN, _ADDED
         if state["light"] or light_preload is None:
-            return
+            return False
         t0, before, own = time.monotonic(), _package_stats(), _OWN
         names = light_preload()
         state["light"] = True
@@ -398,6 +399,7 @@ def serve(path: str, parent: int, run, preload, light_run=None, light_preload=No
             f"warm worker {os.getpid()}: imported {' '.join(names)} for light jobs in {time.monotonic() - t0:.2f} s",
             flush=True,
         )
+        return True
 
     wake_r, wake_w = os.pipe()  # a stop wakes the loop at once, not at its next poll (the run's end waits for it)
     os.set_blocking(wake_w, False)
@@ -500,9 +502,9 @@ def _accept(
     conn, listener, sel, jobs, heavy, light=(None, lambda: None), extra_fds=(), light_pids=None, stopping=()
 ) -> int | None:
     """Read a job, check it (`_refusal`), import what the children share (`load` of `heavy` or, for a light job,
-    of `light`: each `(run, load)`, the first time), and fork its child, which calls `run` (the worker's own
-    descriptors, `extra_fds` among them, closed there); the child's pid, or None if the job was refused (it runs
-    on its own)."""
+    of `light`: each `(run, load)`, the first time; `load` returns whether it imported now, and the sources are
+    checked again then), and fork its child, which calls `run` (the worker's own descriptors, `extra_fds` among
+    them, closed there); the child's pid, or None if the job was refused (it runs on its own)."""
     pid = None
     conn.settimeout(10)  # a job sends its request at once (one that hangs holds the others back this long)
     fds = []
@@ -518,13 +520,14 @@ def _accept(
         job = json.loads(buf)
         run, load = light if job.get("light") else heavy
         reason = _refusal(job, len(fds)) or (None if run else "it takes no light jobs")
+        imported = False
         if not reason:
             try:
-                load()
+                imported = load()
             except Exception as e:  # noqa: BLE001 (a module half-edited: this job and those after it run fresh)
                 reason = f"its imports failed ({type(e).__name__}: {e})"
             reason = reason or _cuda_refusal()
-        if not reason and _own_sources() != _OWN:  # a module edited while `load` imported it (load_light kept _OWN)
+        if not reason and imported and _own_sources() != _OWN:  # edited while `load` imported it (load_light kept _OWN)
             reason = _EDITED
         if not reason and stopping:
             reason = "the run is ending"
