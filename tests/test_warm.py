@@ -472,7 +472,7 @@ def test_a_run_under_a_long_tmpdir_still_forks_its_jobs_from_the_worker(tmp_path
 
 
 _FAKE_WORKER = r"""
-import json, os, signal, socket, struct, sys, threading, time, ctypes
+import json, os, signal, socket, sys, threading, time, ctypes
 from h3gates.core import warm
 
 path, how, light = sys.argv[1], sys.argv[2], sys.argv[3] == "light"
@@ -491,12 +491,8 @@ else:  # ended normally and not yet reaped by the worker when the stop comes (a 
 
 def fake():
     conn, _ = srv.accept()
-    msg, fds, _, _ = socket.recv_fds(conn, warm._LEN.size, 3)
-    n = warm._LEN.unpack(msg)[0]
-    got = b""
-    while len(got) < n:
-        got += conn.recv(n - len(got))
-    assert json.loads(got)["light"] == light
+    fds = []
+    assert warm._read_request(conn, fds)["light"] == light and len(fds) == 3
     conn.sendall(json.dumps({"pid": child}).encode() + b"\n")
     if how != "none":
         time.sleep(0.3)
@@ -556,11 +552,7 @@ def test_a_job_that_comes_as_the_run_ends_is_refused_after_the_imports_it_waited
 
     def ask(stopping):
         a, b = socket.socketpair()
-        job = {"argv": ["h3gates", "rung"], "env": dict(os.environ), "cwd": os.getcwd(), "executable": sys.executable}
-        job.update(path=sys.path, flags=warm._flags(), light=False)
-        payload = json.dumps(job).encode()
-        socket.send_fds(a, [warm._LEN.pack(len(payload))], [0, 1, 2])
-        a.sendall(payload)
+        warm._send_request(a, warm._request(["h3gates", "rung"], light_job=False))
         loaded, jobs = [], {}
         pid = warm._accept(b, None, None, jobs, (lambda: 0, lambda: loaded.append(True)), stopping=stopping)
         answer = json.loads(a.makefile("r").readline() or "{}")

@@ -175,12 +175,8 @@ def delegate(argv: list[str], light_job: bool = False) -> int | None:
         s.connect(path)
     except OSError:
         return None  # no worker (gone, or never started here: a cluster node): a fresh process, silently
-    job = {"argv": argv, "env": dict(os.environ), "cwd": os.getcwd(), "executable": sys.executable, "path": sys.path}
-    job["flags"], job["light"] = _flags(), light_job
-    payload = json.dumps(job).encode()
     try:
-        socket.send_fds(s, [_LEN.pack(len(payload))], [0, 1, 2])
-        s.sendall(payload)
+        _send_request(s, _request(argv, light_job))
         answers = s.makefile("r")
         first = json.loads(answers.readline() or "{}")
     except (OSError, ValueError) as e:
@@ -234,6 +230,35 @@ def delegate(argv: list[str], light_job: bool = False) -> int | None:
         os.kill(os.getpid(), -code)
         return 128 - code
     return code
+
+
+def _request(argv: list[str], light_job: bool) -> dict:
+    """This job's request to the worker: what the worker's _refusal compares with its own start."""
+    job = {"argv": argv, "env": dict(os.environ), "cwd": os.getcwd(), "executable": sys.executable, "path": sys.path}
+    job["flags"], job["light"] = _flags(), light_job
+    return job
+
+
+def _send_request(s, job: dict) -> None:
+    """`job` to the worker, with this process's standard descriptors (the child's 0, 1 and 2)."""
+    payload = json.dumps(job).encode()
+    socket.send_fds(s, [_LEN.pack(len(payload))], [0, 1, 2])
+    s.sendall(payload)
+
+
+def _read_request(conn, fds: list) -> dict:
+    """A job's request as _send_request sent it; the descriptors that came with it are added to `fds` (the caller
+    closes them, also where this raises)."""
+    msg, got, _, _ = socket.recv_fds(conn, _LEN.size, 3)
+    fds.extend(got)
+    want = _LEN.unpack(msg)[0]
+    buf = b""
+    while len(buf) < want:
+        chunk = conn.recv(want - len(buf))
+        if not chunk:
+            raise OSError("the job closed its request")
+        buf += chunk
+    return json.loads(buf)
 
 
 def _exit_with_parent(sig: int = signal.SIGTERM) -> None:
@@ -509,15 +534,7 @@ def _accept(
     conn.settimeout(10)  # a job sends its request at once (one that hangs holds the others back this long)
     fds = []
     try:
-        msg, fds, _, _ = socket.recv_fds(conn, _LEN.size, 3)
-        want = _LEN.unpack(msg)[0]
-        buf = b""
-        while len(buf) < want:
-            chunk = conn.recv(want - len(buf))
-            if not chunk:
-                raise OSError("the job closed its request")
-            buf += chunk
-        job = json.loads(buf)
+        job = _read_request(conn, fds)
         run, load = light if job.get("light") else heavy
         reason = _refusal(job, len(fds)) or (None if run else "it takes no light jobs")
         imported = False
