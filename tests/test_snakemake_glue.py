@@ -55,7 +55,7 @@ def test_gate_labels(tmp_path):
         "verdict": "pass",
         "reason": "every check of this rung passed",
     }
-    p = _report(tmp_path, verdict="fail", reasons=["candidate block output   differs\n in 3 elements"])
+    p = _report(tmp_path, verdict="fail", reasons=["candidate block output differs\n    in 3 elements"])
     assert W.gate_labels(p)["reason"] == "candidate block output differs in 3 elements"
     timing = {"performance_gate": {"note": "performance gate not met (undecided), not enforced on profile tiny: ..."}}
     assert W.gate_labels(_report(tmp_path, timing=timing))["reason"].startswith("performance gate not met")
@@ -168,3 +168,11 @@ def test_a_failed_jobs_console_line_names_its_refusal_and_fix(tmp_path):
         "stopped with no error in its log (killed or timed out?) after: rung 1 GEMM cases: 200 done (role fc2: x)"
     )
     assert last_line([str(tmp_path / "none.log")]) == "" and last_line([]) == ""
+
+
+def test_one_line_folds_line_breaks_and_keeps_a_paths_spaces():
+    """A refusal's one line: a traceback's line breaks and indentation fold to one space, a quoted path's own
+    spaces stay (folding every run of spaces once named a file that does not exist)."""
+    assert W.one_line("Error:\n    in rule r4\tblock 0\n") == "Error: in rule r4 block 0"
+    assert W.one_line("no report at '/data/my  runs/r1.json'") == "no report at '/data/my  runs/r1.json'"
+    assert W.one_line("x" * 10, 5) == "xxxx\u2026" and W.one_line(" \n  ") == ""

@@ -5,6 +5,7 @@ hint). Kept here, with tests, so that rules/common.smk holds input functions onl
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from h3gates.core.outputs import RUNG
@@ -46,8 +47,13 @@ def lock_hint(argv: list[str], is_main_process: bool, workdir=".") -> str | None
     return LOCK_HINT if locks.is_dir() and any(locks.glob("*.lock")) else None
 
 
+_BREAKS = re.compile(r"\s*[^\S ]\s*")  # a run of whitespace holding anything but a plain space (a line break, a tab)
+
+
 def one_line(text, limit: int | None = None) -> str:
-    line = " ".join(str(text).split())
+    """`text` on one line: every run of whitespace that breaks the line (a newline, a tab) becomes one space;
+    runs of plain spaces stay as they are, so a quoted path with two spaces in it is still that path."""
+    line = _BREAKS.sub(" ", str(text)).strip()
     return line if limit is None or len(line) <= limit else f"{line[: limit - 1]}\u2026"
 
 
