@@ -600,3 +600,27 @@ def test_a_core_module_edited_while_the_worker_imports_it_for_light_jobs_sends_j
     for r in runs:
         assert r.returncode == 2 and f"a fresh process: {warm._EDITED}" in r.stderr, r.stderr
     assert "for light jobs" in log and _served(tmp_path / "warm.log") == 0, log
+
+
+def test_a_worker_whose_run_was_killed_leaves_no_folder_behind(tmp_path):
+    """A run killed outright (no onsuccess/onerror, so no `stop`): its worker sees its parent gone, ends, and
+    removes its socket and its folder under the temporary directory (before, each such run left an empty
+    h3gates-warm-* folder there)."""
+    log = tmp_path / "warm.log"
+    code = (
+        "import os, sys; from h3gates.core import warm; p = warm.start(sys.argv[1]); "
+        "print(os.environ[warm.ENV], p.pid, flush=True); os._exit(0)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(log)], cwd=ROOT, env=_job_env(), capture_output=True, text=True, timeout=120
+    )
+    sock, pid = out.stdout.split()
+    folder = Path(sock).parent
+    assert folder.name.startswith("h3gates-warm-"), out
+    deadline = time.monotonic() + 30
+    while folder.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not folder.exists(), (sorted(p.name for p in folder.iterdir()), log.read_text())
+    assert "served 0 jobs (0 light); stopped" in log.read_text()
+    stat = Path(f"/proc/{pid}/stat")  # ended: gone, or a zombie until whoever adopted it reaps it
+    assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"

@@ -483,8 +483,13 @@ def serve(path: str, parent: int, run, preload, light_run=None, light_preload=No
             _reap(jobs, sel)
             time.sleep(0.05)
         listener.close()
-        if os.path.exists(path):
-            os.unlink(path)
+        for leftover in (path, marker):
+            if os.path.exists(leftover):
+                os.unlink(leftover)
+        try:  # its folder too (stop() removes it where the run ends it; a run killed outright never calls stop)
+            os.rmdir(os.path.dirname(path))
+        except OSError:
+            pass
         print(f"warm worker {os.getpid()}: served {served} jobs ({light_served} light); stopped", flush=True)
 
 
