@@ -432,6 +432,37 @@ def test_candidate_crash_gets_a_failing_report(ws):
     assert "crash" in again["measurements"], err
 
 
+REFUSES_SHORT_INPUTS = """
+
+_scale_before_refusal = ModulateFusedProducer.global_scale
+
+
+def _refusing(self, inp):
+    if inp.rows < 40:  # fault: a refusal of inputs the reference takes (a ValueError is a refusal, not a crash)
+        raise ValueError(f"too few rows: {inp.rows}")
+    return _scale_before_refusal(self, inp)
+
+
+ModulateFusedProducer.global_scale = _refusing
+"""
+
+
+def test_a_candidate_that_refuses_what_the_reference_takes_is_named_with_where(ws):
+    """A candidate raising a ValueError (what a refusal of an input looks like) on inputs the reference takes fails
+    rung 1, and the one line says so, with the exception and the candidate's file, line and function; before, it
+    said only how many cases differ (a new user's walkthrough: torch's own RuntimeErrors looked the same)."""
+    _plant(ws, "modulate_fusion", append=REFUSES_SHORT_INPUTS)
+    rung, err = _climb(ws, "modulate_fusion")
+    line = next(x for x in err.splitlines() if "FAILED for modulate_fusion" in x)
+    where = re.search(
+        r"the candidate raised ValueError: too few rows: \d+ \(at (\S+):(\d+) in _refusing\) where the reference did not",
+        line,
+    )
+    assert rung == 1 and where and where[1] == "faulty/modulate_fusion/cpu.py", line
+    planted = (ws / where[1]).read_text().splitlines()[int(where[2]) - 1]
+    assert "raise ValueError" in planted, planted
+
+
 OUT_OF_MEMORY_ON_SHORT_INPUTS = """
 
 import torch as _torch

@@ -38,7 +38,7 @@ from h3gates.nvfp4.compare import compare_outputs
 from h3gates.rungs import path_cases as P
 from h3gates.rungs.gate import Gate
 from h3gates.rungs.inputs import packed_activation, role_input, weight
-from h3gates.rungs.side_by_side import compare_gemms, compare_producers
+from h3gates.rungs.side_by_side import compare_gemms, compare_producers, refused_alone
 
 
 def _inputs(random_shapes):
@@ -457,7 +457,9 @@ def run(ctx, out, block=None, upstream=()):
     if bad:
         gate.reasons.insert(
             0,
-            f"{len(bad)} of {len(cases)} adversarial/random cases differ (first: {bad[0]['case']} {bad[0]['role']} {bad[0]['variant']})",
+            f"{len(bad)} of {len(cases)} adversarial/random cases differ (first: {bad[0]['case']} {bad[0]['role']} {bad[0]['variant']}"
+            + (f": {alone}" if (alone := refused_alone(bad[0])) else "")
+            + ")",
         )
     lib = library["block_values"]  # the reference's own operand check counts in the report's byte totals too
     return gate.write(

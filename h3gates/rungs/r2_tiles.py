@@ -112,7 +112,9 @@ def run(ctx, out, block=None, upstream=()):
         b = bad[0]
         gate.fail(
             f"{len(bad)} of {len(tiles)} packed tiles differ (first: activation {b['activation']} {b['role']} tile ({b['tile_row']}, {b['tile_k']}): "  # noqa: E501
-            f"{b['qdata_bytes_differing']} qdata, {b['scale_bytes_differing']} scale, {b['gemm_bytes_differing']} GEMM output bytes)"
+            f"{b['qdata_bytes_differing']} qdata, {b['scale_bytes_differing']} scale, {b['gemm_bytes_differing']} GEMM output bytes"
+            + (f"; the candidate's GEMM raised {b['gemm_refused']}" if b.get("gemm_refused") else "")
+            + ")"
         )
     return gate.write(
         out,

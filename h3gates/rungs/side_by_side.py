@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import sysconfig
+import traceback
+from pathlib import Path
+
+from h3gates.core.registry import ROOT
 from h3gates.nvfp4.compare import compare_outputs, compare_packed
 from h3gates.nvfp4.layout import Packed
 from h3gates.nvfp4.quantize import NVFP4InputError
@@ -36,10 +41,49 @@ def machine_failure(e: BaseException) -> bool:
     return isinstance(e, kinds) or any(w in str(e) for w in MACHINE_WORDS)
 
 
+_PACKAGE = Path(__file__).resolve().parents[1]  # h3gates/
+_LIBRARIES = tuple({Path(sysconfig.get_paths()[k]).resolve() for k in ("stdlib", "platstdlib", "purelib", "platlib")})
+
+
+def _library(filename: str) -> bool:
+    path = Path(filename).resolve()
+    return filename.startswith("<") or any(path.is_relative_to(d) for d in _LIBRARIES)
+
+
+def where(e: BaseException) -> str:
+    """Where an exception was raised, as ` (at FILE:LINE in FUNCTION)`: the innermost frame of its traceback in
+    the candidate's own code (any file outside h3gates, the standard library and the installed packages: a kernel
+    file, a `source:` variant), else the innermost in h3gates (the reference, or a helper the kernel called), else ''.
+    A path in this tree is given relative to it."""
+    frames = [
+        f for f in traceback.extract_tb(e.__traceback__) if Path(f.filename).resolve() != Path(__file__).resolve()
+    ]
+    inside = [f for f in frames if Path(f.filename).resolve().is_relative_to(_PACKAGE)]
+    own = [f for f in frames if f not in inside and not _library(f.filename)]
+    frame = (own or inside or [None])[-1]
+    if frame is None:
+        return ""
+    path = Path(frame.filename).resolve()
+    shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    return f" (at {shown}:{frame.lineno} in {frame.name})"
+
+
 def _refusal(e: BaseException) -> str:
+    """An input refusal in words: the exception, its message and where it was raised (`where`)."""
     if machine_failure(e):
         raise e
-    return f"{type(e).__name__}: {e}"
+    return f"{type(e).__name__}: {e}{where(e)}"
+
+
+def refused_alone(cmp: dict) -> str | None:
+    """Of a comparison where one side refused the input and the other did not, that in words; else None."""
+    refused = cmp.get("refused") or {}
+    cand, ref = refused.get("candidate"), refused.get("reference")
+    if cand and not ref:
+        return f"the candidate raised {cand} where the reference did not"
+    if ref and not cand:
+        return f"the reference refused ({ref}) where the candidate did not"
+    return None
 
 
 def run_producer(producer, inp):
