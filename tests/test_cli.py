@@ -188,3 +188,17 @@ def test_every_committed_evidence_run_has_a_complete_manifest():
         [sys.executable, str(ROOT / "studies/index.py")], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+
+
+def test_status_says_n_a_once_for_a_candidate_not_climbed_on_this_device():
+    """An enabled candidate with no implementation for the configured device (fc2_algo is CUDA-only; the tiny
+    profile runs on the CPU) is n/a in every rung with the workflow's own reason, once, not `invalid` eight times
+    (a word status keeps for a report that fails its checks); the verdict table has no line for it."""
+    p = _h3gates("status", "--configfile", "config/config.yaml", "config/fc2_algo.yaml")
+    assert p.returncode == 0, p.stderr
+    row = next(line for line in p.stdout.splitlines() if line.startswith("fc2_algo "))
+    assert row.split()[1:] == ["n/a"] * 8 and "invalid" not in p.stdout, p.stdout
+    why = [line for line in p.stdout.splitlines() if line.strip().startswith("fc2_algo")][1:]
+    assert why == ["  fc2_algo: n/a: fc2_algo is not climbed on cpu: fc2_algo has no cpu implementation (it has: cuda)"]
+    p = _h3gates("status", "--verdicts", "--configfile", "config/config.yaml", "config/fc2_algo.yaml")
+    assert p.returncode == 0 and "fc2_algo" not in p.stdout, p.stdout

@@ -93,6 +93,9 @@ def _chain(p, d: dict) -> list[str]:
     return reasons
 
 
+NOT_HERE = "n/a"  # status's state of every rung of a candidate not climbed on this device
+
+
 def check_candidate(config: dict, candidate: str):
     """Every report of a candidate against the current tree and config -> ({path: (state, reasons,
     doc)}, reasons); a missing kernel source is a reason of its own."""
@@ -592,13 +595,22 @@ def revoke_if_wrong(record: str, flag: str) -> bool:
 
 
 def status(config: dict) -> list[dict]:
-    """candidate x rung: pass / fail / missing / stale / invalid, with the reason of each."""
-    from h3gates.core.config import enabled
+    """candidate x rung: pass / fail / missing / stale / invalid, with the reason of each; n/a for every rung of
+    an enabled candidate the workflow does not climb on this configuration's device (no implementation for it, a
+    need it does not meet: h3gates.core.config.climbable), with that reason (promote_<name> refuses with it)."""
+    from h3gates.core.config import climbable, enabled
 
     rows = []
+    _, left_out = climbable(config)
     for cand in enabled(config):
-        results, kernel_missing = check_candidate(config, cand)
         name = results_name_of(config, cand)
+        if cand in left_out:
+            na = {"state": NOT_HERE, "reason": left_out[cand]}
+            rows.append(
+                {"candidate": cand, "results_name": name, "rungs": dict.fromkeys(RUNG_NAMES, na), "attempts": {}}
+            )
+            continue
+        results, kernel_missing = check_candidate(config, cand)
         row = {"candidate": cand, "results_name": name, "rungs": {}}
         for rung, plist in report_paths(config["profile"], name, config["blocks"]).items():
             states = [results[p][:2] if p in results else ("invalid", kernel_missing) for p in plist]
@@ -647,6 +659,9 @@ def format_status(rows) -> str:
                     for b, a in row["attempts"].items()
                 )
             )
+        if all(v["state"] == NOT_HERE for v in row["rungs"].values()):  # one reason for the row, not one per rung
+            reasons.append(f"  {row['results_name']}: {NOT_HERE}: {row['rungs'][min(row['rungs'])]['reason']}")
+            continue
         reasons += [
             f"  {row['results_name']} r{r}: "
             + (v["reason"] if f": {v['state']}" in v["reason"] else f"{v['state']}: {v['reason']}")

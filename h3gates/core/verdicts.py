@@ -23,7 +23,7 @@ def verdicts(config: dict, candidates=None, configfiles=None) -> list[str]:
     (never the record's own summary), with the first problem of a candidate that is not promoted."""
     from h3gates.core.errors import Refusal
     from h3gates.core.outputs import RUNG_NAMES, promotion_paths
-    from h3gates.core.promotion import status, verify
+    from h3gates.core.promotion import NOT_HERE, status, verify
     from h3gates.core.report_labels import one_line
 
     rows = [r for r in status(config) if candidates is None or r["candidate"] in candidates]
@@ -33,8 +33,13 @@ def verdicts(config: dict, candidates=None, configfiles=None) -> list[str]:
         record, flag = promotion_paths(config["profile"], row["results_name"])
         states = [row["rungs"][r]["state"] for r in RUNG_NAMES]
         aside = _moved_aside(config, row)  # (problem line, fix, replay line)
-        if not aside and not Path(record).exists() and not Path(flag).exists() and all(s == "missing" for s in states):
-            continue  # never climbed here: no line
+        if (
+            not aside
+            and not Path(record).exists()
+            and not Path(flag).exists()
+            and all(s in ("missing", NOT_HERE) for s in states)
+        ):
+            continue  # never climbed here (or not climbable here): no line
         fix = None
         problem = next(
             (
