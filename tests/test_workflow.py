@@ -411,6 +411,10 @@ def test_candidate_crash_gets_a_failing_report(ws):
     dump = kept.parent / crash["replay"]  # the crashed case's inputs, for replay (moved aside with the report)
     assert dump.is_file() and Path(f"{dump}.link").is_file() and not (ws / RES / name / crash["replay"]).exists()
     assert f"replay: python -m h3gates replay {dump.relative_to(ws)}" in err and f"see {kept.relative_to(ws)}" in err
+    failed = next(line for line in err.splitlines() if "FAILED for modulate_fusion" in line)  # the replay said once,
+    assert (
+        "replay" not in failed and err.count(f"  - replay: python -m h3gates replay {dump.relative_to(ws)}") == 1
+    )  # below
     # the crashed report is moved aside (kept), and the way on is the same command (a crashed gate is not kept by
     # the run cache: it runs anew), not a byte mismatch's
     report = ws / RES / name / "r1_adversarial.json"

@@ -44,7 +44,10 @@ def token(reports: list[str], out: str, trusted_keys=None) -> None:
         where: dict = {}
         fix = _set_aside(aside, p, where) if aside else None
         dump = str(Path(p).parent / d["replay"][0]) if d.get("replay") else None
-        reason = d["reasons"][0] if not dump else d["reasons"][0].replace(dump, where.get(dump, dump))
+        # (a crash's reason names its replay too: said once, on the replay line below)
+        reason = (
+            d["reasons"][0] if not dump else d["reasons"][0].replace(f"; replay: python -m h3gates replay {dump}", "")
+        )
         also = [q for q in aside if q != p and q in where]  # (moved too, the first failing report not among them)
         raise Refusal(
             [
