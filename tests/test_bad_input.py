@@ -194,6 +194,20 @@ def test_status_of_a_configuration_that_climbs_nothing_says_so(tmp_path):
     assert "modulate_fusion is disabled in config (candidates.modulate_fusion.enabled: false)" in p.stderr
 
 
+def test_a_run_whose_configuration_climbs_nothing_says_why_at_its_end(tmp_path):
+    """`snakemake` over a configuration that climbs no candidate (each disabled, or enabled where it cannot run:
+    fc2_algo on the CPU) runs nothing and says why at the end, as `status` does; before, it printed nothing."""
+    ws = make_workspace(tmp_path / "ws")
+    base = yaml.safe_load((ws / "config/config.yaml").read_text())
+    off = {c: {"enabled": False} for c in base["candidates"]}
+    (ws / "off.yaml").write_text(yaml.safe_dump({"candidates": {**off, "fc2_algo": {"enabled": True}}}))
+    p = snakemake(ws, "--configfile", "config/config.yaml", "off.yaml")
+    assert p.returncode == 0 and not (ws / "results").exists(), p.stderr
+    tail = p.stderr[p.stderr.index("h3gates: this configuration climbs no candidate, so nothing ran:") :]
+    assert "  - modulate_fusion is disabled in config (candidates.modulate_fusion.enabled: false)" in tail, tail
+    assert "  - fc2_algo is not climbed on cpu: fc2_algo has no cpu implementation (it has: cuda)" in tail, tail
+
+
 # ---------------------------------------------------------------- item 5: --touch over a promotion
 @pytest.mark.parametrize(
     "targets",

@@ -12,9 +12,9 @@ from pathlib import Path
 
 def nothing_climbed(config: dict) -> list[str]:
     """Why each registered candidate is not climbed by a configuration that climbs none."""
-    from h3gates.core.config import not_climbed
+    from h3gates.core.config import climbable, not_climbed
 
-    return list(not_climbed(config, [], {}).values())
+    return list(not_climbed(config, [], climbable(config)[1]).values())
 
 
 def verdicts(config: dict, candidates=None, configfiles=None) -> list[str]:
@@ -266,5 +266,14 @@ def print_verdicts(config: dict, file=None, configfiles=None) -> None:
         lines = verdicts(config, configfiles=configfiles)
     except Exception as e:  # noqa: BLE001 (the run's outcome stands; the table only summarizes it)
         lines = [f"h3gates: no verdict table ({type(e).__name__}: {e})"]
+    if not lines:  # a run with no results to show: say so where its configuration climbs nothing at all
+        try:
+            from h3gates.core.config import climbable
+
+            if not climbable(config)[0]:
+                lines = ["h3gates: this configuration climbs no candidate, so nothing ran:"]
+                lines += [f"  - {why}" for why in nothing_climbed(config)]
+        except Exception as e:  # noqa: BLE001 (as above)
+            lines = [f"h3gates: no verdict table ({type(e).__name__}: {e})"]
     if lines:
         print("\n".join(lines), file=file)
