@@ -73,6 +73,18 @@ def test_report_of_one_candidate(climbed):
     assert re.search(
         r"modulate_fusion rung 4: block 0 \w+ at attempt 1 of at most 2 \((graph|eager), not enforced\)", st.stdout
     ), st.stdout
+    # ... and not those of a stale report: its decision is not the current kernel's (a behaviour edit, undone after)
+    kernel = ws / "kernels/modulate_fusion/cpu.py"
+    source = kernel.read_text()
+    kernel.write_text(source + "\n_EDITED = 1\n")
+    try:
+        st = subprocess.run(
+            [sys.executable, "-m", "h3gates", "status"], cwd=ws, env=env(), capture_output=True, text=True, timeout=300
+        )
+    finally:
+        kernel.write_text(source)
+    row = next(line for line in st.stdout.splitlines() if line.startswith("modulate_fusion "))
+    assert row.split()[4] == "stale" and "modulate_fusion rung 4: block" not in st.stdout, st.stdout
     # the front page tabulates every entry's verdict
     assert html.count("promoted (rehearsal, not deployable)") >= 2
 

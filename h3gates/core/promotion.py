@@ -617,13 +617,12 @@ def status(config: dict) -> list[dict]:
             worst = next(s for s in ("fail", "invalid", "stale", "missing", "pass") if any(x[0] == s for x in states))
             reason = next((r[0] for s, r in states if s == worst and r), "")
             row["rungs"][rung] = {"state": worst, "reason": reason}
-        row["attempts"] = {
+        row["attempts"] = {  # of the rung-4 reports that stand now (a stale one's decision is not this tree's)
             str(d["block"]): {k: g.get(k) for k in ("attempt", "max_attempts", "decision", "mode", "enforced")}
-            for d in (
-                results.get(p, (None, None, None))[2]
-                for p in report_paths(config["profile"], name, config["blocks"])[4]
+            for state, _, d in (
+                results.get(p, (None, None, None)) for p in report_paths(config["profile"], name, config["blocks"])[4]
             )
-            if d and (g := (d.get("timing") or {}).get("performance_gate"))
+            if d and state in ("pass", "fail") and (g := (d.get("timing") or {}).get("performance_gate"))
         }
         rows.append(row)
     return rows
