@@ -14,6 +14,7 @@ from h3gates.core import fingerprints as H3fp
 from h3gates.core import outputs as H3out
 from h3gates.core import report_labels as H3wf
 from h3gates.core import runcache as H3runcache
+from h3gates.core import jobs as H3jobs
 from h3gates.core.jobs import configured_device
 
 import snakemake_logger_plugin_h3gates as H3console
@@ -57,6 +58,16 @@ if workflow.is_main_process:
     _why = H3config.no_gpu_refusal(config, sys.argv[1:], CONFIGFILES)
     if _why:
         raise WorkflowError(_why)
+# jobs that would run in an interpreter without the workflow's packages are refused here, in one line (the jobs
+# this machine runs run the first `python` on PATH; a conda or container deployment brings its own)
+if (
+    workflow.is_main_process
+    and not workflow.deployment_settings.deployment_method
+    and H3config.runs_jobs_here(sys.argv[1:])
+):
+    _why = H3jobs.jobs_python_problem()
+    if _why:
+        raise WorkflowError(f"h3gates: {_why}")
 CONTEXTS = H3context.Contexts(config)
 # the key each job signs what it wrote with and the keys the checks trust (config attestation, default
 # ~/.config/h3gates; h3gates/core/links.py): `--key K --trusted-keys T` of every job that signs or checks

@@ -208,6 +208,26 @@ def test_a_run_whose_configuration_climbs_nothing_says_why_at_its_end(tmp_path):
     assert "  - fc2_algo is not climbed on cpu: fc2_algo has no cpu implementation (it has: cuda)" in tail, tail
 
 
+def test_jobs_whose_python_lacks_the_packages_are_refused_before_any_job(tmp_path):
+    """A virtual environment used without activating it: Snakemake runs in it, but the jobs' `python -m h3gates`
+    would find another `python` on PATH, one without torch. The run is refused in one line naming both
+    interpreters and the fix, before any job; before, every job failed on a ModuleNotFoundError. A dry run plans
+    as before."""
+    ws = make_workspace(tmp_path / "ws")
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "python").write_text("#!/bin/sh\nexit 1\n")  # an interpreter that finds none of the job modules
+    (bare / "python").chmod(0o755)
+    path = f"{bare}{os.pathsep}{os.environ.get('PATH', '')}"
+    p = snakemake(ws, "promote_modulate_fusion", PATH=path)
+    assert p.returncode != 0 and not (ws / "results").exists(), p.stderr
+    assert (
+        f"h3gates: the jobs' `python` (the first on PATH, {bare / 'python'}) is not the one Snakemake runs in and "
+        f"cannot import torch, yaml, jsonschema: activate the environment Snakemake runs in ({sys.executable}"
+    ) in p.stderr, p.stderr
+    assert snakemake(ws, "-n", "promote_modulate_fusion", PATH=path).returncode == 0
+
+
 # ---------------------------------------------------------------- item 5: --touch over a promotion
 @pytest.mark.parametrize(
     "targets",

@@ -390,6 +390,21 @@ class UniqueKeyLoader(yaml.SafeLoader):
 UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, UniqueKeyLoader.construct_mapping)
 
 
+def runs_jobs_here(argv: list[str]) -> bool:
+    """Whether a snakemake command line runs jobs on this machine: not when it executes nothing (a dry run, a
+    summary, a report, lint, an unlock) or runs them elsewhere (an executor or a profile: a login node planning
+    for GPU nodes, whose jobs check their own host)."""
+    plans_only = ("-n", "--dry-run", "--dryrun", "--summary", "-S", "--detailed-summary", "-D", "--lint", "--unlock")
+    elsewhere = ("--executor", "-e", "--profile", "--workflow-profile", "--slurm", "--cluster")
+    for a in argv:
+        name = a.split("=", 1)[0]
+        if name in plans_only or name in elsewhere or name.startswith(("--list", "--report", "--delete", "--cleanup")):
+            return False
+        if re.fullmatch(r"-[A-Za-z]*n[A-Za-z]*", a):  # -n among short flags (-pn)
+            return False
+    return True
+
+
 def no_gpu_refusal(config: dict, argv: list[str], files) -> str | None:
     """One line refusing a run that would execute CUDA jobs here on a machine without a GPU (e.g.
     config/canonical.yaml on a laptop), before any job; None where the run executes nothing here (a dry
@@ -397,16 +412,8 @@ def no_gpu_refusal(config: dict, argv: list[str], files) -> str | None:
     nodes, whose jobs check their own host)."""
     from h3gates.core.jobs import gpu_answers
 
-    if config["device"] != "cuda" or gpu_answers():
+    if config["device"] != "cuda" or gpu_answers() or not runs_jobs_here(argv):
         return None
-    plans_only = ("-n", "--dry-run", "--dryrun", "--summary", "-S", "--detailed-summary", "-D", "--lint", "--unlock")
-    elsewhere = ("--executor", "-e", "--profile", "--workflow-profile", "--slurm", "--cluster")
-    for a in argv:
-        name = a.split("=", 1)[0]
-        if name in plans_only or name in elsewhere or name.startswith(("--list", "--report", "--delete", "--cleanup")):
-            return None
-        if re.fullmatch(r"-[A-Za-z]*n[A-Za-z]*", a):  # -n among short flags (-pn)
-            return None
     return (
         f"h3gates: the config ({' + '.join(files)}) asks for device: cuda (profile {config['profile']}) but this "
         "machine has no GPU (nvidia-smi answers none): run it on a GPU host, or climb the CPU ladder here "

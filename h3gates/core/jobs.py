@@ -41,6 +41,35 @@ def progress(msg: str) -> None:
     )
 
 
+JOB_MODULES = ("torch", "yaml", "jsonschema")  # what a job's `python -m h3gates ...` imports beyond h3gates itself
+
+
+def jobs_python_problem() -> str | None:
+    """Why the `python` a job's shell command runs (the first on PATH: the rules run `python -m h3gates ...`) cannot
+    run the workflow's jobs, in one line, or None. It is asked only where that interpreter is not the one Snakemake
+    runs in (a virtual environment used without activating it), and then finds the job modules without importing
+    them (one interpreter start, about 30 ms). Without it, each job failed with a ModuleNotFoundError that named
+    neither interpreter."""
+    found = shutil.which("python")
+    ours = os.path.abspath(sys.executable)
+    if found and os.path.abspath(found) == ours:
+        return None
+    fix = f"activate the environment Snakemake runs in ({ours}; e.g. `. .venv/bin/activate`) or put its bin/ first on PATH"
+    if not found:
+        return f"no `python` on PATH, which every job of the workflow runs (`python -m h3gates ...`): {fix}"
+    probe = "import importlib.util as u, sys; sys.exit(0 if all(u.find_spec(m) for m in sys.argv[1:]) else 1)"
+    try:
+        ok = subprocess.run([found, "-c", probe, *JOB_MODULES], capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        ok = False
+    if ok:
+        return None
+    return (
+        f"the jobs' `python` (the first on PATH, {found}) is not the one Snakemake runs in and cannot import "
+        f"{', '.join(JOB_MODULES)}: {fix}"
+    )
+
+
 @functools.lru_cache(maxsize=1)
 def gpu_answers() -> bool:
     """Whether nvidia-smi lists a GPU (cheap, no torch import)."""
