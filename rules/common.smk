@@ -33,7 +33,7 @@ try:
         H3config.read_config_file(_f)
     config.update(H3config.validate_config(config))
 except H3config.ConfigError as e:
-    raise WorkflowError(str(e))
+    raise WorkflowError(f"h3gates: {e}")
 
 PROFILE = config["profile"]
 BLOCKS = config["blocks"]

@@ -51,6 +51,21 @@ NOISE = (
 )
 
 
+# A refusal the workflow raises while Snakemake reads it (rules/common.smk: a bad config, a CUDA config without a
+# GPU, jobs whose python lacks the packages, --touch over a promotion): its message starts with "h3gates: ".
+# Snakemake frames it with the file and line that raised it, which is not where the problem is: dropped.
+OWN_REFUSAL = re.compile(r'WorkflowError in file "[^"]+", line \d+:\n(h3gates: .*)', re.S)
+TRACE_LINE = re.compile(r'\s*File "[^"]+", line \d+, in <module>')
+
+
+def own_refusal(msg: str) -> str | None:
+    """The workflow's own refusal without Snakemake's frame around it, or None where `msg` is not one."""
+    m = OWN_REFUSAL.match(msg)
+    if not m:
+        return None
+    return "\n".join(line for line in m.group(1).rstrip().splitlines() if not TRACE_LINE.fullmatch(line))
+
+
 class LogHandler(LogHandlerBase):
     def __post_init__(self) -> None:
         self.jobs: dict[int, dict] = {}
@@ -165,7 +180,7 @@ class LogHandler(LogHandlerBase):
                 None  # a job's command failed: its FAILED line names the reason and the log (the command is in the log)
             )
         if record.levelno >= logging.WARNING:
-            return msg or None
+            return own_refusal(msg) or msg or None
         if record.levelno == logging.INFO and msg.strip() and not msg.startswith(NOISE):
             return msg
         return None

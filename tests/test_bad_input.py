@@ -225,6 +225,7 @@ def test_jobs_whose_python_lacks_the_packages_are_refused_before_any_job(tmp_pat
         f"h3gates: the jobs' `python` (the first on PATH, {bare / 'python'}) is not the one Snakemake runs in and "
         f"cannot import torch, yaml, jsonschema: activate the environment Snakemake runs in ({sys.executable}"
     ) in p.stderr, p.stderr
+    assert "WorkflowError" not in p.stderr and "common.smk" not in p.stderr, p.stderr  # (Snakemake's frame dropped)
     assert snakemake(ws, "-n", "promote_modulate_fusion", PATH=path).returncode == 0
 
 

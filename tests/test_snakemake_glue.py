@@ -176,3 +176,22 @@ def test_one_line_folds_line_breaks_and_keeps_a_paths_spaces():
     assert W.one_line("Error:\n    in rule r4\tblock 0\n") == "Error: in rule r4 block 0"
     assert W.one_line("no report at '/data/my  runs/r1.json'") == "no report at '/data/my  runs/r1.json'"
     assert W.one_line("x" * 10, 5) == "xxxx\u2026" and W.one_line(" \n  ") == ""
+
+
+def test_the_workflows_own_refusal_is_shown_without_snakemakes_frame():
+    """The console (snakemake_logger_plugin_h3gates.own_refusal): a refusal rules/common.smk raises while Snakemake
+    reads the workflow shows as its own lines, without "WorkflowError in file ..., line N:" and the trailing frame
+    (the file and line that raised it, not where the problem is); any other error is left as Snakemake words it."""
+    from snakemake_logger_plugin_h3gates import own_refusal
+
+    msg = (
+        'WorkflowError in file "/w/rules/common.smk", line 36:\nh3gates: invalid config:\n'
+        "  config key profile: 'tinny' is not a profile (known: canonical, tiny)\n"
+        '  File "/w/rules/common.smk", line 36, in <module>\n'
+    )
+    assert (
+        own_refusal(msg)
+        == "h3gates: invalid config:\n  config key profile: 'tinny' is not a profile (known: canonical, tiny)"
+    )
+    assert own_refusal('WorkflowError in file "/w/Snakefile", line 3:\nTarget rules may not contain wildcards.') is None
+    assert own_refusal("MissingRuleException: No rule to produce promote_x") is None
