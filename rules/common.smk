@@ -53,8 +53,12 @@ CONFIGFILES = sorted(
     dict.fromkeys(H3config.shown_path(f) for f in workflow.configfiles),
     key=lambda f: f != "config/config.yaml",
 )
-# a CUDA config on a machine without a GPU is refused here, in one line, not by its first job
+# a CUDA config on a machine without a GPU is refused here, in one line, not by its first job; so is a
+# promote_<name> naming no candidate
 if workflow.is_main_process:
+    _why = H3config.unknown_promote_targets(sys.argv[1:])
+    if _why:
+        raise WorkflowError(_why)
     _why = H3config.no_gpu_refusal(config, sys.argv[1:], CONFIGFILES)
     if _why:
         raise WorkflowError(_why)

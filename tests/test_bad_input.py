@@ -229,6 +229,19 @@ def test_jobs_whose_python_lacks_the_packages_are_refused_before_any_job(tmp_pat
     assert snakemake(ws, "-n", "promote_modulate_fusion", PATH=path).returncode == 0
 
 
+def test_a_promote_target_naming_no_candidate_is_refused_with_the_names_there_are(tmp_path):
+    """`snakemake promote_qkv_rign` (a misspelling): one line naming the candidates and the closest, before any
+    job; Snakemake alone said only `No rule to produce promote_qkv_rign`."""
+    ws = make_workspace(tmp_path / "ws")
+    p = snakemake(ws, "promote_qkv_rign")
+    assert p.returncode != 0 and not (ws / "results").exists(), p.stderr
+    assert (
+        "h3gates: promote_qkv_rign: no such candidate (registered: fc2_algo, modulate_fusion, qkv_ring, stream_a, "
+        "swiglu_fusion); did you mean promote_qkv_ring?"
+    ) in p.stderr, p.stderr
+    assert "MissingRuleException" not in p.stderr
+
+
 # ---------------------------------------------------------------- item 5: --touch over a promotion
 @pytest.mark.parametrize(
     "targets",

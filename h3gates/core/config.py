@@ -390,6 +390,25 @@ class UniqueKeyLoader(yaml.SafeLoader):
 UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, UniqueKeyLoader.construct_mapping)
 
 
+def unknown_promote_targets(argv: list[str], root=None) -> str | None:
+    """One line refusing `promote_<name>` targets that name no registered candidate (a misspelling), with the names
+    there are and the closest one; None where every promote target names one. Snakemake alone answered
+    `MissingRuleException: No rule to produce promote_<name>`, with no candidate named."""
+    asked = [a for a in argv if a.startswith("promote_")]
+    if not asked:
+        return None
+    known = list(registry.discover(root))
+    bad = [a for a in dict.fromkeys(asked) if a.removeprefix("promote_") not in known]
+    if not bad:
+        return None
+    meant = [m for b in bad for m in difflib.get_close_matches(b.removeprefix("promote_"), known, n=1, cutoff=0.6)]
+    return (
+        f"h3gates: {', '.join(bad)}: no such candidate (registered: {', '.join(known)})"
+        + (f"; did you mean {', '.join(f'promote_{m}' for m in meant)}?" if meant else "")
+        + " (python -m h3gates candidates lists them)"
+    )
+
+
 def runs_jobs_here(argv: list[str]) -> bool:
     """Whether a snakemake command line runs jobs on this machine: not when it executes nothing (a dry run, a
     summary, a report, lint, an unlock) or runs them elsewhere (an executor or a profile: a login node planning
