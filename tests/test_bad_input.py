@@ -203,7 +203,7 @@ def test_a_run_whose_configuration_climbs_nothing_says_why_at_its_end(tmp_path):
     (ws / "off.yaml").write_text(yaml.safe_dump({"candidates": {**off, "fc2_algo": {"enabled": True}}}))
     p = snakemake(ws, "--configfile", "config/config.yaml", "off.yaml")
     assert p.returncode == 0 and not (ws / "results").exists(), p.stderr
-    tail = p.stderr[p.stderr.index("h3gates: this configuration climbs no candidate, so nothing ran:") :]
+    tail = p.stderr[p.stderr.index("h3gates: this configuration climbs no candidate, so none was climbed:") :]
     assert "  - modulate_fusion is disabled in config (candidates.modulate_fusion.enabled: false)" in tail, tail
     assert "  - fc2_algo is not climbed on cpu: fc2_algo has no cpu implementation (it has: cuda)" in tail, tail
 
@@ -240,6 +240,12 @@ def test_a_promote_target_naming_no_candidate_is_refused_with_the_names_there_ar
         "swiglu_fusion); did you mean promote_qkv_ring?"
     ) in p.stderr, p.stderr
     assert "MissingRuleException" not in p.stderr
+    from h3gates.core.config import runs_jobs_here, unknown_promote_targets
+
+    # only targets count (an option's value is not one), and a plan or a graph runs no job here
+    assert unknown_promote_targets(["--configfile", "promote_h100.yaml", "--until", "promote_qkv_ring"]) is None
+    assert not any(runs_jobs_here(a) for a in (["--dag"], ["-t"], ["-pn"], ["--rulegraph"], ["--lint"]))
+    assert runs_jobs_here(["--cores", "2", "promote_qkv_ring"])
 
 
 # ---------------------------------------------------------------- item 5: --touch over a promotion

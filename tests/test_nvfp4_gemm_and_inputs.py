@@ -1,5 +1,3 @@
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -204,9 +202,4 @@ def test_a_machine_failure_is_never_a_refusal():
 
     with pytest.raises(torch.OutOfMemoryError):
         run_gemm(oom, None, None)
-    y, said = run_gemm(refuse, None, None)  # a refusal, with where it was raised (the candidate's own code)
-    line = refuse.__code__.co_firstlineno + 1
-    assert (
-        y is None
-        and said == f"ValueError: K must be a multiple of 16 (at tests/{Path(__file__).name}:{line} in refuse)"
-    )
+    assert run_gemm(refuse, None, None) == (None, "ValueError: K must be a multiple of 16")  # (no gate: no where)

@@ -453,18 +453,22 @@ ModulateFusedProducer.global_scale = _refusing
 
 def test_a_candidate_that_refuses_what_the_reference_takes_is_named_with_where(ws):
     """A candidate raising a ValueError (what a refusal of an input looks like) on inputs the reference takes fails
-    rung 1, and the one line says so, with the exception and the candidate's file, line and function; before, it
+    rung 1, and the one line says so, with the exception and the candidate's file and function (no line in the
+    report: the run cache serves it at a key a comment edit leaves unchanged); its replay says the line. Before, it
     said only how many cases differ (a new user's walkthrough: torch's own RuntimeErrors looked the same)."""
     _plant(ws, "modulate_fusion", append=REFUSES_SHORT_INPUTS)
     rung, err = _climb(ws, "modulate_fusion")
     line = next(x for x in err.splitlines() if "FAILED for modulate_fusion" in x)
-    where = re.search(
-        r"the candidate raised ValueError: too few rows: \d+ \(at (\S+):(\d+) in _refusing\) where the reference did not",
-        line,
+    said = (
+        "the candidate raised ValueError: too few rows: {} (raised in faulty/modulate_fusion/cpu.py, _refusing) "
+        "where the reference did not"
     )
-    assert rung == 1 and where and where[1] == "faulty/modulate_fusion/cpu.py", line
-    planted = (ws / where[1]).read_text().splitlines()[int(where[2]) - 1]
-    assert "raise ValueError" in planted, planted
+    assert rung == 1 and re.search(re.escape(said).replace(re.escape("{}"), r"\d+"), line), line
+    dump = re.search(r"replay: python -m h3gates replay (\S+)", err)[1]
+    p = h3gates(ws, "replay", dump)
+    where = re.search(r"raised at (\S+):(\d+) in _refusing", p.stdout)
+    assert p.returncode == 1 and where and where[1] == "faulty/modulate_fusion/cpu.py", p.stdout + p.stderr
+    assert "raise ValueError" in (ws / where[1]).read_text().splitlines()[int(where[2]) - 1]
 
 
 OUT_OF_MEMORY_ON_SHORT_INPUTS = """

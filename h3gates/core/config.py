@@ -394,7 +394,12 @@ def unknown_promote_targets(argv: list[str], root=None) -> str | None:
     """One line refusing `promote_<name>` targets that name no registered candidate (a misspelling), with the names
     there are and the closest one; None where every promote target names one. Snakemake alone answered
     `MissingRuleException: No rule to produce promote_<name>`, with no candidate named."""
-    asked = [a for a in argv if a.startswith("promote_")]
+    if not any(a.startswith("promote_") for a in argv):
+        return None
+    from snakemake.cli import get_argument_parser  # the targets as Snakemake reads them (not an option's value)
+
+    args, _ = get_argument_parser().parse_known_args(argv)
+    asked = [t for t in args.targets or [] if t.startswith("promote_")]
     if not asked:
         return None
     known = list(registry.discover(root))
@@ -414,12 +419,14 @@ def runs_jobs_here(argv: list[str]) -> bool:
     summary, a report, lint, an unlock) or runs them elsewhere (an executor or a profile: a login node planning
     for GPU nodes, whose jobs check their own host)."""
     plans_only = ("-n", "--dry-run", "--dryrun", "--summary", "-S", "--detailed-summary", "-D", "--lint", "--unlock")
+    plans_only += ("--dag", "--d3dag", "--rulegraph", "--filegraph", "--containerize", "--archive", "--touch", "-t")
+    plans_only += ("--version", "-v", "--help", "-h", "--print-compilation", "--export-cwl", "--generate-unit-tests")
     elsewhere = ("--executor", "-e", "--profile", "--workflow-profile", "--slurm", "--cluster")
     for a in argv:
         name = a.split("=", 1)[0]
         if name in plans_only or name in elsewhere or name.startswith(("--list", "--report", "--delete", "--cleanup")):
             return False
-        if re.fullmatch(r"-[A-Za-z]*n[A-Za-z]*", a):  # -n among short flags (-pn)
+        if re.fullmatch(r"-[A-Za-z]*[nt][A-Za-z]*", a):  # -n or -t among short flags (-pn)
             return False
     return True
 

@@ -45,9 +45,11 @@ def token(reports: list[str], out: str, trusted_keys=None) -> None:
         fix = _set_aside(aside, p, where) if aside else None
         dump = str(Path(p).parent / d["replay"][0]) if d.get("replay") else None
         # (a crash's reason names its replay too: said once, on the replay line below)
-        reason = (
-            d["reasons"][0] if not dump else d["reasons"][0].replace(f"; replay: python -m h3gates replay {dump}", "")
-        )
+        reason = d["reasons"][0]
+        if dump:  # (where the text differs, the dump is named where it is now)
+            reason = reason.replace(f"; replay: python -m h3gates replay {dump}", "").replace(
+                dump, where.get(dump, dump)
+            )
         also = [q for q in aside if q != p and q in where]  # (moved too, the first failing report not among them)
         raise Refusal(
             [

@@ -271,7 +271,7 @@ def print_verdicts(config: dict, file=None, configfiles=None) -> None:
             from h3gates.core.config import climbable
 
             if not climbable(config)[0]:
-                lines = ["h3gates: this configuration climbs no candidate, so nothing ran:"]
+                lines = ["h3gates: this configuration climbs no candidate, so none was climbed:"]
                 lines += [f"  - {why}" for why in nothing_climbed(config)]
         except Exception as e:  # noqa: BLE001 (as above)
             lines = [f"h3gates: no verdict table ({type(e).__name__}: {e})"]

@@ -16,7 +16,7 @@ from h3gates.model import candidates
 from h3gates.model.roles import Modulated, Plain, SwiGLU
 from h3gates.model.setup import RoleSetup
 from h3gates.rungs.inputs import packed_activation, role_input, weight
-from h3gates.rungs.side_by_side import compare_gemms, compare_producers
+from h3gates.rungs.side_by_side import compare_gemms, compare_producers, show_where
 
 INPUT_TYPES = {"Modulated": Modulated, "SwiGLU": SwiGLU, "Plain": Plain}
 
@@ -107,6 +107,7 @@ def replay(path) -> int:
 
 def _replay(d: dict) -> int:
     ctx = RungContext.from_dict(d["context"])
+    show_where(ctx, line=True)  # a refusal says where, to the line (this run is fresh)
     setup = RoleSetup.of(ctx)
     device, ref_q, reference = setup.device, setup.reference_q, setup.reference
     level = d.get("level") or ("kernel" if d["rung"] <= 2 else "schedule")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sysconfig
 import traceback
 from pathlib import Path
 
@@ -42,30 +41,50 @@ def machine_failure(e: BaseException) -> bool:
 
 
 _PACKAGE = Path(__file__).resolve().parents[1]  # h3gates/
-_LIBRARIES = tuple({Path(sysconfig.get_paths()[k]).resolve() for k in ("stdlib", "platstdlib", "purelib", "platlib")})
+_SHOWN: dict = {"ctx": None, "line": False}  # what `where` reads beside the gate running now (show_where)
 
 
-def _library(filename: str) -> bool:
-    path = Path(filename).resolve()
-    return filename.startswith("<") or any(path.is_relative_to(d) for d in _LIBRARIES)
+def show_where(ctx, line: bool) -> None:
+    """Whose kernel files `where` looks for outside a gate (`ctx`: a RungContext; replay's), and whether it gives
+    the line: replay does, since it runs fresh; a gate's report does not (below)."""
+    _SHOWN.update(ctx=ctx, line=line)
+
+
+_FILES: dict = {}  # id(ctx) -> (ctx, its kernel files): computed once per context, not per refusal
+
+
+def _kernel_files(ctx) -> set[Path]:
+    from h3gates.core.fingerprints import kernel_files
+
+    if _FILES.get(id(ctx), (None,))[0] is not ctx:
+        _FILES[id(ctx)] = (ctx, {(ROOT / f).resolve() for f in kernel_files(ctx) if f.endswith(".py")})
+    return _FILES[id(ctx)][1]
 
 
 def where(e: BaseException) -> str:
-    """Where an exception was raised, as ` (at FILE:LINE in FUNCTION)`: the innermost frame of its traceback in
-    the candidate's own code (any file outside h3gates, the standard library and the installed packages: a kernel
-    file, a `source:` variant), else the innermost in h3gates (the reference, or a helper the kernel called), else ''.
-    A path in this tree is given relative to it."""
+    """Where an input refusal was raised, as ` (raised in FILE, FUNCTION)`: the innermost frame of its traceback in
+    the candidate's kernel files (or an accepted candidate's: h3gates.core.fingerprints.kernel_files of the gate
+    running now), else the innermost in h3gates (the reference, or a helper the kernel called), else ''. A path in
+    this tree is given relative to it. No line number in a report: the run cache serves a report at a key that a
+    comment edit leaves unchanged (behaviour digests read the syntax tree), so a line would go stale there; replay,
+    which runs anew, gives the line (show_where)."""
+    from h3gates.rungs.gate import CURRENT
+
+    ctx = _SHOWN["ctx"] or (getattr(CURRENT[0], "ctx", None) if CURRENT else None)
     frames = [
         f for f in traceback.extract_tb(e.__traceback__) if Path(f.filename).resolve() != Path(__file__).resolve()
     ]
+    files = _kernel_files(ctx) if ctx is not None else set()
+    own = [f for f in frames if Path(f.filename).resolve() in files]
     inside = [f for f in frames if Path(f.filename).resolve().is_relative_to(_PACKAGE)]
-    own = [f for f in frames if f not in inside and not _library(f.filename)]
     frame = (own or inside or [None])[-1]
     if frame is None:
         return ""
     path = Path(frame.filename).resolve()
     shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
-    return f" (at {shown}:{frame.lineno} in {frame.name})"
+    if _SHOWN["line"]:
+        return f" (raised at {shown}:{frame.lineno} in {frame.name})"
+    return f" (raised in {shown}, {frame.name})"
 
 
 def _refusal(e: BaseException) -> str:
