@@ -93,9 +93,7 @@ def touched_promotions(argv):
         a == "--touch" or re.fullmatch(r"-[A-Za-z]*t[A-Za-z]*", a) for a in argv
     ):
         return []
-    from snakemake.cli import get_argument_parser
-
-    args, _ = get_argument_parser().parse_known_args(argv)
+    args = H3config.cli_args(argv)
     if not args.touch:
         return []
     targets = list(args.targets or []) or ["all"]

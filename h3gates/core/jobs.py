@@ -48,8 +48,8 @@ def jobs_python_problem() -> str | None:
     """Why the `python` a job's shell command runs (the first on PATH: the rules run `python -m h3gates ...`) cannot
     run the workflow's jobs, in one line, or None. It is asked only where that interpreter is not the one Snakemake
     runs in (a virtual environment used without activating it), and then finds the job modules without importing
-    them (one interpreter start, about 30 ms). Without it, each job failed with a ModuleNotFoundError that named
-    neither interpreter."""
+    them (one interpreter start: 45-52 ms on this 2-core machine, five tries, not a benchmark). Without it, each job
+    failed with a ModuleNotFoundError that named neither interpreter."""
     found = shutil.which("python")
     ours = os.path.abspath(sys.executable)
     if found and os.path.abspath(found) == ours:

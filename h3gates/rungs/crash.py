@@ -24,11 +24,16 @@ from h3gates.core.errors import ArtifactError, GemmReferenceMismatch
 from h3gates.core.fingerprints import ROOT, kernel_files
 
 
+def candidate_files(ctx) -> set[Path]:
+    """The candidate's Python kernel files (and an accepted candidate's it runs on), resolved: where its code is."""
+    return {(ROOT / f).resolve() for f in kernel_files(ctx) if f.endswith(".py")}
+
+
 def _candidate_frames(tb, files: set[Path]) -> list[traceback.FrameSummary]:
     return [f for f in traceback.extract_tb(tb) if Path(f.filename).resolve() in files]
 
 
-def _where(e: BaseException, files: set[Path]):
+def where_in(e: BaseException, files: set[Path]):
     """(file, line, function) of the candidate's code the exception is from, or None: the innermost frame in
     its kernel files, or for a SyntaxError the file and line of the syntax error itself."""
     if isinstance(e, SyntaxError) and e.filename and Path(e.filename).resolve() in files:
@@ -39,7 +44,7 @@ def _where(e: BaseException, files: set[Path]):
     return None
 
 
-def _rel(filename: str) -> str:
+def rel(filename: str) -> str:
     p = Path(filename).resolve()
     return str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else filename
 
@@ -73,8 +78,7 @@ def guarded(fn, ctx, out, block, upstream):
     except Exception as e:  # noqa: BLE001 (sorted below: the candidate's crash or the ladder's)
         from h3gates.rungs.gate import CURRENT
 
-        files = {(ROOT / f).resolve() for f in kernel_files(ctx) if f.endswith(".py")}
-        where = _where(e, files)
+        where = where_in(e, candidate_files(ctx))
         gate = CURRENT[0] if CURRENT else None
         ready = gate is not None and all(hasattr(gate, a) for a in ("device", "reference_q", "model_profile"))
         from h3gates.rungs.side_by_side import machine_failure
@@ -100,7 +104,7 @@ def guarded(fn, ctx, out, block, upstream):
         dump = _dump(gate, out)
         gate.fail(
             "candidate crashed: "
-            + f"{msg} (at {_rel(file)}:{line} in {function}"
+            + f"{msg} (at {rel(file)}:{line} in {function}"
             + (f"; {gate.at}" if gate.at else "")
             + ")"
             + (f"; replay: python -m h3gates replay {Path(out).parent / dump}" if dump else "")
@@ -108,7 +112,7 @@ def guarded(fn, ctx, out, block, upstream):
         crash = {
             "type": type(e).__name__,
             "message": str(e),
-            "file": _rel(file),
+            "file": rel(file),
             "line": line,
             "function": function,
             "block": block,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import traceback
 from pathlib import Path
 
-from h3gates.core.registry import ROOT
 from h3gates.nvfp4.compare import compare_outputs, compare_packed
 from h3gates.nvfp4.layout import Packed
 from h3gates.nvfp4.quantize import NVFP4InputError
@@ -53,38 +52,34 @@ def show_where(ctx, line: bool) -> None:
 _FILES: dict = {}  # id(ctx) -> (ctx, its kernel files): computed once per context, not per refusal
 
 
-def _kernel_files(ctx) -> set[Path]:
-    from h3gates.core.fingerprints import kernel_files
-
-    if _FILES.get(id(ctx), (None,))[0] is not ctx:
-        _FILES[id(ctx)] = (ctx, {(ROOT / f).resolve() for f in kernel_files(ctx) if f.endswith(".py")})
-    return _FILES[id(ctx)][1]
-
-
 def where(e: BaseException) -> str:
     """Where an input refusal was raised, as ` (raised in FILE, FUNCTION)`: the innermost frame of its traceback in
-    the candidate's kernel files (or an accepted candidate's: h3gates.core.fingerprints.kernel_files of the gate
-    running now), else the innermost in h3gates (the reference, or a helper the kernel called), else ''. A path in
-    this tree is given relative to it. No line number in a report: the run cache serves a report at a key that a
-    comment edit leaves unchanged (behaviour digests read the syntax tree), so a line would go stale there; replay,
-    which runs anew, gives the line (show_where)."""
+    the candidate's kernel files (or an accepted candidate's, as a crash is located: h3gates.rungs.crash.where_in, for
+    the gate running now), else the innermost in h3gates (the reference, or a helper the kernel called), else ''. A
+    path in this tree is given relative to it. No line number in a report: the run cache serves a report at a key
+    that a comment edit leaves unchanged (behaviour digests read the syntax tree), so a line would go stale there;
+    replay, which runs anew, gives the line (show_where)."""
+    from h3gates.rungs.crash import candidate_files, rel, where_in
     from h3gates.rungs.gate import CURRENT
 
     ctx = _SHOWN["ctx"] or (getattr(CURRENT[0], "ctx", None) if CURRENT else None)
-    frames = [
-        f for f in traceback.extract_tb(e.__traceback__) if Path(f.filename).resolve() != Path(__file__).resolve()
-    ]
-    files = _kernel_files(ctx) if ctx is not None else set()
-    own = [f for f in frames if Path(f.filename).resolve() in files]
-    inside = [f for f in frames if Path(f.filename).resolve().is_relative_to(_PACKAGE)]
-    frame = (own or inside or [None])[-1]
-    if frame is None:
+    if ctx is not None and _FILES.get(id(ctx), (None,))[0] is not ctx:
+        _FILES[id(ctx)] = (ctx, candidate_files(ctx))
+    hit = where_in(e, _FILES[id(ctx)][1]) if ctx is not None else None
+    if hit is None:  # the reference's own refusal, or one in an h3gates helper the kernel called
+        here = Path(__file__).resolve()
+        inside = [
+            f
+            for f in traceback.extract_tb(e.__traceback__)
+            if Path(f.filename).resolve() != here and Path(f.filename).resolve().is_relative_to(_PACKAGE)
+        ]
+        hit = (inside[-1].filename, inside[-1].lineno, inside[-1].name) if inside else None
+    if hit is None:
         return ""
-    path = Path(frame.filename).resolve()
-    shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    file, line, function = hit
     if _SHOWN["line"]:
-        return f" (raised at {shown}:{frame.lineno} in {frame.name})"
-    return f" (raised in {shown}, {frame.name})"
+        return f" (raised at {rel(file)}:{line} in {function})"
+    return f" (raised in {rel(file)}, {function})"
 
 
 def _refusal(e: BaseException) -> str:
