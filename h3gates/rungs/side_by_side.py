@@ -54,12 +54,12 @@ _FILES: dict = {}  # id(ctx) -> (ctx, its kernel files): computed once per conte
 
 def where(e: BaseException) -> str:
     """Where an input refusal was raised, as ` (raised in FILE, FUNCTION)`: the innermost frame of its traceback in
-    the candidate's kernel files (or an accepted candidate's, as a crash is located: h3gates.rungs.crash.where_in, for
+    the candidate's kernel files (or an accepted candidate's, as a crash is located: h3gates.rungs.frames.where_in, for
     the gate running now), else the innermost in h3gates (the reference, or a helper the kernel called), else ''. A
     path in this tree is given relative to it. No line number in a report: the run cache serves a report at a key
     that a comment edit leaves unchanged (behaviour digests read the syntax tree), so a line would go stale there;
     replay, which runs anew, gives the line (show_where)."""
-    from h3gates.rungs.crash import candidate_files, rel, where_in
+    from h3gates.rungs.frames import candidate_files, rel, where_in
     from h3gates.rungs.gate import CURRENT
 
     ctx = _SHOWN["ctx"] or (getattr(CURRENT[0], "ctx", None) if CURRENT else None)
