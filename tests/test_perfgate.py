@@ -813,6 +813,48 @@ def test_the_gate_decides_a_planted_cpu_gain_over_local_processes(fake_clock):
     assert t["look_history"][0]["decision"] == "pass" and t["noise"]["A"]["calls"] == 4 * 2 * 3
 
 
+def test_the_local_process_releases_its_gate_when_its_cohort_closes(monkeypatch):
+    """Catches: the rung's own process (process 0 of the first cohort) keeping its gate's model on the GPU after
+    its cohort closed, so that a later cohort of the same size runs out of memory beside it (an H100, a cohort
+    of 4: studies/ladder/evidence/threecand_h100_2026-12-07/). r4_block's local sides are given its gate's
+    drop_model, and the gate's model is gone (built again only if asked for) once they close."""
+    from h3gates.rungs import r4_block
+    from h3gates.rungs import timing as T
+
+    dropped = []
+
+    class _Gate:
+        device = "cpu"
+
+        def drop_model(self):
+            dropped.append(True)
+
+    made, Local = {}, T.Local
+    monkeypatch.setattr(T, "prepare", lambda *a, **k: {})
+    monkeypatch.setattr(T, "Local", lambda sides, device, monitor, **k: made.setdefault("local", k) and None)
+
+    def _cohorts(n, resident, start, *a, **k):
+        start.local()
+        raise StopIteration
+
+    monkeypatch.setattr(T, "gate_cohorts", _cohorts)
+
+    class _Start:
+        local = None
+
+    with pytest.raises(StopIteration):
+        r4_block._timed(
+            _Gate(), 0, None, None, {"mode": "eager", "warmup": 1, "processes": 4, "resident": 4}, 1, None, _Start()
+        )
+    made["local"]["release"]()
+    assert dropped == [True]
+    local = Local.__new__(Local)  # the close itself: release before the cache is emptied
+    calls = []
+    local.sides, local.device, local.release = {"A": object()}, "cpu", lambda: calls.append("release")
+    local.close()
+    assert calls == ["release"] and local.sides == {}
+
+
 def test_workers_prepare_as_many_at_once_as_the_free_memory_holds_at_their_peak(tmp_path):
     """Catches: the preparation groups not sized from the free memory and the workers' measured peak (the first
     group, before any peak is known, larger than at_once; a later one larger than the memory holds), a peak

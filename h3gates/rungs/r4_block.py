@@ -257,7 +257,7 @@ def _timed(gate, block, base, cand, q: dict, attempt: int, on_look, start) -> di
 
     def local():
         sides = T.prepare(base, cand, gate.device, q["mode"], q["warmup"], "baseline")
-        return T.Local(sides, gate.device, T.Monitor(gate.device))
+        return T.Local(sides, gate.device, T.Monitor(gate.device), release=gate.drop_model)
 
     start.local = local
     timing = T.gate_cohorts(n, resident, start, q, attempt, on_look=on_look)

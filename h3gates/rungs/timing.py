@@ -397,8 +397,10 @@ def run_pairs(
 class Local:
     """This process's sides (the rung's own, built with the baseline first)."""
 
-    def __init__(self, sides: dict, device: str, monitor: Monitor, first: str = "baseline"):
-        self.sides, self.device, self.monitor, self.first = sides, device, monitor, first
+    def __init__(self, sides: dict, device: str, monitor: Monitor, first: str = "baseline", release=None):
+        """`release`: called at close, before the cache is emptied, to drop what else of this process holds the
+        GPU's memory (the rung's gate and its model: r4_block._timed)."""
+        self.sides, self.device, self.monitor, self.first, self.release = sides, device, monitor, first, release
         self.ready = ready_of(sides, device)
 
     def run(self, orders: list[str], calls: int, lead: int = LEAD, trail: int = TRAIL) -> tuple[list[dict], dict]:
@@ -408,11 +410,16 @@ class Local:
         return {"first": self.first, **_info(self.sides, self.monitor)}
 
     def close(self) -> None:
-        """Its graphs and their memory go back (a later cohort's processes need it)."""
+        """Its graphs and their memory go back, with what `release` drops (a later cohort's processes need it:
+        on an H100 a cohort of 4 after the first ran out of memory beside the 6 GB the rung's process still held,
+        its model: studies/ladder/evidence/threecand_h100_2026-12-07/); on a GPU, the log says what it still holds."""
         self.sides = {}
+        if self.release is not None:
+            self.release()
         if self.device == "cuda":
             gc.collect()
             torch.cuda.empty_cache()
+            progress(f"perf gate: this process's sides closed: {torch.cuda.memory_reserved() / 1e9:.2f} GB reserved")
 
 
 def ready_of(sides: dict, device: str) -> dict:
