@@ -632,8 +632,10 @@ def memory_refusal(e: BaseException, cohort: int, processes: int, prepared: list
     torch.OutOfMemoryError), as a Refusal whose fix is the `timing.resident` this GPU held: the number of the
     cohort's processes prepared (and held) when it happened, `prepared` their ready records, rounded down to
     the even number the schema allows (`at_once`: how many were preparing together then, said in the reason; the
-    advice is safe either way: that many held fit). (An H100's 80 GB hold 3 canonical processes at 18.1 GB each
-    beside a fourth preparing, not 4: studies/perfgate/evidence/campaign_h100_2026-12-05/oom_resident4.log.)"""
+    advice is safe either way: that many held fit). (An H100's 80 GB held 3 canonical processes at 18.1 GB each
+    beside a fourth preparing, not 4, while the rung's own process kept its model through the later cohorts:
+    studies/perfgate/evidence/campaign_h100_2026-12-05/oom_resident4.log; since Local.release, cohorts of 4 on an
+    H100: studies/ladder/evidence/threecand_h100_2026-12-07/.)"""
     who = f"a timing worker ({e.first} first)" if isinstance(e, WorkerOutOfMemory) else "the rung's own process"
     detail = e.detail if isinstance(e, WorkerOutOfMemory) else _oom_detail(e)
     held = sorted(h for r in prepared if (h := ((r or {}).get("memory_gb") or {}).get("reserved")))

@@ -13,14 +13,14 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 PATH=/tmp/site/bin:$PATH
 unset PYTHONDONTWRITEBYTECODE; export PYTHONPYCACHEPREFIX=/tmp/pycache
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-# A GPU under 100 GB (an H100, which a call naming nvidia-h200 may get) times canonical rung 4 in cohorts of 2 (docs/hardware.md:
-# a cohort of 6 runs an 80 GB GPU out of memory, studies/ladder/evidence/onemore_h100_resident_2026-12-07/): the canonical steps
-# onegpu, baselines, onemore, r4only and edits (its default configs) add DEVCF after canonical.yaml. H3_DEVICE_CONFIGS overrides
-# it ("" for none).
+# A GPU under 100 GB (an H100, which a call naming nvidia-h200 may get) times canonical rung 4 in cohorts of 4 (docs/hardware.md:
+# a cohort of 6 runs an 80 GB GPU out of memory, studies/ladder/evidence/onemore_h100_resident_2026-12-07/; cohorts of 4 hold since
+# 8aa939c, studies/ladder/evidence/threecand_h100_2026-12-07/): the canonical steps onegpu, baselines, onemore, r4only and edits (its
+# default configs) add DEVCF after canonical.yaml. H3_DEVICE_CONFIGS overrides it ("" for none).
 if [ -n "${H3_DEVICE_CONFIGS+x}" ]; then DEVCF=$H3_DEVICE_CONFIGS
 elif [ "$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1 | tr -dc 0-9)" -lt 100000 ] 2>/dev/null; then
-  printf 'timing:\n  resident: 2\n' > /tmp/h3_resident2.yaml; DEVCF=/tmp/h3_resident2.yaml
-  echo "device_run: a GPU under 100 GB: the canonical steps add $DEVCF (timing.resident: 2)"
+  printf 'timing:\n  resident: 4\n' > /tmp/h3_resident4.yaml; DEVCF=/tmp/h3_resident4.yaml
+  echo "device_run: a GPU under 100 GB: the canonical steps add $DEVCF (timing.resident: 4)"
 else DEVCF=""; fi
 # A machine idle over 30 s between calls is given back with /tmp/site: say so at once, not in a step's traceback
 # (found, not imported: an import here would warm the caches that the steps' first imports time)
