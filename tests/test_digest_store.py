@@ -5,6 +5,7 @@ within the last 2 s, and never used for small files."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import time
 
@@ -135,15 +136,19 @@ def test_the_key_asks_nvidia_smi_once_for_the_gpus_and_driver(monkeypatch):
         "name": ["NVIDIA H200", "NVIDIA H200"],
         "driver_version": ["580.159.04", "580.159.04"],
         "name,driver_version": ["NVIDIA H200, 580.159.04", "NVIDIA H200, 580.159.04"],
+        "mig.mode.current": ["Disabled", "Disabled"],
     }
     calls = []
     monkeypatch.setattr(runcache, "nvidia_smi_query", lambda f: calls.append(f) or answers[f])
     monkeypatch.setattr(runcache, "_GPUS", [])  # (asked once per process)
+    monkeypatch.setattr(runcache, "_MIG", [])
     env = runcache.environment("cuda")
     assert (env["gpus"], env["driver"]) == (answers["name"], answers["driver_version"]) and calls == [
-        "name,driver_version"
+        "name,driver_version",
+        "mig.mode.current",
     ]
-    assert runcache.environment("cuda") == env and len(calls) == 1  # once per process
+    assert "mig" not in env  # MIG off: the key a whole GPU's report had before MIG was in it
+    assert runcache.environment("cuda") == env and len(calls) == 2  # once per process
     answers["name,driver_version"] = None  # (an nvidia-smi that refuses the pair: asked one field at a time)
     calls.clear()
     monkeypatch.setattr(runcache, "_GPUS", [])
@@ -152,6 +157,34 @@ def test_the_key_asks_nvidia_smi_once_for_the_gpus_and_driver(monkeypatch):
     monkeypatch.setattr(runcache, "_GPUS", [])
     calls.clear()
     assert runcache.gpus_and_driver()[0] is None and runcache.gpus_and_driver()[0] is None and len(calls) == 6
+
+
+def test_a_mig_slice_has_its_own_key(monkeypatch):
+    """Catches: a report made on a whole GPU served to a job on a MIG slice of the same GPU (or one slice's to
+    another layout's): the key names each GPU's MIG mode and the MIG devices' profiles where MIG is on, and
+    an nvidia-smi that fails gives a key no whole GPU's report has, asked again."""
+    base = {"name,driver_version": ["NVIDIA H100 80GB HBM3, 580.159.04"]}
+    listed = ["GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)", "  MIG 3g.40gb     Device  0: (UUID: MIG-a)",
+              "  MIG 1g.10gb     Device  1: (UUID: MIG-b)"]  # fmt: skip
+    keys = {}
+    for name, modes, lines in (
+        ("whole", ["Disabled"], None),
+        ("no MIG", ["[N/A]"], None),
+        ("slices", ["Enabled"], listed),
+        ("other slices", ["Enabled"], listed[:2]),
+        ("failed", None, None),
+    ):
+        answers = {**base, "mig.mode.current": modes}
+        monkeypatch.setattr(runcache, "nvidia_smi_query", lambda f, a=answers: a[f])
+        monkeypatch.setattr(runcache, "nvidia_smi_list", lambda lines=lines: lines)
+        monkeypatch.setattr(runcache, "_GPUS", [])
+        monkeypatch.setattr(runcache, "_MIG", [])
+        keys[name] = runcache.environment("cuda")
+    assert keys["whole"] == keys["no MIG"] and "mig" not in keys["whole"]
+    assert keys["slices"]["mig"] == {"modes": ["Enabled"], "instances": ["1g.10gb", "3g.40gb"]}
+    assert keys["other slices"]["mig"]["instances"] == ["3g.40gb"]
+    assert keys["failed"]["mig"] == {"modes": None, "instances": None} and runcache._MIG == []  # asked again
+    assert len({json.dumps(k, sort_keys=True) for k in keys.values()}) == 4
 
 
 def test_the_schedulers_restore_hint_keeps_the_gpu_when_it_cannot_answer(monkeypatch, capsys):

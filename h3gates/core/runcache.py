@@ -11,7 +11,9 @@ A rung job's key is the SHA-256 of
   the code fingerprint of the modules the job imports, the config digest),
 - the SHA-256 of every file the gate reads that the workflow made (the upstream reports, the baseline
   artifacts, the captured block inputs, a study's output): what the report records as `upstream`,
-- the software it ran with (Python, the numerics' packages; on a GPU the GPUs' names and the driver),
+- the software it ran with (Python, the numerics' packages; on a GPU the GPUs' names and the driver, and
+  where MIG is on, each GPU's MIG mode and the host's MIG instance profiles: a slice's SMs and memory are
+  not a whole GPU's),
 - KEY_VERSION.
 
 A restore re-reads the kept report (schema and self-digest), checks that its rung, candidate, block,
@@ -75,7 +77,48 @@ def environment(device: str) -> dict:
     }
     if device == "cuda":
         env["gpus"], env["driver"] = gpus_and_driver()
+        if mig := mig_layout():  # (absent where no GPU has MIG on: the keys of whole GPUs are unchanged)
+            env["mig"] = mig
     return env
+
+
+_MIG: list = []  # this process's answer, once nvidia-smi gave one
+
+
+def mig_layout() -> dict | None:
+    """Where MIG is on for some GPU of this host: {"modes": each GPU's current MIG mode, "instances": the
+    profiles of the MIG devices `nvidia-smi -L` lists (e.g. "3g.40gb"), sorted}; else None (no GPU has it on,
+    the GPUs cannot say: "[N/A]"). Where nvidia-smi failed: {"modes": None, "instances": None}, a key no whole
+    GPU's report has, asked again next time (as gpus_and_driver). From the host's nvidia-smi, which a job's
+    leased CUDA_VISIBLE_DEVICES does not change, so the workflow's restore prediction and the job agree. A host
+    whose slices differ shares one key among them (which slice a job ran on is not told apart). Kept for the
+    process once nvidia-smi answered."""
+    if not _MIG:
+        modes = nvidia_smi_query("mig.mode.current")
+        if modes is None:
+            return {"modes": None, "instances": None}
+        layout = None
+        if any(m.strip().lower() == "enabled" for m in modes):
+            listed = nvidia_smi_list()
+            if listed is None:
+                return {"modes": [m.strip() for m in modes], "instances": None}
+            profiles = sorted(w.split()[1] for w in listed if w.strip().startswith("MIG ") and len(w.split()) > 1)
+            layout = {"modes": [m.strip() for m in modes], "instances": profiles}
+        _MIG.append(layout)
+    return _MIG[0]
+
+
+def nvidia_smi_list(timeout: float = 20) -> list[str] | None:
+    """`nvidia-smi -L`'s lines (GPUs and, under MIG, their MIG devices), or None where it failed."""
+    import subprocess
+
+    if not shutil.which("nvidia-smi"):
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.splitlines() if out.returncode == 0 else None
 
 
 _GPUS: list = []  # this process's answer, once nvidia-smi gave one
