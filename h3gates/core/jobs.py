@@ -100,6 +100,17 @@ def nvidia_smi_query(field: str, timeout: float = 20) -> list[str] | None:
     return [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else None
 
 
+def nvidia_smi_list(timeout: float = 20) -> list[str] | None:
+    """`nvidia-smi -L`'s lines (the GPUs and, under MIG, their MIG devices), or None (no nvidia-smi, or it failed)."""
+    if not shutil.which("nvidia-smi"):
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.splitlines() if out.returncode == 0 else None
+
+
 @functools.lru_cache(maxsize=1)
 def gpu_capabilities() -> tuple[tuple[int, int], ...]:
     """The compute capabilities nvidia-smi reports for this host's GPUs (none without a GPU; no torch)."""

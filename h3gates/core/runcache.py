@@ -42,7 +42,7 @@ from pathlib import Path
 from h3gates.core import report
 from h3gates.core.errors import ReportError
 from h3gates.core.fingerprints import digest, large_file_min, provenance
-from h3gates.core.jobs import RUN_CACHE, nvidia_smi_query, progress, switched_on
+from h3gates.core.jobs import RUN_CACHE, nvidia_smi_list, nvidia_smi_query, progress, switched_on
 from h3gates.core.outputs import RESULTS
 
 KEY_VERSION = 1
@@ -106,19 +106,6 @@ def mig_layout() -> dict | None:
             layout = {"modes": [m.strip() for m in modes], "instances": profiles}
         _MIG.append(layout)
     return _MIG[0]
-
-
-def nvidia_smi_list(timeout: float = 20) -> list[str] | None:
-    """`nvidia-smi -L`'s lines (GPUs and, under MIG, their MIG devices), or None where it failed."""
-    import subprocess
-
-    if not shutil.which("nvidia-smi"):
-        return None
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.splitlines() if out.returncode == 0 else None
 
 
 _GPUS: list = []  # this process's answer, once nvidia-smi gave one
