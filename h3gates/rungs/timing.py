@@ -419,7 +419,10 @@ class Local:
         if self.device == "cuda":
             gc.collect()
             torch.cuda.empty_cache()
-            progress(f"perf gate: this process's sides closed: {torch.cuda.memory_reserved() / 1e9:.2f} GB reserved")
+            progress(
+                f"perf gate: this process's sides closed: {torch.cuda.memory_reserved() / 1e9:.2f} GB reserved, "
+                f"{torch.cuda.memory_allocated() / 1e9:.2f} GB of it in live tensors"
+            )
 
 
 def ready_of(sides: dict, device: str) -> dict:
