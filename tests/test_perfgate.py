@@ -993,6 +993,9 @@ def test_a_cohort_that_runs_the_gpu_out_of_memory_is_refused_with_the_resident_i
     with pytest.raises(ConfigError):
         load_config([base, over])
     assert "Traceback" in err.read_text() and "OutOfMemoryError" in err.read_text()  # the worker's own, in the log
+    e = refused(bad=4, cohort=6)  # 4 held: the shipped overlay for an 80 GB GPU says it
+    assert "`timing: {resident: 4}` (config/gpu_80gb.yaml is one)" in e.fix, e.fix
+    assert load_config([base, ROOT / "config" / "gpu_80gb.yaml"])["timing"]["resident"] == 4
     e = refused(bad=1, cohort=3)
     assert "1 of its 3 processes prepared" in e.reasons[0] and "not even two" in e.fix and "resident:" not in e.fix
 

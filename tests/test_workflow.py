@@ -987,10 +987,17 @@ def test_rerun_of_a_gate_reproduces_its_report_except_timing(ws):
     assert comparable(a) == comparable(b)  # ... and everything else identical
 
 
-@pytest.mark.parametrize("overlays", [["config/canonical.yaml"], ["config/canonical.yaml", "config/timing_long.yaml"]])
+@pytest.mark.parametrize(
+    "overlays",
+    [
+        ["config/canonical.yaml"],
+        ["config/canonical.yaml", "config/timing_long.yaml"],
+        ["config/canonical.yaml", "config/gpu_80gb.yaml"],
+    ],
+)
 def test_shipped_config_overlays_validate(overlays):
     """The overlays under config/ merge over config.yaml into a valid config (timing_long changes only
-    the number of processes: 24 in four cohorts instead of 12 in two)."""
+    the number of processes: 24 in four cohorts instead of 12 in two; gpu_80gb only the cohorts' size: 4)."""
     from h3gates.core.config import load_config
 
     root = Path(__file__).resolve().parent.parent
@@ -998,7 +1005,8 @@ def test_shipped_config_overlays_validate(overlays):
     assert cfg["profile"] == "canonical" and cfg["device"] == "cuda"
     long = "config/timing_long.yaml" in overlays
     assert (cfg["timing"]["early_pairs"], cfg["timing"]["max_pairs"], cfg["timing"]["looks"]) == (1, 4, 1)
-    assert (cfg["timing"]["processes"], cfg["timing"]["resident"]) == (24 if long else 12, 6)
+    resident = 4 if "config/gpu_80gb.yaml" in overlays else 6
+    assert (cfg["timing"]["processes"], cfg["timing"]["resident"]) == (24 if long else 12, resident)
     assert cfg["timing"]["mode"] == "graph" and cfg["timing"]["calls"] == 4
 
 

@@ -655,8 +655,9 @@ def memory_refusal(e: BaseException, cohort: int, processes: int, prepared: list
     if k >= 2:
         fix = (
             f"prepare at most {k} timing processes at once on this GPU: a config file given after the profile's "
-            f"(--configfile config/canonical.yaml gpu.yaml) with `timing: {{resident: {k}}}`; the gate still times "
-            f"{processes} processes, in cohorts of {k} (docs/hardware.md)"
+            f"(--configfile config/canonical.yaml gpu.yaml) with `timing: {{resident: {k}}}`"
+            + (" (config/gpu_80gb.yaml is one)" if k == 4 else "")
+            + f"; the gate still times {processes} processes, in cohorts of {k} (docs/hardware.md)"
         )
     else:
         fix = (

@@ -16,10 +16,10 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 # A GPU under 100 GB (an H100, which a call naming nvidia-h200 may get) times canonical rung 4 in cohorts of 4 (docs/hardware.md:
 # a cohort of 6 runs an 80 GB GPU out of memory, studies/ladder/evidence/onemore_h100_resident_2026-12-07/; cohorts of 4 hold since
 # 8aa939c, studies/ladder/evidence/threecand_h100_2026-12-07/): the canonical steps onegpu, baselines, onemore, r4only and edits (its
-# default configs) add DEVCF after canonical.yaml. H3_DEVICE_CONFIGS overrides it ("" for none).
+# default configs) add DEVCF (config/gpu_80gb.yaml) after canonical.yaml. H3_DEVICE_CONFIGS overrides it ("" for none).
 if [ -n "${H3_DEVICE_CONFIGS+x}" ]; then DEVCF=$H3_DEVICE_CONFIGS
 elif [ "$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1 | tr -dc 0-9)" -lt 100000 ] 2>/dev/null; then
-  printf 'timing:\n  resident: 4\n' > /tmp/h3_resident4.yaml; DEVCF=/tmp/h3_resident4.yaml
+  DEVCF=config/gpu_80gb.yaml
   echo "device_run: a GPU under 100 GB: the canonical steps add $DEVCF (timing.resident: 4)"
 else DEVCF=""; fi
 # A machine idle over 30 s between calls is given back with /tmp/site: say so at once, not in a step's traceback
