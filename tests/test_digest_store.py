@@ -129,30 +129,29 @@ def test_check_candidate_prefetches_its_existing_reports_upstream(tmp_path, monk
     assert not any(".block24.pt" in p for p in paths), paths  # (the other blocks' reports are missing)
 
 
-def test_the_key_asks_nvidia_smi_once_for_the_gpus_and_driver(monkeypatch):
-    """runcache.environment on CUDA: the names and driver versions two queries gave, from one nvidia-smi call
-    (the key's bytes unchanged, so reports kept before are still served)."""
+def test_the_key_asks_nvidia_smi_once_for_the_gpus_driver_and_mig_modes(monkeypatch):
+    """runcache.environment on CUDA: the names, driver versions and MIG modes three queries would give, from one
+    nvidia-smi call (a GPU without MIG: the key's bytes unchanged, so reports kept before are still served)."""
+    three = "name,driver_version,mig.mode.current"
     answers = {
         "name": ["NVIDIA H200", "NVIDIA H200"],
         "driver_version": ["580.159.04", "580.159.04"],
-        "name,driver_version": ["NVIDIA H200, 580.159.04", "NVIDIA H200, 580.159.04"],
-        "mig.mode.current": ["Disabled", "Disabled"],
+        three: ["NVIDIA H200, 580.159.04, Disabled", "NVIDIA H200, 580.159.04, [N/A]"],
+        "mig.mode.current": ["Disabled", "[N/A]"],
     }
     calls = []
     monkeypatch.setattr(runcache, "nvidia_smi_query", lambda f: calls.append(f) or answers[f])
     monkeypatch.setattr(runcache, "_GPUS", [])  # (asked once per process)
     monkeypatch.setattr(runcache, "_MIG", [])
     env = runcache.environment("cuda")
-    assert (env["gpus"], env["driver"]) == (answers["name"], answers["driver_version"]) and calls == [
-        "name,driver_version",
-        "mig.mode.current",
-    ]
+    assert (env["gpus"], env["driver"]) == (answers["name"], answers["driver_version"]) and calls == [three]
     assert "mig" not in env  # MIG off: the key a whole GPU's report had before MIG was in it
-    assert runcache.environment("cuda") == env and len(calls) == 2  # once per process
-    answers["name,driver_version"] = None  # (an nvidia-smi that refuses the pair: asked one field at a time)
+    assert runcache.environment("cuda") == env and len(calls) == 1  # once per process
+    answers[three] = None  # (an nvidia-smi that refuses the combined query: asked one field at a time)
     calls.clear()
     monkeypatch.setattr(runcache, "_GPUS", [])
-    assert runcache.gpus_and_driver() == (answers["name"], answers["driver_version"]) and len(calls) == 3
+    monkeypatch.setattr(runcache, "_MIG", [])
+    assert runcache.environment("cuda") == env and len(calls) == 4  # (the MIG modes too, on their own)
     answers["name"] = None  # a query that failed is not kept: asked again
     monkeypatch.setattr(runcache, "_GPUS", [])
     calls.clear()
@@ -162,19 +161,24 @@ def test_the_key_asks_nvidia_smi_once_for_the_gpus_and_driver(monkeypatch):
 def test_a_mig_slice_has_its_own_key(monkeypatch):
     """Catches: a report made on a whole GPU served to a job on a MIG slice of the same GPU (or one slice's to
     another layout's): the key names each GPU's MIG mode and the MIG devices' profiles where MIG is on, and
-    an nvidia-smi that fails gives a key no whole GPU's report has, asked again."""
-    base = {"name,driver_version": ["NVIDIA H100 80GB HBM3, 580.159.04"]}
+    an nvidia-smi that fails gives a key no host without MIG has, asked again."""
+    row = "NVIDIA H100 80GB HBM3, 580.159.04"
     listed = ["GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)", "  MIG 3g.40gb     Device  0: (UUID: MIG-a)",
               "  MIG 1g.10gb     Device  1: (UUID: MIG-b)"]  # fmt: skip
     keys = {}
-    for name, modes, lines in (
-        ("whole", ["Disabled"], None),
-        ("no MIG", ["[N/A]"], None),
-        ("slices", ["Enabled"], listed),
-        ("other slices", ["Enabled"], listed[:2]),
+    for name, mode, lines in (
+        ("whole", "Disabled", None),
+        ("no MIG", "[N/A]", None),
+        ("slices", "Enabled", listed),
+        ("other slices", "Enabled", listed[:2]),
         ("failed", None, None),
     ):
-        answers = {**base, "mig.mode.current": modes}
+        answers = {
+            "name,driver_version,mig.mode.current": None if mode is None else [f"{row}, {mode}"],
+            "name": [row.split(", ")[0]],
+            "driver_version": [row.split(", ")[1]],
+            "mig.mode.current": None if mode is None else [mode],
+        }
         monkeypatch.setattr(runcache, "nvidia_smi_query", lambda f, a=answers: a[f])
         monkeypatch.setattr(runcache, "nvidia_smi_list", lambda lines=lines: lines)
         monkeypatch.setattr(runcache, "_GPUS", [])
@@ -184,6 +188,7 @@ def test_a_mig_slice_has_its_own_key(monkeypatch):
     assert keys["slices"]["mig"] == {"modes": ["Enabled"], "instances": ["1g.10gb", "3g.40gb"]}
     assert keys["other slices"]["mig"]["instances"] == ["3g.40gb"]
     assert keys["failed"]["mig"] == {"modes": None, "instances": None} and runcache._MIG == []  # asked again
+    assert keys["failed"]["gpus"] == keys["whole"]["gpus"]  # (the names from their own query)
     assert len({json.dumps(k, sort_keys=True) for k in keys.values()}) == 4
 
 

@@ -82,19 +82,50 @@ def environment(device: str) -> dict:
     return env
 
 
+_GPUS: list = []  # this process's answer, once nvidia-smi gave one: (names, drivers, MIG modes or None)
+
+
+def _gpu_rows() -> tuple:
+    """(names, drivers, MIG modes) of this host's GPUs from one nvidia-smi start (a start per restore job saved;
+    a GPU's name holds no comma), else from one query a field (an nvidia-smi that refuses the combined query;
+    the modes then None: mig_layout asks for them itself), each None where it did not come. Kept for the
+    process once the names and drivers came: the workflow's own process asks it for every rung job it schedules
+    (`restorable`); a failed query is asked again."""
+    if not _GPUS:
+        rows = nvidia_smi_query("name,driver_version,mig.mode.current")
+        if rows is not None and all(r.count(",") == 2 for r in rows):
+            cols = list(zip(*[[x.strip() for x in r.split(",")] for r in rows])) or [(), (), ()]
+            names, drivers, modes = (list(c) for c in cols)
+        else:
+            names, drivers, modes = nvidia_smi_query("name"), nvidia_smi_query("driver_version"), None
+        if names is None or drivers is None:
+            return names, drivers, modes
+        _GPUS.append((names, drivers, modes))
+    return _GPUS[0]
+
+
+def gpus_and_driver() -> tuple[list[str] | None, list[str] | None]:
+    """The GPUs' names and driver versions (_gpu_rows), each None where nvidia-smi did not give it."""
+    names, drivers, _ = _gpu_rows()
+    return (None if names is None else list(names)), (None if drivers is None else list(drivers))
+
+
 _MIG: list = []  # this process's answer, once nvidia-smi gave one
 
 
 def mig_layout() -> dict | None:
     """Where MIG is on for some GPU of this host: {"modes": each GPU's current MIG mode, "instances": the
     profiles of the MIG devices `nvidia-smi -L` lists (e.g. "3g.40gb"), sorted}; else None (no GPU has it on,
-    the GPUs cannot say: "[N/A]"). Where nvidia-smi failed: {"modes": None, "instances": None}, a key no whole
-    GPU's report has, asked again next time (as gpus_and_driver). From the host's nvidia-smi, which a job's
-    leased CUDA_VISIBLE_DEVICES does not change, so the workflow's restore prediction and the job agree. A host
-    whose slices differ shares one key among them (which slice a job ran on is not told apart). Kept for the
-    process once nvidia-smi answered."""
+    or the GPUs cannot say: "[N/A]"), so that the keys of hosts without MIG are those they had before it was in
+    the key. Where nvidia-smi failed: the modes or the instances None, a key no host without MIG has, asked
+    again next time. From the host's nvidia-smi, which a job's leased CUDA_VISIBLE_DEVICES does not change, so
+    the workflow's restore prediction and the job agree. The key is the host's, not the job's device: on a
+    host with MIG on, jobs on different slices, or on a slice and on a GPU without MIG, share one key. Kept
+    for the process once nvidia-smi answered."""
     if not _MIG:
-        modes = nvidia_smi_query("mig.mode.current")
+        modes = _gpu_rows()[2]
+        if modes is None:
+            modes = nvidia_smi_query("mig.mode.current")
         if modes is None:
             return {"modes": None, "instances": None}
         layout = None
@@ -106,28 +137,6 @@ def mig_layout() -> dict | None:
             layout = {"modes": [m.strip() for m in modes], "instances": profiles}
         _MIG.append(layout)
     return _MIG[0]
-
-
-_GPUS: list = []  # this process's answer, once nvidia-smi gave one
-
-
-def gpus_and_driver() -> tuple[list[str] | None, list[str] | None]:
-    """The GPUs' names and driver versions as two nvidia-smi queries give them, from one nvidia-smi start
-    instead of two (a start per restore job saved; not timed on a GPU; a GPU's name holds no comma). Kept for
-    the process once both came: the workflow's own process asks it for every rung job it schedules (`restorable`);
-    a failed query is asked again."""
-    if not _GPUS:
-        rows = nvidia_smi_query("name,driver_version")
-        if rows is not None and all(r.count(",") == 1 for r in rows):
-            pairs = [tuple(x.strip() for x in r.split(",")) for r in rows]
-            names, drivers = [n for n, _ in pairs], [d for _, d in pairs]
-        else:
-            names, drivers = nvidia_smi_query("name"), nvidia_smi_query("driver_version")
-        if names is None or drivers is None:
-            return names, drivers
-        _GPUS.append((names, drivers))
-    names, drivers = _GPUS[0]
-    return list(names), list(drivers)
 
 
 def upstream_digests(ctx, upstream, block) -> dict:

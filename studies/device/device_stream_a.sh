@@ -56,7 +56,7 @@ case "${1:-}" in
             cp -r results/ci/stream_a/r3_projection "$OUT/ci_$phase/" 2>/dev/null
           done ;;
         canon4)  # canonical rungs 1-4 (performance gate enforced) with SA_PARAMS, e.g. "phase: p0, b_operand: bf16, prefetch: 2";
-                 # SA_CONFIGS: config files after those, e.g. one with `timing: {resident: 2}` on an H100
+                 # SA_CONFIGS: config files after those, e.g. config/gpu_80gb.yaml (`timing: {resident: 4}`) on an H100
           printf 'candidates:\n  stream_a:\n    params: {%s}\n' "${SA_PARAMS:-phase: p0}" > /tmp/sa_params.yaml
           python3 -m snakemake --unlock --configfile config/canonical.yaml config/stream_a.yaml /tmp/sa_params.yaml ${SA_CONFIGS:-} > /dev/null 2>&1
           timeout "${CANON_TIMEOUT:-480}" python3 -m snakemake --cores 1 --keep-going --rerun-incomplete results/canonical/stream_a/tokens/r4.pass \
