@@ -84,31 +84,26 @@ def gpu_answers() -> bool:
 FP4_MMA_MAJORS = (10, 12)  # the compute capability majors whose tensor cores run block-scaled FP4 (sm_100f, sm_120f)
 
 
-def nvidia_smi_query(field: str, timeout: float = 20) -> list[str] | None:
-    """One `nvidia-smi --query-gpu=<field>` value per GPU, or None (no nvidia-smi, or it failed)."""
+def _nvidia_smi(args: list[str], timeout: float) -> list[str] | None:
+    """nvidia-smi's output lines for `args`, or None (no nvidia-smi, or it failed)."""
     if not shutil.which("nvidia-smi"):
         return None
     try:
-        out = subprocess.run(
-            ["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+        out = subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.SubprocessError):
         return None
-    return [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else None
+    return out.stdout.splitlines() if out.returncode == 0 else None
+
+
+def nvidia_smi_query(field: str, timeout: float = 20) -> list[str] | None:
+    """One `nvidia-smi --query-gpu=<field>` value per GPU, or None (no nvidia-smi, or it failed)."""
+    lines = _nvidia_smi([f"--query-gpu={field}", "--format=csv,noheader"], timeout)
+    return None if lines is None else [line.strip() for line in lines if line.strip()]
 
 
 def nvidia_smi_list(timeout: float = 20) -> list[str] | None:
     """`nvidia-smi -L`'s lines (the GPUs and, under MIG, their MIG devices), or None (no nvidia-smi, or it failed)."""
-    if not shutil.which("nvidia-smi"):
-        return None
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.splitlines() if out.returncode == 0 else None
+    return _nvidia_smi(["-L"], timeout)
 
 
 @functools.lru_cache(maxsize=1)

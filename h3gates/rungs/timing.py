@@ -414,15 +414,17 @@ class Local:
         on an H100 a cohort of 4 after the first ran out of memory beside the 6 GB the rung's process still held,
         its model: studies/ladder/evidence/threecand_h100_2026-12-07/); on a GPU, the log says what it still holds."""
         self.sides = {}
+        said = "perf gate: this process's sides closed" + (", its model released" if self.release else "")
         if self.release is not None:
             self.release()
         if self.device == "cuda":
             gc.collect()
             torch.cuda.empty_cache()
-            progress(
-                f"perf gate: this process's sides closed: {torch.cuda.memory_reserved() / 1e9:.2f} GB reserved, "
+            said += (
+                f": {torch.cuda.memory_reserved() / 1e9:.2f} GB reserved, "
                 f"{torch.cuda.memory_allocated() / 1e9:.2f} GB of it in live tensors"
             )
+        progress(said)
 
 
 def ready_of(sides: dict, device: str) -> dict:
@@ -630,6 +632,24 @@ def _oom_detail(e: BaseException) -> str:
     return ". ".join(str(e).split(". ")[:2])[:300]
 
 
+def shipped_resident_overlays(k: int) -> list[str]:
+    """The overlays under config/ that set `timing.resident` to k and nothing else (config/gpu_80gb.yaml for 4), as
+    the memory refusal's fix names them; [] where none does or config/ cannot be read."""
+    import yaml
+
+    from h3gates.core.fingerprints import ROOT
+
+    found = []
+    for path in sorted((ROOT / "config").glob("*.yaml")):
+        try:
+            doc = yaml.safe_load(path.read_text())
+        except (OSError, yaml.YAMLError):
+            continue
+        if doc == {"timing": {"resident": k}}:
+            found.append(str(path.relative_to(ROOT)))
+    return found
+
+
 def memory_refusal(e: BaseException, cohort: int, processes: int, prepared: list[dict], at_once: int = 1) -> Refusal:
     """A cohort's preparation that ran the GPU out of memory (a worker's WorkerOutOfMemory, or the rung's own
     torch.OutOfMemoryError), as a Refusal whose fix is the `timing.resident` this GPU held: the number of the
@@ -656,7 +676,7 @@ def memory_refusal(e: BaseException, cohort: int, processes: int, prepared: list
         fix = (
             f"prepare at most {k} timing processes at once on this GPU: a config file given after the profile's "
             f"(--configfile config/canonical.yaml gpu.yaml) with `timing: {{resident: {k}}}`"
-            + (" (config/gpu_80gb.yaml is one)" if k == 4 else "")
+            + "".join(f" ({f} is one)" for f in shipped_resident_overlays(k)[:1])
             + f"; the gate still times {processes} processes, in cohorts of {k} (docs/hardware.md)"
         )
     else:
