@@ -521,6 +521,43 @@ ModulateFusedProducer.produce = _swapped
     _passed_below(ws, "modulate_fusion", 2)
 
 
+NO_CONFIGURATION_FOR_TILE_WIDE_OUTPUTS = """
+
+
+_build_before_refusal = build
+
+
+def build(params, reference, base):
+    def no_n128(gemm):
+        def run(p, w):
+            if w.n == 128:  # fault: the GEMM's dispatch table has no configuration for a 128-wide output
+                raise ValueError(f"no GEMM configuration for N={w.n}")
+            return gemm(p, w)
+
+        return run
+
+    return {role: Role(r.producer, no_n128(r.gemm)) for role, r in _build_before_refusal(params, reference, base).items()}
+"""
+
+
+def test_a_gemm_refusing_the_tiles_output_width_is_caught_at_rung_2_with_its_words(ws):
+    """A candidate GEMM that refuses an output width only rung 2's tiles use (N = the tile, 128; rung 1's operands
+    are 32 wide, or a role's N, or 256) where the reference GEMM takes it: rung 2 fails, and its one line says that
+    the candidate's GEMM raised, with the exception's words and where it was raised, not only "GEMM output bytes"
+    (the report keeps the refusal per tile). Catches: a candidate's refusal counted as agreement, or a rung-2 crash
+    instead of a verdict, or a refusal message that loses the kernel's words."""
+    _plant(ws, "modulate_fusion", append=NO_CONFIGURATION_FOR_TILE_WIDE_OUTPUTS)
+    rung, err = _climb(ws, "modulate_fusion")
+    line = next(x for x in err.splitlines() if "rung 2 (tiles) FAILED" in x)
+    assert rung == 2 and "the candidate's GEMM raised ValueError: no GEMM configuration for N=128" in line, line
+    assert "faulty/modulate_fusion/cpu.py" in line, line  # where the kernel raised it
+    rep = json.loads((ws / RES / _name(ws, "modulate_fusion") / "r2_tiles.json").read_text())
+    tiles = rep["measurements"]["tiles"]
+    assert rep["verdict"] == "fail" and tiles and all(t["gemm_refused"].startswith("ValueError") for t in tiles)
+    assert all(t["qdata_bytes_differing"] + t["scale_bytes_differing"] == 0 for t in tiles)  # the producer is exact
+    _passed_below(ws, "modulate_fusion", 2)
+
+
 DROPPED_AUDIO = """
 
 _rows = materialize_rows
