@@ -45,9 +45,6 @@ CANDS = tuple(
 # to 2x faster in one process than in another: with 2 processes (1 df) the planted gain and slowdown below
 # came out undecided; with 4 they are decided.
 ENFORCED_TIMING = {"enforce": {"ci": True}, "min_pairs": 6, "max_pairs": 6, "cpu_processes": 4}
-# the same gate in two cohorts of 2 (timing.resident, as the canonical 12 processes run in two cohorts of 6 on one
-# H200): the early look on the first cohort, the last over both
-ENFORCED_COHORTS = {**ENFORCED_TIMING, "resident": 2}
 
 
 @pytest.fixture
@@ -1113,19 +1110,22 @@ def test_overlay_promotion_is_verified_by_plain_verify(ws):
     """A promotion made with a config overlay (as canonical.yaml is) verifies with plain `verify
     <record>`: the record holds the resolved configuration and names its files. Deployable means
     enforced: the overlay makes ci deployable, so rung 4 is enforced, and the candidate is a planted
-    true gain on the CPU (the library path against a baseline slowed by aa_slow's 40 ms per block)."""
+    true gain on the CPU (the library path against a baseline slowed by aa_slow's 40 ms per block). The shipped
+    80-GB file (config/gpu_80gb.yaml, `timing.resident: 4`) goes last, as its users name it: its one key reaches
+    rung 4, whose 8 processes run in two cohorts of 4, and the record names the file."""
     for name in ("aa_slow", "library_path"):
         shutil.copytree(FIXTURES / name, ws / "kernels" / name, dirs_exist_ok=True)
     overlay = {
         "deployable_profiles": ["ci"],
-        "timing": ENFORCED_COHORTS,
+        "timing": {**ENFORCED_TIMING, "cpu_processes": 8},
         "baseline": {"accepted": ["aa_slow"]},
         "candidates": {"aa_slow": {"params": {"delay_ms": 40}}, "library_path": {}},
     }
     (ws / "config" / "deploy_ci.yaml").write_text(yaml.safe_dump(overlay))
-    snakemake(ws, "promote_library_path", "--configfile", "config/config.yaml", "config/deploy_ci.yaml", check=True)
+    files = ["config/config.yaml", "config/deploy_ci.yaml", "config/gpu_80gb.yaml"]
+    snakemake(ws, "promote_library_path", "--configfile", *files, check=True)
     rec = json.loads((ws / RES / "promotion/library_path.json").read_text())
-    assert rec["deployable"] and rec["config"]["files"] == ["config/config.yaml", "config/deploy_ci.yaml"]
+    assert rec["deployable"] and rec["config"]["files"] == files
     assert rec["performance_gate_enforced"] and all(
         a["decision"] == "pass" for a in rec["performance_gate"]["attempts"].values()
     )
@@ -1134,7 +1134,9 @@ def test_overlay_promotion_is_verified_by_plain_verify(ws):
     # the early look is on the first cohort alone (1 df: it rarely decides, but can where the two process means
     # agree closely, as a loaded CI machine once made them); the last look runs the second cohort too
     early = r4["look"] == 0
-    assert r4["cohorts"] == ([[0, 1]] if early else [[0, 1], [2, 3]]) and "cohorts of 2" in r4["method"], r4["cohorts"]
+    assert r4["params"]["resident"] == 4 and r4["params"]["cpu_processes"] == 8, r4["params"]
+    first, second = [0, 1, 2, 3], [4, 5, 6, 7]
+    assert r4["cohorts"] == ([first] if early else [first, second]) and "cohorts of 4" in r4["method"], r4["cohorts"]
     # the first cohort's worker read its capture before its go; a later cohort's, launched while the first timed,
     # after its go (a step of its account): nothing beyond their imports runs beside a timed request
     prep = r4["process_prep"]
@@ -1143,8 +1145,8 @@ def test_overlay_promotion_is_verified_by_plain_verify(ws):
     log = (ws / "logs/ci/library_path" / f"r4_block_{r4_path.stem}.log").read_text()
     assert log.count("perf gate: this process's sides closed, its model released") == 1, log[-3000:]
     if not early:
-        assert log.index("its model released") < log.index("perf gate: cohort 2/2 (processes 2-3) preparing"), log
-    assert r4["launched_ahead"] == [1]  # the first cohort's worker, launched as the job started (launch_ahead)
+        assert log.index("its model released") < log.index("perf gate: cohort 2/2 (processes 4-7) preparing"), log
+    assert r4["launched_ahead"] == [1, 2, 3]  # the first cohort's workers, launched as the job started (launch_ahead)
     # every call after one of its own side a sample (timing.samples: own, the default): the decision's d holds the
     # switch calls that follow their own side's calls
     from h3gates.core import derive
@@ -1154,16 +1156,18 @@ def test_overlay_promotion_is_verified_by_plain_verify(ws):
     raw = [p["pairs"] for p in r4["processes"]]
     assert PG.kept(raw, "own")[0] != PG.kept(raw, "steady")[0]
     assert derive.recompute_gate(r4) == r4["decision"]
-    assert prep[1]["read_before_go"] and "read_s" not in prep[1]["worker"] and prep[1]["read_s"] > 0, prep[1]
-    assert all(not p["read_before_go"] and p["worker"]["read_s"] > 0 for p in prep[2:]), prep[2:]
+    assert all(p["read_before_go"] and "read_s" not in p["worker"] and p["read_s"] > 0 for p in prep[1:4]), prep[1:4]
+    assert all(not p["read_before_go"] and p["worker"]["read_s"] > 0 for p in prep[4:]), prep[4:]
     # the build's host part beside the read (r4_block.prime_host: the library path's imports; on CUDA the cubin lookup's)
-    assert all(p["prime_s"] > 0 for p in prep[1:]) and all("prime_s" in p["worker"] for p in prep[2:]), prep
+    assert all(p["prime_s"] > 0 for p in prep[1:]) and all("prime_s" in p["worker"] for p in prep[4:]), prep
     assert (ws / RES / "promotion/library_path.env").read_text().strip().endswith("H3_NVFP4_LIBRARY_PATH=1")
     v = h3gates(ws, "verify", f"{RES}/promotion/library_path.json")
     assert v.returncode == 0 and "H3_NVFP4_LIBRARY_PATH=1 verified" in v.stdout, v.stderr
     assert "performance gate enforced: yes" in v.stdout and "signed by" in v.stdout
     # whether it stands now is said under the record's own files: the status command that agrees is named with them
-    assert "still stands (`status --configfile config/deploy_ci.yaml` agrees)" in v.stdout, v.stdout
+    assert "still stands (`status --configfile config/deploy_ci.yaml config/gpu_80gb.yaml` agrees)" in v.stdout, (
+        v.stdout
+    )
     # the same overlay without enforcing the gate is refused before any job runs
     (ws / "config" / "unenforced.yaml").write_text(yaml.safe_dump({**overlay, "timing": {"enforce": {"ci": False}}}))
     p = snakemake(ws, "-n", "promote_library_path", "--configfile", "config/config.yaml", "config/unenforced.yaml")
