@@ -817,7 +817,7 @@ def test_the_local_process_releases_its_gate_when_its_cohort_closes(monkeypatch)
     """Catches: the rung's own process (process 0 of the first cohort) keeping its gate's model on the GPU after
     its cohort closed, so that a later cohort of the same size runs out of memory beside it (an H100, a cohort
     of 4: studies/ladder/evidence/threecand_h100_2026-12-07/). r4_block's local sides are given its gate's
-    drop_model, and the gate's model is gone (built again only if asked for) once they close."""
+    release_device, called once they close (what it lets go: the next test)."""
     from h3gates.rungs import r4_block
     from h3gates.rungs import timing as T
 
@@ -826,7 +826,7 @@ def test_the_local_process_releases_its_gate_when_its_cohort_closes(monkeypatch)
     class _Gate:
         device = "cpu"
 
-        def drop_model(self):
+        def release_device(self):
             dropped.append(True)
 
     made, Local = {}, T.Local
@@ -853,6 +853,43 @@ def test_the_local_process_releases_its_gate_when_its_cohort_closes(monkeypatch)
     local.sides, local.device, local.release = {"A": object()}, "cpu", lambda: calls.append("release")
     local.close()
     assert calls == ["release"] and local.sides == {}
+
+
+def test_the_released_gate_keeps_no_model_input_or_roles_of_its_block(tmp_path):
+    """Catches: rung 4's own process keeping, after its timing sides close, anything of the block on the device:
+    its model, the block's input (which the sides' closures held, out of the release's reach, until
+    2026-12-07), the roles (whose kernels may keep buffers of the block's size). On an H100 a second cohort of 4
+    ran out of memory beside the 3.8 GiB the process still held with its model gone
+    (studies/ladder/evidence/threecand_h100_2026-12-07b/). A real gate of the tiny profile on the CPU, its block
+    input captured as the workflow does: after release_device nothing refers to them (weak references dead)."""
+    import dataclasses
+    import gc
+    import weakref
+
+    import torch
+
+    from h3gates.core import context as X
+    from h3gates.core.context import RungContext
+    from h3gates.rungs import artifacts, r4_block
+    from h3gates.rungs.gate import Gate
+
+    cfg = C.load_config([ROOT / "config" / "config.yaml"])
+    cctx = X.capture_context(X.SharedContext.of(cfg))
+    path = str(tmp_path / Path(X.artifact_path(cctx, block=0)).name)
+    artifacts.compute_captures(cctx, [0], [path], X.artifact_meta(cctx))
+    ctx = dataclasses.replace(RungContext.from_config(cfg, "swiglu_fusion", 4), captures={"0": path})
+    gate = Gate(ctx, 4, 0)
+    base, cand = r4_block.sides_of(gate, 0)
+    assert torch.equal(base(), cand())
+    held = [gate.inputs[0], gate.setup._model, *gate.candidate.values(), *gate.baseline.values()]
+    refs = [weakref.ref(x) for x in held]
+    del held
+    gate.release_device()
+    gc.collect()
+    assert [r() is None for r in refs] == [True] * len(refs)
+    assert gate.inputs == {} and gate.candidate == {} and base is not None  # (the closures live on)
+    assert gate.reference_q.describe() and isinstance(gate.pins, dict)  # what the report then reads (written after
+    # a release in test_workflow's test_overlay_promotion_is_verified_by_plain_verify)
 
 
 def test_workers_prepare_as_many_at_once_as_the_free_memory_holds_at_their_peak(tmp_path):

@@ -1140,12 +1140,12 @@ def test_overlay_promotion_is_verified_by_plain_verify(ws):
     # the first cohort's worker read its capture before its go; a later cohort's, launched while the first timed,
     # after its go (a step of its account): nothing beyond their imports runs beside a timed request
     prep = r4["process_prep"]
-    # the rung's own process (process 0, the first cohort's) releases its model when its sides close, before a later
-    # cohort prepares (Local.release: a later cohort gets the memory the first had)
+    # the rung's own process (process 0, the first cohort's) releases its gate (model, block input, roles) when its
+    # sides close, before a later cohort prepares (Local.release: a later cohort gets the memory the first had)
     log = (ws / "logs/ci/library_path" / f"r4_block_{r4_path.stem}.log").read_text()
-    assert log.count("perf gate: this process's sides closed, its model released") == 1, log[-3000:]
+    assert log.count("perf gate: this process's sides closed, its gate released") == 1, log[-3000:]
     if not early:
-        assert log.index("its model released") < log.index("perf gate: cohort 2/2 (processes 4-7) preparing"), log
+        assert log.index("its gate released") < log.index("perf gate: cohort 2/2 (processes 4-7) preparing"), log
     assert r4["launched_ahead"] == [1, 2, 3]  # the first cohort's workers, launched as the job started (launch_ahead)
     # every call after one of its own side a sample (timing.samples: own, the default): the decision's d holds the
     # switch calls that follow their own side's calls

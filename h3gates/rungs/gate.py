@@ -42,6 +42,7 @@ class Gate:
         self.replay_dropped = 0
         self.untrusted_artifact: dict | None = None  # (untrusted: the shared artifact the gate could not trust)
         self.pins: dict = {}  # (set after the candidate is built; a crash while building it writes none)
+        self.inputs: dict = {}  # block -> the block's input on the device, as r4_block.sides_of's sides read it
         self.upstream = {str(p): report.file_sha256(p) for p in upstream} if digests else {}
         # every workflow artifact the context names for this rung (and block) is an upstream digest, whatever
         # the caller passed: promotion checks what a report read (one missing here fails the rung that reads it)
@@ -97,6 +98,16 @@ class Gate:
 
     def drop_model(self) -> None:
         self.setup.drop_model()
+
+    def release_device(self) -> None:
+        """Everything of the device this gate holds, let go where its process will run no block again (rung 4's
+        own process once its timing sides close: a later cohort's processes need the memory): the model, the
+        block inputs its sides read (`inputs`), and the roles, whose kernels may keep buffers of a block's size.
+        What the report needs stays (the reference's description, the pins, the upstream digests)."""
+        self.setup.drop_model()
+        self.inputs.clear()
+        self.candidate, self._scheduled = {}, None
+        self.reference = self.baseline = self.setup.reference = self.setup.baseline = {}
 
     def capture(self, block: int, lap=None):
         """The reference inputs of `block` (its input and each role's): from the block input the shared

@@ -44,9 +44,11 @@ BUILD_STEPS = ("gate_s", "input_s", "model_s", "first_s")  # a worker's build, i
 
 
 def sides_of(gate, block: int, lap=None):
-    x = gate.capture(block, lap).x
-    base = lambda: gate.model.block_forward(block, x, 0, gate.baseline)
-    cand = lambda: gate.model.block_forward(block, x, 0, gate.with_candidate())
+    """The block's two sides on its captured input, which the gate keeps (`gate.inputs`, not the closures: its
+    release_device lets it go while the closures live on)."""
+    gate.inputs[block] = gate.capture(block, lap).x
+    base = lambda: gate.model.block_forward(block, gate.inputs[block], 0, gate.baseline)
+    cand = lambda: gate.model.block_forward(block, gate.inputs[block], 0, gate.with_candidate())
     return base, cand
 
 
@@ -257,7 +259,7 @@ def _timed(gate, block, base, cand, q: dict, attempt: int, on_look, start) -> di
 
     def local():
         sides = T.prepare(base, cand, gate.device, q["mode"], q["warmup"], "baseline")
-        return T.Local(sides, gate.device, T.Monitor(gate.device), release=gate.drop_model)
+        return T.Local(sides, gate.device, T.Monitor(gate.device), release=gate.release_device)
 
     start.local = local
     timing = T.gate_cohorts(n, resident, start, q, attempt, on_look=on_look)

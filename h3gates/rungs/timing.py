@@ -399,7 +399,7 @@ class Local:
 
     def __init__(self, sides: dict, device: str, monitor: Monitor, first: str = "baseline", release=None):
         """`release`: called at close, before the cache is emptied, to drop what else of this process holds the
-        GPU's memory (the rung's gate and its model: r4_block._timed)."""
+        GPU's memory (the rung's gate: its model, block input and roles, Gate.release_device: r4_block._timed)."""
         self.sides, self.device, self.monitor, self.first, self.release = sides, device, monitor, first, release
         self.ready = ready_of(sides, device)
 
@@ -412,9 +412,11 @@ class Local:
     def close(self) -> None:
         """Its graphs and their memory go back, with what `release` drops (a later cohort's processes need it:
         on an H100 a cohort of 4 after the first ran out of memory beside the 6 GB the rung's process still held,
-        its model: studies/ladder/evidence/threecand_h100_2026-12-07/); on a GPU, the log says what it still holds."""
+        its model: studies/ladder/evidence/threecand_h100_2026-12-07/; and once more beside the 3.8 GiB it held
+        with the model gone, the block's input and the roles kept: threecand_h100_2026-12-07b/); on a GPU, the log
+        says what it still holds."""
         self.sides = {}
-        said = "perf gate: this process's sides closed" + (", its model released" if self.release else "")
+        said = "perf gate: this process's sides closed" + (", its gate released" if self.release else "")
         if self.release is not None:
             self.release()
         if self.device == "cuda":

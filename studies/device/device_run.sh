@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run on the H200 device machine from the repository root, with .devsite/ (pack-site core) carried.
 # Usage: bash studies/device/device_run.sh STEP...   (studies/device/README.md says what each step runs)
-# Steps: r4only edits ciclimb warmgpu gputests digests tests cachetests qkvstudy gemmparts buildprobe onegpu onemore gpucheck ci4cuda r1cuda canon2 canonx2 canon r8swiglu perfgate
+# Steps: releaseprobe r4only edits ciclimb warmgpu gputests digests tests cachetests qkvstudy gemmparts buildprobe onegpu onemore gpucheck ci4cuda r1cuda canon2 canonx2 canon r8swiglu perfgate
 #        blocktime jobprofile warmimports evidence ncu profile canonical4 tune model ladder ncuquery ladderci fc2;
 #        with BUNDLE=name the outputs also come back as one $OUT/name.tgz
 set -uo pipefail
@@ -191,6 +191,10 @@ PY
       python3 studies/ladder/lease_timeline.py logs/gpu_leases.jsonl --json "$OUT/lease_timeline.json" | tail -30
       mkdir -p /tmp/canon && rm -rf /tmp/canon/* && cp -r results/canonical logs /tmp/canon/ 2>/dev/null; find /tmp/canon -name "*.pt" -size +4M -delete
       find /tmp/canon -name "*.ncu-rep" -delete; (cd /tmp && tar czf "$OUT/canonx2.tgz" canon) ;;
+    releaseprobe)  # issue 31: what rung 4's own process still holds after its sides close, one release step at a time
+      timeout "${PROBE_TIMEOUT:-150}" python3 studies/ladder/release_probe.py --out "$OUT/release_probe.json" --block ${PROBE_BLOCK:-0} \
+        --candidate ${PROBE_CANDIDATE:-swiglu_fusion} --configs config/config.yaml config/canonical.yaml ${DEVCF:-} --history 2>&1 \
+        | tee "$OUT/release_probe.log" | grep -v '^\[h3gates' | cut -c1-400 | tail -8 ;;
     buildprobe)  # issue 31: what a rung-4 worker's build spends (studies/ladder/worker_build_probe.py: fresh processes at canonical
                  # size, each step synchronized, a second forward beside the first, CUDA_MODULE_LOADING=EAGER beside the default,
                  # one run with the first forward under cProfile); the block's capture is made first where missing

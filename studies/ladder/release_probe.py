@@ -4,9 +4,9 @@ after Local.close released its model, 0.5 GB of it in live tensors (studies/ladd
 
 One process does what rung 4's process does before and during its own cohort (h3gates.rungs.r4_block._run: the
 gate, the block's sides from its capture, the output comparison, both sides prepared in the configured mode, one
-timed request), closes its sides as the rung does (timing.Local.close, its release dropping the model), then
-drops more, one thing at a time: the sides' closures (which hold the block's input), the gate's roles, the
-gate. After each step: the caching allocator's reserved and allocated bytes, its segments by pool, and with
+timed request), closes its sides as the rung did from 8aa939c (timing.Local.close, its release dropping the model
+alone), then drops more, one thing at a time: the block's input, the roles (the rest of Gate.release_device, the
+rung's release since), the gate. After each step: the caching allocator's reserved and allocated bytes, its segments by pool, and with
 `--history` the live blocks' allocation sites (torch.cuda.memory._record_memory_history).
 
     python studies/ladder/release_probe.py --out FILE [--configs config/config.yaml config/canonical.yaml
@@ -113,26 +113,29 @@ def probe(configs: list[str], candidate: str, block: int, history: bool) -> list
     steps.append(memory("compared (the block's bytes)", history))
     q = PG.params({k: v for k, v in ctx.rung_params.items() if k != "enforce"})
     sides = T.prepare(base, cand, gate.device, q["mode"], q["warmup"], "baseline")
+    # the release of 8aa939c (the model alone), then the rest of Gate.release_device one part at a time
     local = T.Local(sides, gate.device, T.Monitor(gate.device), release=gate.drop_model)
     del sides
     steps.append(memory("both sides prepared", history))
     local.run(["AB", "BA"], q["calls"])
     steps.append(memory("one timed request", history))
     local.close()
-    steps.append(memory("Local.close (its release drops the model): as rung 4 now", history))
-    del base, cand
-    steps.append(memory("the sides' closures dropped (the block's input)", history))
-    gate.candidate = gate.baseline = gate.reference = None
-    steps.append(memory("the gate's roles dropped", history))
-    del gate, local
-    steps.append(memory("the gate dropped", history))
+    steps.append(memory("Local.close releasing the model alone (rung 4 from 8aa939c to this probe's commit)", history))
+    gate.inputs.clear()
+    steps.append(memory("the block's input dropped", history))
+    gate.release_device()
+    steps.append(memory("Gate.release_device: the roles too (rung 4 since this probe's commit)", history))
+    del base, cand, gate, local
+    steps.append(memory("the gate and the sides' closures dropped (what this process could still give back)", history))
     return steps
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--configs", nargs="+", default=["config/config.yaml", "config/canonical.yaml", "config/gpu_80gb.yaml"])
+    ap.add_argument(
+        "--configs", nargs="+", default=["config/config.yaml", "config/canonical.yaml", "config/gpu_80gb.yaml"]
+    )
     ap.add_argument("--candidate", default="swiglu_fusion")
     ap.add_argument("--block", type=int, default=24)
     ap.add_argument("--history", action="store_true", help="record allocation sites (the live blocks' frames)")
