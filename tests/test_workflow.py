@@ -1117,7 +1117,9 @@ def test_overlay_promotion_is_verified_by_plain_verify(ws):
         shutil.copytree(FIXTURES / name, ws / "kernels" / name, dirs_exist_ok=True)
     overlay = {
         "deployable_profiles": ["ci"],
-        "timing": {**ENFORCED_TIMING, "cpu_processes": 8},
+        # no early look (a first cohort of 4 would often decide the planted gain there): both cohorts always run, so
+        # the release before the second cohort is checked in every run
+        "timing": {**ENFORCED_TIMING, "cpu_processes": 8, "early_pairs": 0},
         "baseline": {"accepted": ["aa_slow"]},
         "candidates": {"aa_slow": {"params": {"delay_ms": 40}}, "library_path": {}},
     }
@@ -1131,12 +1133,8 @@ def test_overlay_promotion_is_verified_by_plain_verify(ws):
     )
     r4_path = next((ws / RES / "library_path/r4_block").glob("block*.json"))
     r4 = json.loads(r4_path.read_text())["timing"]
-    # the early look is on the first cohort alone (1 df: it rarely decides, but can where the two process means
-    # agree closely, as a loaded CI machine once made them); the last look runs the second cohort too
-    early = r4["look"] == 0
     assert r4["params"]["resident"] == 4 and r4["params"]["cpu_processes"] == 8, r4["params"]
-    first, second = [0, 1, 2, 3], [4, 5, 6, 7]
-    assert r4["cohorts"] == ([first] if early else [first, second]) and "cohorts of 4" in r4["method"], r4["cohorts"]
+    assert r4["cohorts"] == [[0, 1, 2, 3], [4, 5, 6, 7]] and "cohorts of 4" in r4["method"], r4["cohorts"]
     # the first cohort's worker read its capture before its go; a later cohort's, launched while the first timed,
     # after its go (a step of its account): nothing beyond their imports runs beside a timed request
     prep = r4["process_prep"]
@@ -1144,8 +1142,7 @@ def test_overlay_promotion_is_verified_by_plain_verify(ws):
     # sides close, before a later cohort prepares (Local.release: a later cohort gets the memory the first had)
     log = (ws / "logs/ci/library_path" / f"r4_block_{r4_path.stem}.log").read_text()
     assert log.count("perf gate: this process's sides closed, its gate released") == 1, log[-3000:]
-    if not early:
-        assert log.index("its gate released") < log.index("perf gate: cohort 2/2 (processes 4-7) preparing"), log
+    assert log.index("its gate released") < log.index("perf gate: cohort 2/2 (processes 4-7) preparing"), log
     assert r4["launched_ahead"] == [1, 2, 3]  # the first cohort's workers, launched as the job started (launch_ahead)
     # every call after one of its own side a sample (timing.samples: own, the default): the decision's d holds the
     # switch calls that follow their own side's calls

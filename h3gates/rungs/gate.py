@@ -106,8 +106,8 @@ class Gate:
         What the report needs stays (the reference's description, the pins, the upstream digests)."""
         self.setup.drop_model()
         self.inputs.clear()
-        self.candidate, self._scheduled = {}, None
-        self.reference = self.baseline = self.setup.reference = self.setup.baseline = {}
+        self.candidate, self._scheduled, self.reference, self.baseline = {}, None, {}, {}
+        self.setup.reference, self.setup.baseline = {}, {}
 
     def capture(self, block: int, lap=None):
         """The reference inputs of `block` (its input and each role's): from the block input the shared

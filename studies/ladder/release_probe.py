@@ -45,14 +45,17 @@ def _frames(block: dict, n: int = 6) -> list[str]:
     return out
 
 
-def memory(step: str, history: bool) -> dict:
+def memory(step: str, history: bool, empty: bool = True) -> dict:
+    """The allocator's state after `step`; `empty`: after gc and torch.cuda.empty_cache, as Local.close leaves it
+    (not before the sides are prepared: the rung empties no cache there, and that would change what is cached)."""
     import torch
 
     if not torch.cuda.is_available():
         return {"step": step}
-    gc.collect()
     torch.cuda.synchronize()
-    torch.cuda.empty_cache()
+    if empty:
+        gc.collect()
+        torch.cuda.empty_cache()
     free, total = torch.cuda.mem_get_info()
     snap = torch.cuda.memory._snapshot() if history else {"segments": torch.cuda.memory_snapshot()}
     pools: dict = {}
@@ -110,15 +113,15 @@ def probe(configs: list[str], candidate: str, block: int, history: bool) -> list
     base, cand = sides_of(gate, block)
     cmp = compare_outputs(cand(), base())
     assert cmp["equal"], cmp
-    steps.append(memory("compared (the block's bytes)", history))
+    steps.append(memory("compared (the block's bytes)", history, empty=False))
     q = PG.params({k: v for k, v in ctx.rung_params.items() if k != "enforce"})
     sides = T.prepare(base, cand, gate.device, q["mode"], q["warmup"], "baseline")
     # the release of 8aa939c (the model alone), then the rest of Gate.release_device one part at a time
     local = T.Local(sides, gate.device, T.Monitor(gate.device), release=gate.drop_model)
     del sides
-    steps.append(memory("both sides prepared", history))
+    steps.append(memory("both sides prepared (T.prepare empties the cache)", history, empty=False))
     local.run(["AB", "BA"], q["calls"])
-    steps.append(memory("one timed request", history))
+    steps.append(memory("one timed request", history, empty=False))
     local.close()
     steps.append(memory("Local.close releasing the model alone (rung 4 from 8aa939c to this probe's commit)", history))
     gate.inputs.clear()

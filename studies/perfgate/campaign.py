@@ -79,6 +79,13 @@ def _captures(cfg, blocks) -> None:
         t0 = time.time()
         compute_captures(cctx, todo, [X.artifact_path(cctx, block=b) for b in todo], X.artifact_meta(cctx))
         print(f"captures of blocks {todo}: {time.time() - t0:.1f} s", flush=True)
+        import gc
+
+        import torch
+
+        gc.collect()
+        if torch.cuda.is_available():  # what the traversal left cached: the gates' processes need it (at resident 4 on
+            torch.cuda.empty_cache()  # an H100 this process kept 12.5 GiB: ladder/evidence/threecand_h100_2026-12-07b/)
 
 
 def versions() -> dict:
