@@ -105,6 +105,18 @@ def test_the_level_is_split_over_bounds_attempts_and_looks():
     assert d0["upper"] > d1["upper"]
 
 
+def test_a_bound_too_wide_for_a_float_is_capped_not_a_crash():
+    """Two process means (1 df) at a tiny level (confidence 0.999999): t is about 1.3e7, and exp(mean + t * se)
+    overflowed (OverflowError: math range error, the rung's job crashed on a CPU through snakemake). Catches: the
+    crash; a bound that is not finite (JSON's Infinity); a decision from such a bound."""
+    p = G.params({"processes": 2, "confidence": 0.999999, "early_pairs": 1, "min_pairs": 4, "max_pairs": 4})
+    o = [G.orders(1, 0, i) for i in range(2)]
+    d = G.decide([[-0.05], [0.04]], o, p, 0)
+    assert d["t"] > 1e6 and d["decision"] == "continue", d
+    assert d["upper"] == pytest.approx(math.exp(G.EXP_CAP)) and 0 < d["lower"] < 1 and math.isfinite(d["upper"])
+    json.dumps(d, allow_nan=False)
+
+
 def test_orders_are_balanced_random_and_seeded():
     o = G.orders(40, seed=0, process=0)
     assert all(sorted(o[i : i + 2]) == ["AB", "BA"] for i in range(0, 40, 2))  # one of each in every two pairs

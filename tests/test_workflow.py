@@ -701,6 +701,34 @@ def test_a_timing_cohort_that_runs_out_of_memory_is_refused_with_its_fix_on_the_
     assert [st[r]["state"] for r in (1, 2, 3, 4)] == ["pass", "pass", "pass", "missing"], st
 
 
+OUT_OF_MEMORY_IN_A_LATER_COHORT = OUT_OF_MEMORY_IN_THE_TIMING_WORKERS.replace(
+    'if "perf-worker" in sys.argv:', 'if "perf-worker" in sys.argv and "--read-before-go" not in sys.argv:'
+).replace("every rung-4 timing worker", "every timing worker of a later cohort (launched without --read-before-go)")
+
+
+def test_a_later_cohort_out_of_memory_after_the_first_look_says_the_attempt_counts(ws):
+    """A later cohort that runs out of memory after the gate's first look (as swiglu_fusion's second cohort of 4 did on
+    an H100: studies/ladder/evidence/threecand_h100_2026-12-07b/) has spent an attempt: it looked at data. The
+    refusal says so, and how many are left, on the console's FAILED line; the second such run says the attempts are
+    now spent, and the third is refused by the ledger without timing. Catches: a refusal that reads as free to
+    retry while it cost one of the gate's two attempts. (Confidence 0.999999: the early look never decides, so the
+    second cohort always prepares.)"""
+    timing = {**ENFORCED_TIMING, "resident": 2, "confidence": 0.999999}
+    _plant(ws, "modulate_fusion", append=OUT_OF_MEMORY_IN_A_LATER_COHORT, config={"timing": timing})
+    name = _name(ws, "modulate_fusion")
+    for attempt, left in ((1, "1 left"), (2, "this fingerprint's attempts here are now spent")):
+        p = snakemake(ws, "promote_modulate_fusion")
+        failed = [re.sub(r"\s+", " ", x) for x in p.stderr.splitlines() if x.startswith("FAILED ")]
+        assert p.returncode != 0 and len(failed) == 1, p.stderr[-3000:]
+        said = f"REFUSED: rung 4 (attempt {attempt} of 2 spent, the gate had looked at data: {left}): a timing worker"
+        assert said in failed[0] and "ran out of GPU memory while a cohort of 2 prepared" in failed[0], failed[0]
+        assert not (ws / RES / name / "r4_block/block0.json").exists()
+    p = snakemake(ws, "promote_modulate_fusion")
+    rep = json.loads((ws / RES / name / "r4_block/block0.json").read_text())
+    assert p.returncode != 0 and rep["timing"]["decision"] == "refused", rep["timing"]
+    assert [a["decision"] for a in rep["timing"]["attempts"]] == ["killed after its first look"] * 2
+
+
 def test_fault_exact_but_slower_refused_by_performance_gate_at_rung_4(ws):
     # the wait is fixed work, not time.sleep nor a per-process calibration: a loaded CPU (CI runs two tests on
     # two cores) slows the block's own work by a factor that differs between processes; a sleep would not slow

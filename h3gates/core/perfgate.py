@@ -387,6 +387,9 @@ def _fmt(x) -> str:
     return "n/a" if x is None else f"{x:.4f}"
 
 
+EXP_CAP = 700.0  # |log ratio| a bound is capped at (exp(700) ~ 1e304, finite in JSON; math.exp overflows past 709.78)
+
+
 def decide(
     series: list[list[float]],
     orders: list[list[str]],
@@ -446,7 +449,8 @@ def decide(
     mean, sd = statistics.fmean(used), statistics.stdev(used)
     se, dof = sd / math.sqrt(P), P - 1
     t = t_ppf(1 - a, dof)
-    lower, upper = math.exp(mean - t * se), math.exp(mean + t * se)
+    # (a bound's log ratio capped where exp would overflow: a t of millions, 1 df at a tiny level, is no bound at all)
+    lower, upper = math.exp(max(mean - t * se, -EXP_CAP)), math.exp(min(mean + t * se, EXP_CAP))
     where = (
         f"after {pooled['pairs']} pairs in {len(series)} processes (look {look + 1}/{len(looks)}, "
         f"{P} process means, process SD {_fmt(comp['process_sd'])}, lag-1 {_fmt(pooled['lag1'])})"

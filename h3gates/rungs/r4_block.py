@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from h3gates.core import perfgate as PG
+from h3gates.core.errors import Refusal
 from h3gates.core.fingerprints import digest
 from h3gates.core.jobs import progress
 from h3gates.core.outputs import RESULTS, report_path
@@ -181,7 +182,12 @@ def _run(ctx, out, block, upstream, ahead):
         run_id, attempt = ledger.start(key, block)
         start = ahead or _launcher(ctx, block, q, gate.device)
         early = sorted(start.launched)  # the workers launch_ahead started before this process built its gate
-        timing = _timed(gate, block, base, cand, q, attempt, lambda: ledger.looked(key, block, run_id), start)
+        try:
+            timing = _timed(gate, block, base, cand, q, attempt, lambda: ledger.looked(key, block, run_id), start)
+        except Refusal as e:  # (a later cohort out of memory): whether it cost an attempt, in the refusal's words
+            if run_id not in ledger.counted(key, block):
+                raise
+            raise Refusal(_spent_by_refusal(e.reasons, attempt, q["max_attempts"]), e.fix) from e
         timing["launched_ahead"] = early
         ledger.finish(key, block, run_id, timing["decision"], timing["interval"], timing.get("level") or 0.0)
     timing["attempts"] = ledger.history(key, block)
@@ -215,6 +221,20 @@ def _run(ctx, out, block, upstream, ahead):
     if timing["decision"] in PG.DECIDED and stored is None:
         store.put(key, block, json.loads(Path(out).read_text()))
     return written
+
+
+def _spent_by_refusal(reasons: list[str], attempt: int, max_attempts: int) -> list[str]:
+    """A refusal after the gate's first look, its first reason saying what it cost, near its start (the console
+    keeps a reason's first 300 characters): the attempt counts, since it looked at data (a free retry would give
+    the early look another chance, and the error rate would not hold)."""
+    cost = f"attempt {attempt} of {max_attempts} spent, the gate had looked at data: " + (
+        "this fingerprint's attempts here are now spent"
+        if attempt >= max_attempts
+        else f"{max_attempts - attempt} left"
+    )
+    first, head = reasons[0], "rung 4: "
+    first = f"rung 4 ({cost}): {first[len(head) :]}" if first.startswith(head) else f"({cost}) {first}"
+    return [first, *reasons[1:]]
 
 
 def _first_block_not_passed(ctx, block: int, upstream) -> dict | None:
