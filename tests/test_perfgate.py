@@ -115,6 +115,7 @@ def test_a_bound_too_wide_for_a_float_is_capped_not_a_crash():
     assert d["t"] > 1e6 and d["decision"] == "continue", d
     assert d["upper"] == pytest.approx(math.exp(G.EXP_CAP)) and 0 < d["lower"] < 1 and math.isfinite(d["upper"])
     json.dumps(d, allow_nan=False)
+    assert "e+304]" in d["reason"] and len(d["reason"]) < 600, d["reason"]  # (not a 305-digit number in the log)
 
 
 def test_orders_are_balanced_random_and_seeded():

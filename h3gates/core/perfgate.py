@@ -383,8 +383,10 @@ def _balanced_across(orders: list[list[str]]) -> bool:
     return len(orders) % 2 == 0 and flat.count("AB") == flat.count("BA")
 
 
-def _fmt(x) -> str:
-    return "n/a" if x is None else f"{x:.4f}"
+def fmt(x) -> str:
+    """A ratio, bound or SD as the gate's lines print it: 4 decimals, or 3 significant digits where that would run
+    to hundreds of digits (a bound capped at EXP_CAP)."""
+    return "n/a" if x is None else f"{x:.4f}" if abs(x) < 1e6 else f"{x:.3g}"
 
 
 EXP_CAP = 700.0  # |log ratio| a bound is capped at (exp(700) ~ 1e304, finite in JSON; math.exp overflows past 709.78)
@@ -453,7 +455,7 @@ def decide(
     lower, upper = math.exp(max(mean - t * se, -EXP_CAP)), math.exp(min(mean + t * se, EXP_CAP))
     where = (
         f"after {pooled['pairs']} pairs in {len(series)} processes (look {look + 1}/{len(looks)}, "
-        f"{P} process means, process SD {_fmt(comp['process_sd'])}, lag-1 {_fmt(pooled['lag1'])})"
+        f"{P} process means, process SD {fmt(comp['process_sd'])}, lag-1 {fmt(pooled['lag1'])})"
     )
     bound = f"{(1 - a) * 100:.3f}% t bound ({dof} df) of the process means ({p['confidence'] * 100:g}% over both bounds, looks, attempts)"
     total = pooled["pairs"] + dropped
@@ -463,16 +465,16 @@ def decide(
             f"{dropped} of {total} pairs dropped for GPU throttling {where}: no decision on this look",
         )
     elif upper < c:
-        decision, reason = "pass", f"upper {bound} {upper:.4f} < 1 - min_gain {c:.4f} {where}"
+        decision, reason = "pass", f"upper {bound} {fmt(upper)} < 1 - min_gain {c:.4f} {where}"
     elif lower > c:
         decision, reason = (
             "fail",
-            f"lower {bound} {lower:.4f} > 1 - min_gain {c:.4f} {where}: confidently not fast enough",
+            f"lower {bound} {fmt(lower)} > 1 - min_gain {c:.4f} {where}: confidently not fast enough",
         )
     else:
         decision, reason = (
             "continue",
-            f"{bound} interval [{lower:.4f}, {upper:.4f}] contains 1 - min_gain {c:.4f} {where}",
+            f"{bound} interval [{fmt(lower)}, {fmt(upper)}] contains 1 - min_gain {c:.4f} {where}",
         )
     return {
         **base,

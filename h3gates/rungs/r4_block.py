@@ -187,7 +187,7 @@ def _run(ctx, out, block, upstream, ahead):
         except Refusal as e:  # (a later cohort out of memory): whether it cost an attempt, in the refusal's words
             if run_id not in ledger.counted(key, block):
                 raise
-            raise Refusal(_spent_by_refusal(e.reasons, attempt, q["max_attempts"]), e.fix) from e
+            raise _spent_by_refusal(e, attempt, q["max_attempts"], block) from e
         timing["launched_ahead"] = early
         ledger.finish(key, block, run_id, timing["decision"], timing["interval"], timing.get("level") or 0.0)
     timing["attempts"] = ledger.history(key, block)
@@ -223,18 +223,24 @@ def _run(ctx, out, block, upstream, ahead):
     return written
 
 
-def _spent_by_refusal(reasons: list[str], attempt: int, max_attempts: int) -> list[str]:
+def _spent_by_refusal(e: Refusal, attempt: int, max_attempts: int, block: int) -> Refusal:
     """A refusal after the gate's first look, its first reason saying what it cost, near its start (the console
     keeps a reason's first 300 characters): the attempt counts, since it looked at data (a free retry would give
-    the early look another chance, and the error rate would not hold)."""
+    the early look another chance, and the error rate would not hold). Where that was the last attempt, the fix
+    says first that a rerun is refused (the ledger's refusal) before the refusal's own advice."""
+    spent = attempt >= max_attempts
     cost = f"attempt {attempt} of {max_attempts} spent, the gate had looked at data: " + (
-        "this fingerprint's attempts here are now spent"
-        if attempt >= max_attempts
-        else f"{max_attempts - attempt} left"
+        "this fingerprint's attempts here are now spent" if spent else f"{max_attempts - attempt} left"
     )
-    first, head = reasons[0], "rung 4: "
+    first, head = e.reasons[0], "rung 4: "
     first = f"rung 4 ({cost}): {first[len(head) :]}" if first.startswith(head) else f"({cost}) {first}"
-    return [first, *reasons[1:]]
+    fix = e.fix
+    if spent:
+        fix = (
+            f"a rerun is refused (block {block}'s attempts at this fingerprint are spent); a kernel or code change "
+            f"starts a new budget, and for it: {e.fix}"
+        )
+    return Refusal([first, *e.reasons[1:]], fix)
 
 
 def _first_block_not_passed(ctx, block: int, upstream) -> dict | None:
@@ -266,7 +272,7 @@ def _refusal(history: list[dict], q: dict, ctx, block) -> str:
 
 
 def _iv(iv) -> str:
-    return "[n/a]" if not iv or iv[0] is None else f"[{iv[0]:.4f}, {iv[1]:.4f}]"
+    return "[n/a]" if not iv or iv[0] is None else f"[{PG.fmt(iv[0])}, {PG.fmt(iv[1])}]"
 
 
 def _timed(gate, block, base, cand, q: dict, attempt: int, on_look, start) -> dict:

@@ -1158,4 +1158,4 @@ def _timed_s(pairs) -> float:
 
 
 def _f(x) -> str:
-    return "n/a" if x is None else f"{x:.4f}"
+    return PG.fmt(x)
