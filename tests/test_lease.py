@@ -584,3 +584,27 @@ def test_the_worker_build_probe_runs_a_workers_steps_on_the_tiny_profile(tmp_pat
     assert all(k in run["steps"] for k in steps) and run["steps"]["second_forward_s"] > 0, run
     assert run["first_calls_s"] == round(run["steps"]["first_s"] - run["steps"]["second_forward_s"], 3)
     assert doc["device"]["device_type"] == "cpu" and "worker_build_probe.py" in doc["command"]
+
+
+def test_the_release_probe_runs_rung_4s_release_steps_on_the_tiny_profile(tmp_path):
+    """studies/ladder/release_probe.py (device step releaseprobe) on a CPU: rung 4's own process's steps on the tiny
+    profile's capture (made where missing, as above), the block's bytes compared, both sides prepared and timed once,
+    then each release step in turn (Local.close, the input, Gate.release_device, the gate), in that order, with the
+    device and command recorded. On a CPU the steps carry no memory figures: this checks the plumbing that the
+    device step's figures rest on."""
+    out = tmp_path / "release.json"
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "studies/ladder/release_probe.py"), "--out", str(out), "--configs"]
+        + ["config/config.yaml", "--block", "0", "--candidate", "modulate_fusion"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    doc = json.loads(out.read_text())
+    steps = [s["step"] for s in doc["steps"]]
+    assert len(steps) == 7 and steps[0].startswith("compared") and steps[3].startswith("Local.close"), steps
+    assert steps[4] == "the block's input dropped" and steps[5].startswith("Gate.release_device"), steps
+    assert doc["candidate"] == "modulate_fusion" and doc["block"] == 0 and doc["probe_s"] > 0
+    assert "release_probe.py" in doc["command"] and doc["versions"]["torch"]
