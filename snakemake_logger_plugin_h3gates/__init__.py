@@ -231,7 +231,8 @@ class LogHandler(LogHandlerBase):
 
 
 PROGRESS = re.compile(r"^\[h3gates \d\d:\d\d:\d\d\.\d{3}\] ")  # h3gates.core.jobs.progress: a long gate's line
-REFUSED = re.compile(r"^h3gates [\w-]+: REFUSED$")  # h3gates.core.errors.exit_status: a refusal, its reasons, its fix
+# h3gates.core.errors.exit_status: a refusal's header (its cost, where it spent one), its reasons, its fix
+REFUSED = re.compile(r"^h3gates [\w-]+: REFUSED(?: \((.+)\))?$")
 
 
 def last_line(logs: list[str]) -> str:
@@ -243,12 +244,15 @@ def last_line(logs: list[str]) -> str:
         lines = [x.strip() for x in Path(logs[0]).read_text(errors="replace").splitlines() if x.strip()]
     except (OSError, IndexError):
         return ""
-    heads = [i for i, x in enumerate(lines) if REFUSED.match(x)]
-    said = lines[heads[-1] + 1 :] if heads else []
+    heads = [(i, m) for i, x in enumerate(lines) if (m := REFUSED.match(x))]
+    said = lines[heads[-1][0] + 1 :] if heads else []
     if heads and all(x.startswith(("- ", "fix: ")) for x in said):  # the log ends with the refusal (not a worker's)
         reasons = [x[2:] for x in said if x.startswith("- ")]
         fix = next((x for x in said if x.startswith("fix: ")), None)
-        return "REFUSED: " + "; ".join(x[:300] for x in [*(reasons[:1] or ["(no reason)"]), *([fix] if fix else [])])
+        cost = heads[-1][1].group(1)  # (said whole: what the refused run spent)
+        return f"REFUSED{f' ({cost})' if cost else ''}: " + "; ".join(
+            x[:300] for x in [*(reasons[:1] or ["(no reason)"]), *([fix] if fix else [])]
+        )
     if lines and PROGRESS.match(lines[-1]):  # no error after the job's last progress line: it was stopped
         return f"stopped with no error in its log (killed or timed out?) after: {PROGRESS.sub('', lines[-1])[:260]}"
     return lines[-1][:300] if lines else ""

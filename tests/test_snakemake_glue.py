@@ -156,6 +156,17 @@ def test_a_failed_jobs_console_line_names_its_refusal_and_fix(tmp_path):
         "REFUSED: rung 4: a timing worker (candidate first) ran out of GPU memory while a cohort of 4 prepared; "
         "fix: prepare at most 2 timing processes at once on this GPU"
     ), line
+    # a refusal that spent something (Refusal.cost: rung 4's attempt after its first look) says it in the header,
+    # kept whole ahead of a reason the console cuts at 300 characters
+    cost = "attempt 1 of 2 spent, the gate had looked at data: 1 left"
+    said = io.StringIO()
+    with contextlib.redirect_stderr(said):
+        assert (
+            exit_status("rung", lambda: (_ for _ in ()).throw(Refusal(["rung 4: " + "x" * 400], "fix it", cost))) == 1
+        )
+    assert said.getvalue().splitlines()[0] == f"h3gates rung: REFUSED ({cost})"
+    log.write_text(said.getvalue())
+    assert last_line([str(log)]) == f"REFUSED ({cost}): rung 4: {'x' * 292}; fix: fix it"
     log.write_text("Traceback (most recent call last):\n  ...\nRuntimeError: timing worker exited with 1\n")
     assert last_line([str(log)]) == "RuntimeError: timing worker exited with 1"
     from h3gates.core.jobs import progress

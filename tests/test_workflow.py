@@ -709,7 +709,8 @@ OUT_OF_MEMORY_IN_A_LATER_COHORT = OUT_OF_MEMORY_IN_THE_TIMING_WORKERS.replace(
 def test_a_later_cohort_out_of_memory_after_the_first_look_says_the_attempt_counts(ws):
     """A later cohort that runs out of memory after the gate's first look (as swiglu_fusion's second cohort of 4 did on
     an H100: studies/ladder/evidence/threecand_h100_2026-12-07b/) has spent an attempt: it looked at data. The
-    refusal says so, and how many are left, on the console's FAILED line; the second such run says the attempts are
+    refusal says so, and how many are left, in its header (Refusal.cost), which the console's FAILED line keeps whole
+    ahead of the reason it cuts; the second such run says the attempts are
     now spent and that a rerun is refused, and the third is refused by the ledger without timing. Catches: a
     refusal that reads as free to retry while it cost one of the gate's two attempts. (Confidence 0.999999: the
     early look never decides, so the second cohort always prepares.)"""
@@ -720,7 +721,7 @@ def test_a_later_cohort_out_of_memory_after_the_first_look_says_the_attempt_coun
         p = snakemake(ws, "promote_modulate_fusion")
         failed = [re.sub(r"\s+", " ", x) for x in p.stderr.splitlines() if x.startswith("FAILED ")]
         assert p.returncode != 0 and len(failed) == 1, p.stderr[-3000:]
-        said = f"REFUSED: rung 4 (attempt {attempt} of 2 spent, the gate had looked at data: {left}): a timing worker"
+        said = f"REFUSED (attempt {attempt} of 2 spent, the gate had looked at data: {left}): rung 4: a timing worker"
         assert said in failed[0] and "ran out of GPU memory while a cohort of 2 prepared" in failed[0], failed[0]
         # the last attempt's fix says first that a rerun is refused, then the refusal's own advice
         rerun = "; fix: a rerun is refused (block 0's attempts at this fingerprint are spent)"

@@ -40,9 +40,14 @@ class ReportError(ValueError):
 
 
 class Refusal(Exception):
-    def __init__(self, reasons, fix: str | None = None):
+    """What a command or job refuses: its `reasons`, the `fix` (the way on), and `cost`: what the refused run spent
+    that a rerun cannot have back (rung 4's attempt after its first look: h3gates.rungs.r4_block), said in the
+    refusal's header (exit_status), which the console's FAILED line keeps whole, ahead of the reasons it cuts."""
+
+    def __init__(self, reasons, fix: str | None = None, cost: str | None = None):
         self.reasons = list(reasons)
         self.fix = fix
+        self.cost = cost
         super().__init__("; ".join(self.reasons))
 
 
@@ -104,7 +109,7 @@ def exit_status(cmd: str, run, *args) -> int:
     try:
         return run(*args)
     except Refusal as e:
-        print(f"h3gates {cmd}: REFUSED", file=sys.stderr)
+        print(f"h3gates {cmd}: REFUSED" + (f" ({e.cost})" if e.cost else ""), file=sys.stderr)
         for reason in e.reasons:
             print(f"  - {reason}", file=sys.stderr)
         if e.fix:

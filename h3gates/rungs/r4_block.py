@@ -224,23 +224,21 @@ def _run(ctx, out, block, upstream, ahead):
 
 
 def _spent_by_refusal(e: Refusal, attempt: int, max_attempts: int, block: int) -> Refusal:
-    """A refusal after the gate's first look, its first reason saying what it cost, near its start (the console
-    keeps a reason's first 300 characters): the attempt counts, since it looked at data (a free retry would give
-    the early look another chance, and the error rate would not hold). Where that was the last attempt, the fix
-    says first that a rerun is refused (the ledger's refusal) before the refusal's own advice."""
+    """A refusal after the gate's first look, with its `cost` saying what it spent (the refusal's header, which the
+    console keeps whole): the attempt counts, since it looked at data (a free retry would give the early look
+    another chance, and the error rate would not hold). Where that was the last attempt, the fix says first that
+    a rerun is refused (the ledger's refusal) before the refusal's own advice."""
     spent = attempt >= max_attempts
     cost = f"attempt {attempt} of {max_attempts} spent, the gate had looked at data: " + (
         "this fingerprint's attempts here are now spent" if spent else f"{max_attempts - attempt} left"
     )
-    first, head = e.reasons[0], "rung 4: "
-    first = f"rung 4 ({cost}): {first[len(head) :]}" if first.startswith(head) else f"({cost}) {first}"
     fix = e.fix
     if spent:
         fix = (
             f"a rerun is refused (block {block}'s attempts at this fingerprint are spent); a kernel or code change "
             f"starts a new budget, and for it: {e.fix}"
         )
-    return Refusal([first, *e.reasons[1:]], fix)
+    return Refusal(e.reasons, fix, cost)
 
 
 def _first_block_not_passed(ctx, block: int, upstream) -> dict | None:
