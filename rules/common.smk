@@ -10,6 +10,7 @@ from snakemake.io import is_flagged
 
 from h3gates.core import config as H3config
 from h3gates.core import context as H3context
+from h3gates.core import lease as H3lease
 from h3gates.core import fingerprints as H3fp
 from h3gates.core import outputs as H3out
 from h3gates.core import report_labels as H3wf
@@ -33,6 +34,13 @@ try:
         H3config.read_config_file(_f)
     config.update(H3config.validate_config(config))
 except H3config.ConfigError as e:
+    raise WorkflowError(f"h3gates: {e}")
+
+# the config's shared jobs per GPU (gpu.shared_jobs, e.g. config/gpu_80gb.yaml) in the jobs' environment
+# (H3GATES_GPU_SHARE, which h3gates.core.lease reads; one set already wins)
+try:
+    H3lease.share_from_config(config)
+except H3lease.LeaseError as e:
     raise WorkflowError(f"h3gates: {e}")
 
 PROFILE = config["profile"]

@@ -589,7 +589,8 @@ def test_the_worker_build_probe_runs_a_workers_steps_on_the_tiny_profile(tmp_pat
 def test_the_release_probe_runs_rung_4s_release_steps_on_the_tiny_profile(tmp_path):
     """studies/ladder/release_probe.py (device step releaseprobe) on a CPU: rung 4's own process's steps on the tiny
     profile's capture (made where missing, as above), the block's bytes compared, both sides prepared and timed once,
-    then each release step in turn (Local.close, the input, Gate.release_device, the gate), in that order, with the
+    then each release step in turn (Local.close, the input, Gate.release_device, the gate, the cuBLAS
+    workspaces), in that order, with the
     device and command recorded. On a CPU the steps carry no memory figures: this checks the plumbing that the
     device step's figures rest on."""
     out = tmp_path / "release.json"
@@ -604,7 +605,47 @@ def test_the_release_probe_runs_rung_4s_release_steps_on_the_tiny_profile(tmp_pa
     assert p.returncode == 0, p.stderr[-2000:]
     doc = json.loads(out.read_text())
     steps = [s["step"] for s in doc["steps"]]
-    assert len(steps) == 7 and steps[0].startswith("compared") and steps[3].startswith("Local.close"), steps
+    assert len(steps) == 8 and steps[0].startswith("compared") and steps[3].startswith("Local.close"), steps
     assert steps[4] == "the block's input dropped" and steps[5].startswith("Gate.release_device"), steps
+    assert steps[7].startswith("the cuBLAS workspaces released"), steps
     assert doc["candidate"] == "modulate_fusion" and doc["block"] == 0 and doc["probe_s"] > 0
     assert "release_probe.py" in doc["command"] and doc["versions"]["torch"]
+
+
+def test_the_configs_shared_jobs_set_the_share_for_the_runs_jobs_unless_the_environment_does(one_gpu, tmp_path):
+    """config `gpu.shared_jobs` (config/gpu_80gb.yaml: 2, as three canonical rung-3 jobs ran an H100 out of memory)
+    becomes H3GATES_GPU_SHARE for the run's jobs; one set in the environment wins; a bad one is refused in one line.
+    The lease then holds to it (the shared lease's start in the timeline names its share), and the promotion's
+    config leaves it out (scheduling: no report depends on it). Through snakemake: rules/common.smk applies it
+    before any job, so a bad value there stops a dry run. Catches: the overlay's key read by nothing."""
+    from h3gates.core import config as C
+    from h3gates.core import lease
+    from h3gates.core.context import candidate_config
+    from h3gates.core.errors import LeaseError
+
+    cfg = C.load_config([ROOT / "config/config.yaml", ROOT / "config/canonical.yaml", ROOT / "config/gpu_80gb.yaml"])
+    assert cfg["gpu"] == {"shared_jobs": 2} and "gpu" not in candidate_config(cfg, "modulate_fusion")
+    environ = {}
+    assert lease.share_from_config(cfg, environ) == 2 and environ == {"H3GATES_GPU_SHARE": "2"}
+    environ = {"H3GATES_GPU_SHARE": "1"}
+    assert lease.share_from_config(cfg, environ) == 1 and environ == {"H3GATES_GPU_SHARE": "1"}
+    default = C.load_config([ROOT / "config/config.yaml"])
+    environ = {}
+    assert lease.share_from_config(default, environ) is None and environ == {}
+    with pytest.raises(LeaseError, match="H3GATES_GPU_SHARE='x'"):
+        lease.share_from_config(cfg, {"H3GATES_GPU_SHARE": "x"})
+    with pytest.raises(C.ConfigError, match="shared_jobs"):
+        C.validate_config({**default, "gpu": {"shared_jobs": 0}})
+    # the lease's own record of the share it held to
+    a, ga = _start({**one_gpu, "H3GATES_GPU_SHARE": "2"}, "rung 3 x block 0", hold=0.5, shared=True)
+    assert ga["uuid"] == "GPU-aaaa" and a.wait(30) == 0
+    (start,) = [json.loads(x) for x in (tmp_path / "leases.jsonl").read_text().splitlines() if '"start"' in x]
+    assert start["shared"] and start["share"] == 2
+    from workflow_util import make_workspace, snakemake
+
+    ws = make_workspace(tmp_path / "ws")
+    (ws / "two.yaml").write_text("gpu:\n  shared_jobs: 2\n")
+    p = snakemake(ws, "-n", "--configfile", "config/config.yaml", "two.yaml", H3GATES_GPU_SHARE="x")
+    out = p.stdout + p.stderr
+    assert p.returncode != 0 and "h3gates: H3GATES_GPU_SHARE='x': a whole number of at least 1" in out, out[-2000:]
+    assert snakemake(ws, "-n", "--configfile", "config/config.yaml", "two.yaml").returncode == 0

@@ -117,9 +117,11 @@ def check_planned_reference(ctx) -> None:
 
 def candidate_config(config: dict, candidate: str) -> dict:
     """The config as one candidate's promotion sees it: other candidates' settings left out, so
-    changing them does not touch this candidate's record."""
+    changing them does not touch this candidate's record, and so is `gpu` (how jobs share a GPU: scheduling,
+    on which no report depends)."""
     keep = {candidate, *config["baseline"]["accepted"]}
-    return {**config, "candidates": {k: v for k, v in config["candidates"].items() if k in keep}}
+    out = {k: v for k, v in config.items() if k != "gpu"}
+    return {**out, "candidates": {k: v for k, v in config["candidates"].items() if k in keep}}
 
 
 def results_name_of(config: dict, candidate: str) -> str:

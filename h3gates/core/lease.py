@@ -55,8 +55,13 @@ class Lease:
 
 
 def share() -> int:
-    """How many shared jobs one device takes at once (H3GATES_GPU_SHARE, default 3; 1: never two at once)."""
-    raw = os.environ.get("H3GATES_GPU_SHARE", "3")
+    """How many shared jobs one device takes at once (H3GATES_GPU_SHARE, default 3; 1: never two at once;
+    config `gpu.shared_jobs` sets it for a workflow run: share_from_config)."""
+    return share_of(os.environ)
+
+
+def share_of(environ) -> int:
+    raw = environ.get("H3GATES_GPU_SHARE", "3")
     try:
         n = int(raw)
     except ValueError:
@@ -64,6 +69,19 @@ def share() -> int:
     if n < 1:
         raise LeaseError(f"H3GATES_GPU_SHARE={raw!r}: a whole number of at least 1 (shared jobs per GPU) expected")
     return n
+
+
+def share_from_config(config: dict, environ=os.environ) -> int | None:
+    """Put the config's `gpu.shared_jobs` into H3GATES_GPU_SHARE for this run's jobs (rules/common.smk: they
+    inherit the workflow's environment), unless the environment sets it already (a user's own setting wins)
+    -> the share now in force where the config set one, else None. An 80 GB GPU takes 2 canonical shared jobs,
+    not the default 3: three canonical rung-3 jobs at once ran an H100 out of memory (25.3 GiB each, one of them
+    asking 16.2 GiB more: studies/ladder/evidence/release_h100_2026-12-07/; config/gpu_80gb.yaml)."""
+    n = (config.get("gpu") or {}).get("shared_jobs")
+    if n is None:
+        return None
+    environ.setdefault("H3GATES_GPU_SHARE", str(n))
+    return share_of(environ)
 
 
 def devices() -> list[tuple[int, str]]:
@@ -233,7 +251,7 @@ def acquire(
                 _HELD.append((files, lease))
                 os.environ["CUDA_VISIBLE_DEVICES"] = uuid
                 os.environ["H3GATES_LEASE_HELD"] = uuid  # children run inside this lease
-                _log({"event": "start", "pid": os.getpid(), **asdict(lease)})
+                _log({"event": "start", "pid": os.getpid(), **asdict(lease), **({"share": n} if shared else {})})
                 end = {"event": "end", "pid": os.getpid(), "job": job, "index": index, "uuid": uuid}
                 atexit.register(lambda end=end: _log({**end, "at": time.time()}))
                 return lease

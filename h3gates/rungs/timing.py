@@ -421,12 +421,26 @@ class Local:
             self.release()
         if self.device == "cuda":
             gc.collect()
+            release_blas_workspaces()
             torch.cuda.empty_cache()
             said += (
                 f": {torch.cuda.memory_reserved() / 1e9:.2f} GB reserved, "
                 f"{torch.cuda.memory_allocated() / 1e9:.2f} GB of it in live tensors"
             )
         progress(said)
+
+
+def release_blas_workspaces() -> None:
+    """Give back the cuBLAS workspaces torch keeps for each (handle, stream) that ran a GEMM (32 MiB each on sm_90),
+    so that the caching allocator can free the segments they pin: on an H100 three of them, one made during a
+    graph's capture in its private pool, kept 2.4 GB of segments reserved in rung 4's own process after its
+    sides, model, input and roles had gone, 0.13 GB of it live (studies/ladder/evidence/release_h100_2026-12-07/,
+    `studies/ladder/release_probe.py`). A later GEMM in the process makes its workspace again. (No such call in
+    torch's public API; a build without it keeps its workspaces, as before.)"""
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is not None and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+        clear()
 
 
 def ready_of(sides: dict, device: str) -> dict:
@@ -635,8 +649,9 @@ def _oom_detail(e: BaseException) -> str:
 
 
 def shipped_resident_overlays(k: int) -> list[str]:
-    """The overlays under config/ that set `timing.resident` to k and nothing else (config/gpu_80gb.yaml for 4), as
-    the memory refusal's fix names them; [] where none does or config/ cannot be read."""
+    """The overlays under config/ that set `timing.resident` to k and no other timing or result key (config/gpu_80gb.yaml
+    for 4, which sets `gpu.shared_jobs` beside it), as the memory refusal's fix names them; [] where none does or
+    config/ cannot be read."""
     import yaml
 
     from h3gates.core.fingerprints import ROOT
@@ -647,7 +662,7 @@ def shipped_resident_overlays(k: int) -> list[str]:
             doc = yaml.safe_load(path.read_text())
         except (OSError, yaml.YAMLError):
             continue
-        if doc == {"timing": {"resident": k}}:
+        if isinstance(doc, dict) and doc.get("timing") == {"resident": k} and set(doc) <= {"timing", "gpu"}:
             found.append(str(path.relative_to(ROOT)))
     return found
 

@@ -6,8 +6,10 @@ One process does what rung 4's process does before and during its own cohort (h3
 gate, the block's sides from its capture, the output comparison, both sides prepared in the configured mode, one
 timed request), closes its sides as the rung did from 8aa939c (timing.Local.close, its release dropping the model
 alone), then drops more, one thing at a time: the block's input, the roles (the rest of Gate.release_device, the
-rung's release since), the gate. After each step: the caching allocator's reserved and allocated bytes, its segments by pool, and with
-`--history` the live blocks' allocation sites (torch.cuda.memory._record_memory_history).
+rung's release from e522482), the gate, and last the cuBLAS workspaces that pinned 2.4 GB of segments on an H100
+(timing.release_blas_workspaces, which Local.close calls since; the first steps here leave it out). After each
+step: the caching allocator's reserved and allocated bytes, its segments by pool, and with `--history` the live
+blocks' allocation sites (torch.cuda.memory._record_memory_history).
 
     python studies/ladder/release_probe.py --out FILE [--configs config/config.yaml config/canonical.yaml
         config/gpu_80gb.yaml] [--candidate swiglu_fusion] [--block 24] [--history]
@@ -122,14 +124,20 @@ def probe(configs: list[str], candidate: str, block: int, history: bool) -> list
     steps.append(memory("both sides prepared (T.prepare empties the cache)", history, empty=False))
     local.run(["AB", "BA"], q["calls"])
     steps.append(memory("one timed request", history, empty=False))
-    local.close()
-    steps.append(memory("Local.close releasing the model alone (rung 4 from 8aa939c to this probe's commit)", history))
+    blas, T.release_blas_workspaces = T.release_blas_workspaces, lambda: None  # (its own step, last)
+    try:
+        local.close()
+    finally:
+        T.release_blas_workspaces = blas
+    steps.append(memory("Local.close releasing the model alone (rung 4 from 8aa939c to e522482)", history))
     gate.inputs.clear()
     steps.append(memory("the block's input dropped", history))
     gate.release_device()
-    steps.append(memory("Gate.release_device: the roles too (rung 4 since this probe's commit)", history))
+    steps.append(memory("Gate.release_device: the roles too (rung 4 from e522482)", history))
     del base, cand, gate, local
-    steps.append(memory("the gate and the sides' closures dropped (what this process could still give back)", history))
+    steps.append(memory("the gate and the sides' closures dropped", history))
+    T.release_blas_workspaces()
+    steps.append(memory("the cuBLAS workspaces released (timing.release_blas_workspaces: Local.close since)", history))
     return steps
 
 
