@@ -613,7 +613,7 @@ def test_the_release_probe_runs_rung_4s_release_steps_on_the_tiny_profile(tmp_pa
 
 
 def test_the_configs_shared_jobs_set_the_share_for_the_runs_jobs_unless_the_environment_does(one_gpu, tmp_path):
-    """config `gpu.shared_jobs` (config/gpu_80gb.yaml: 2, as three canonical rung-3 jobs ran an H100 out of memory)
+    """config `gpu.shared_jobs` (config/gpu_80gb.yaml: 1, as two canonical rung-3 jobs ran an H100 out of memory)
     becomes H3GATES_GPU_SHARE for the run's jobs; one set in the environment wins; a bad one is refused in one line.
     The lease then holds to it (the shared lease's start in the timeline names its share), and the promotion's
     config leaves it out (scheduling: no report depends on it). Through snakemake: rules/common.smk applies it
@@ -624,11 +624,11 @@ def test_the_configs_shared_jobs_set_the_share_for_the_runs_jobs_unless_the_envi
     from h3gates.core.errors import LeaseError
 
     cfg = C.load_config([ROOT / "config/config.yaml", ROOT / "config/canonical.yaml", ROOT / "config/gpu_80gb.yaml"])
-    assert cfg["gpu"] == {"shared_jobs": 2} and "gpu" not in candidate_config(cfg, "modulate_fusion")
+    assert cfg["gpu"] == {"shared_jobs": 1} and "gpu" not in candidate_config(cfg, "modulate_fusion")
     environ = {}
-    assert lease.share_from_config(cfg, environ) == 2 and environ == {"H3GATES_GPU_SHARE": "2"}
-    environ = {"H3GATES_GPU_SHARE": "1"}
     assert lease.share_from_config(cfg, environ) == 1 and environ == {"H3GATES_GPU_SHARE": "1"}
+    environ = {"H3GATES_GPU_SHARE": "2"}
+    assert lease.share_from_config(cfg, environ) == 2 and environ == {"H3GATES_GPU_SHARE": "2"}
     default = C.load_config([ROOT / "config/config.yaml"])
     environ = {}
     assert lease.share_from_config(default, environ) is None and environ == {}
