@@ -414,7 +414,8 @@ class Local:
         on an H100 a cohort of 4 after the first ran out of memory beside the 6 GB the rung's process still held,
         its model: studies/ladder/evidence/threecand_h100_2026-12-07/; and once more beside the 3.8 GiB nvidia-smi
         counted for it with the model gone, 3.31 GB reserved by its allocator and 0.54 GB of that live:
-        threecand_h100_2026-12-07b/); on a GPU, the log says what it still holds."""
+        threecand_h100_2026-12-07b/: most of it torch's cuBLAS workspaces, given back here since,
+        release_h100_2026-12-07/); on a GPU, the log says what it still holds."""
         self.sides = {}
         said = "perf gate: this process's sides closed" + (", its gate released" if self.release else "")
         if self.release is not None:
