@@ -868,6 +868,33 @@ def test_the_local_process_releases_its_gate_when_its_cohort_closes(monkeypatch)
     assert calls == ["release"] and local.sides == {}
 
 
+def test_the_close_on_a_gpu_gives_back_the_cublas_workspaces_before_emptying_the_cache(monkeypatch):
+    """Catches: rung 4's own process closing its sides on a GPU without giving back torch's cuBLAS workspaces, which
+    pinned 2.4 GB of cached segments there after everything else had gone (three 33.6-MB workspaces, one in a
+    graph's pool: studies/ladder/evidence/release_h100_2026-12-07/), or giving them back after the cache was
+    emptied (the segments then stay). torch's CUDA calls are faked here (a CPU build has no such call), in the
+    order the close makes them; a build without the call keeps its workspaces and the close goes on."""
+    import torch
+
+    from h3gates.rungs import timing as T
+
+    calls = []
+    monkeypatch.setattr(torch._C, "_cuda_clearCublasWorkspaces", lambda: calls.append("workspaces"), raising=False)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: calls.append("synchronize"))
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty_cache"))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda *a: 0)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda *a: 0)
+    local = T.Local.__new__(T.Local)
+    local.sides, local.device, local.release = {"A": object()}, "cuda", lambda: calls.append("release")
+    local.close()
+    assert calls == ["release", "synchronize", "workspaces", "empty_cache"], calls
+    monkeypatch.delattr(torch._C, "_cuda_clearCublasWorkspaces")
+    calls.clear()
+    local.close()
+    assert calls == ["release", "empty_cache"], calls
+
+
 def test_the_released_gate_keeps_no_model_input_or_roles_of_its_block(tmp_path):
     """Catches: rung 4's own process keeping, after its timing sides close, anything of the block on the device:
     its model, the block's input (which the sides' closures held, out of the release's reach, until

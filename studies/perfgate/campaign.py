@@ -83,9 +83,12 @@ def _captures(cfg, blocks) -> None:
 
         import torch
 
+        from h3gates.rungs.timing import release_blas_workspaces
+
         gc.collect()
         if torch.cuda.is_available():  # what the traversal left cached: the gates' processes need it (at resident 4 on
-            torch.cuda.empty_cache()  # an H100 this process kept 12.5 GiB: ladder/evidence/threecand_h100_2026-12-07b/)
+            release_blas_workspaces()  # an H100 this process kept 12.5 GiB: ladder/evidence/threecand_h100_2026-12-07b/;
+            torch.cuda.empty_cache()  # cuBLAS workspaces pin segments: ladder/evidence/release_h100_2026-12-07/)
 
 
 def versions() -> dict:
