@@ -556,28 +556,25 @@ def test_the_protocol_floor_of_a_committed_climb_stays_under_what_it_measured(tm
     assert PF.step_seconds(log, "baseline") is None and PF.step_seconds(tmp_path / "missing.log", "candidate") is None
 
 
-def test_the_worker_build_probe_runs_a_workers_steps_on_the_tiny_profile(tmp_path):
-    """studies/ladder/worker_build_probe.py (device step buildprobe) on a CPU: one fresh process through a rung-4
-    worker's steps on the tiny profile's capture (made where missing, under the repository's results/, which git
-    ignores: the workflow's paths are the repository's), each step's seconds and a second forward beside the
-    first, with the device and command recorded."""
-    out = tmp_path / "probe.json"
+def _probe(script: str, out, *args) -> None:
+    """Run studies/ladder/<script> --out OUT ARGS from the repository (a device step's probe on the CPU)."""
     p = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "studies/ladder/worker_build_probe.py"),
-            "--out",
-            str(out),
-            "--configs",
-            "config/config.yaml",
-        ]
-        + ["--block", "0", "--runs", "1"],
+        [sys.executable, str(ROOT / "studies/ladder" / script), "--out", str(out), *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert p.returncode == 0, p.stderr[-2000:]
+
+
+def test_the_worker_build_probe_runs_a_workers_steps_on_the_tiny_profile(tmp_path):
+    """studies/ladder/worker_build_probe.py (device step buildprobe) on a CPU: one fresh process through a rung-4
+    worker's steps on the tiny profile's capture (made where missing, under the repository's results/, which git
+    ignores: the workflow's paths are the repository's), each step's seconds and a second forward beside the
+    first, with the device and command recorded."""
+    out = tmp_path / "probe.json"
+    _probe("worker_build_probe.py", out, "--configs", "config/config.yaml", "--block", "0", "--runs", "1")
     doc = json.loads(out.read_text())
     (run,) = doc["runs"]
     steps = ("read_s", "prime_s", "init_s", "gate_s", "input_s", "model_s", "first_s", "second_forward_s", "prepare_s")
@@ -590,19 +587,10 @@ def test_the_release_probe_runs_rung_4s_release_steps_on_the_tiny_profile(tmp_pa
     """studies/ladder/release_probe.py (device step releaseprobe) on a CPU: rung 4's own process's steps on the tiny
     profile's capture (made where missing, as above), the block's bytes compared, both sides prepared and timed once,
     then each release step in turn (Local.close, the input, Gate.release_device, the gate, the cuBLAS
-    workspaces), in that order, with the
-    device and command recorded. On a CPU the steps carry no memory figures: this checks the plumbing that the
-    device step's figures rest on."""
+    workspaces), in that order, with the device and command recorded. On a CPU the steps carry no memory figures:
+    this checks the plumbing that the device step's figures rest on."""
     out = tmp_path / "release.json"
-    p = subprocess.run(
-        [sys.executable, str(ROOT / "studies/ladder/release_probe.py"), "--out", str(out), "--configs"]
-        + ["config/config.yaml", "--block", "0", "--candidate", "modulate_fusion"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert p.returncode == 0, p.stderr[-2000:]
+    _probe("release_probe.py", out, "--configs", "config/config.yaml", "--block", "0", "--candidate", "modulate_fusion")
     doc = json.loads(out.read_text())
     steps = [s["step"] for s in doc["steps"]]
     assert len(steps) == 8 and steps[0].startswith("compared") and steps[3].startswith("Local.close"), steps
