@@ -224,3 +224,31 @@ def test_cuda_modulate_packed_multiply_paths(dtype):
     sc[0, 64:80] = -1 - 2.0**-7  # s1 = -2^-7
     sh = C.random_tensor("normal", (3, cols), dtype, seed=24, device="cuda") * 0.01
     _assert_modulate_exact(h, sh, sc, ((0, 20), (20, 40), (40, 64)))
+
+
+def test_the_cublas_workspaces_release_gives_their_segments_back():
+    """timing.release_blas_workspaces on a real GPU (rung 4's own process calls it when its sides close): torch's
+    private call exists in this build, a GEMM on a fresh stream leaves a workspace pinning a cached segment that
+    empty_cache cannot free, and the release gives it back (on an H100 three of them pinned 2.4 GB:
+    studies/ladder/evidence/release_h100_2026-12-07/). Catches: the call renamed or gone from torch (the release
+    then silently keeps them), or workspaces no longer what pins the segments."""
+    import gc
+
+    from h3gates.rungs.timing import release_blas_workspaces
+
+    assert hasattr(torch._C, "_cuda_clearCublasWorkspaces"), torch.__version__
+    gc.collect()
+    release_blas_workspaces()
+    torch.cuda.empty_cache()
+    before = torch.cuda.memory_reserved()
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        a = torch.randn(256, 256, device="cuda", dtype=torch.bfloat16)
+        b = a @ a
+    torch.cuda.synchronize()
+    del a, b
+    torch.cuda.empty_cache()
+    assert torch.cuda.memory_reserved() > before  # the workspace's segment stays
+    release_blas_workspaces()
+    torch.cuda.empty_cache()
+    assert torch.cuda.memory_reserved() == before

@@ -601,7 +601,7 @@ def test_the_release_probe_runs_rung_4s_release_steps_on_the_tiny_profile(tmp_pa
 
 
 def test_the_configs_shared_jobs_set_the_share_for_the_runs_jobs_unless_the_environment_does(one_gpu, tmp_path):
-    """config `gpu.shared_jobs` (config/gpu_80gb.yaml: 1, as two canonical rung-3 jobs ran an H100 out of memory)
+    """config `gpu.shared_jobs` (config/gpu_80gb.yaml: 1, as canonical rung-3 jobs side by side ran an H100 out of memory)
     becomes H3GATES_GPU_SHARE for the run's jobs; one set in the environment wins; a bad one is refused in one line.
     The lease then holds to it (the shared lease's start in the timeline names its share), and the promotion's
     config leaves it out (scheduling: no report depends on it). Through snakemake: rules/common.smk applies it
@@ -622,6 +622,10 @@ def test_the_configs_shared_jobs_set_the_share_for_the_runs_jobs_unless_the_envi
     assert lease.share_from_config(default, environ) is None and environ == {}
     with pytest.raises(LeaseError, match="H3GATES_GPU_SHARE='x'"):
         lease.share_from_config(cfg, {"H3GATES_GPU_SHARE": "x"})
+    environ = {}  # a whole float (the schema's integer accepts 2.0) is written as the integer the lease reads
+    assert lease.share_from_config({"gpu": {"shared_jobs": 2.0}}, environ) == 2 and environ == {
+        "H3GATES_GPU_SHARE": "2"
+    }
     with pytest.raises(C.ConfigError, match="shared_jobs"):
         C.validate_config({**default, "gpu": {"shared_jobs": 0}})
     # the lease's own record of the share it held to

@@ -694,6 +694,8 @@ def test_a_timing_cohort_that_runs_out_of_memory_is_refused_with_its_fix_on_the_
     assert line.endswith(f"; log: logs/ci/{name}/r4_block_block0.log"), line
     log = (ws / "logs/ci" / name / "r4_block_block0.log").read_text()
     assert "torch.OutOfMemoryError" in log and "timing worker exited with" not in log, log[-3000:]
+    # the refusal is the job's, not read as a machine failure whose advice (run the same command again) it contradicts
+    assert "the MACHINE failed" not in log and "the LADDER failed" not in log, log[-3000:]
     assert not (ws / RES / name / "r4_block/block0.json").exists()
     assert not (ws / RES / name / "tokens/r4.pass").exists()
     assert not (ws / RES / "promotion" / f"{name}.env").exists()

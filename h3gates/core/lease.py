@@ -74,13 +74,13 @@ def share_of(environ) -> int:
 def share_from_config(config: dict, environ=os.environ) -> int | None:
     """Put the config's `gpu.shared_jobs` into H3GATES_GPU_SHARE for this run's jobs (rules/common.smk: they
     inherit the workflow's environment), unless the environment sets it already (a user's own setting wins)
-    -> the share now in force where the config set one, else None. An 80 GB GPU takes one canonical shared job at
-    a time, not the default 3: a canonical modulate_fusion rung-3 job peaks at about 41.5 GiB, and two of them side
-    by side ran an H100 out of memory (studies/ladder/evidence/release_h100_2026-12-07/; config/gpu_80gb.yaml)."""
+    -> the share now in force where the config set one, else None. config/gpu_80gb.yaml takes one canonical shared
+    job at a time, not the default 3: canonical rung-3 jobs side by side ran an H100 out of memory, three and then
+    two (studies/ladder/evidence/release_h100_2026-12-07/)."""
     n = (config.get("gpu") or {}).get("shared_jobs")
     if n is None:
         return None
-    environ.setdefault("H3GATES_GPU_SHARE", str(n))
+    environ.setdefault("H3GATES_GPU_SHARE", str(int(n)))  # (the schema's integer takes 2.0 too)
     return share_of(environ)
 
 

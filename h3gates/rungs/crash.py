@@ -12,7 +12,8 @@ Any other exception is a bug of the ladder itself (or a shared artifact it canno
 and the job fails loudly, with a message that says so (the rung job still revokes a flag whose basis
 broke, h3gates.job). A GemmReferenceMismatch (the job runs where another GEMM
 reference would be chosen than the one it was planned with) is neither: it propagates as the job's
-one-line refusal (exit 2), and no report is written."""
+one-line refusal (exit 2), and no report is written; nor is a Refusal the rung raises (rung 4's cohort out of
+GPU memory): it is the job's refusal, with its own reasons and fix."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from h3gates.core.errors import ArtifactError, GemmReferenceMismatch
+from h3gates.core.errors import ArtifactError, GemmReferenceMismatch, Refusal
 from h3gates.rungs.frames import candidate_files, rel, where_in
 
 
@@ -43,6 +44,8 @@ def guarded(fn, ctx, out, block, upstream):
         return fn(ctx, out, block, upstream=upstream)
     except GemmReferenceMismatch:
         raise  # the host is not the one the job was planned for: the job's refusal, not a crash of either side
+    except Refusal:  # the rung's own refusal (rung 4's cohort out of GPU memory: its reasons, cost and fix say what
+        raise  # to do; read as a machine failure, it was told to run the same command again, which may be refused)
     except ArtifactError as e:  # a shared artifact this rung reads but cannot trust (its block capture): its own way
         print(
             f"h3gates rung {ctx.rung}: a shared artifact is not trusted here (not the candidate's doing): {e}; "

@@ -436,8 +436,10 @@ def release_blas_workspaces() -> None:
     so that the caching allocator can free the segments they pin: on an H100 three of them, one made during a
     graph's capture in its private pool, kept 2.4 GB of segments reserved in rung 4's own process after its
     sides, model, input and roles had gone, 0.13 GB of it live (studies/ladder/evidence/release_h100_2026-12-07/,
-    `studies/ladder/release_probe.py`). A later GEMM in the process makes its workspace again. (No such call in
-    torch's public API; a build without it keeps its workspaces, as before.)"""
+    `studies/ladder/release_probe.py`). A later GEMM in the process makes its workspace again. Only where no CUDA
+    graph that captured a GEMM will replay afterwards (its capture holds the workspace's address): in Local.close its
+    graphs are gone first, and campaign.py calls it before any is made. (No such call in torch's public API; a
+    build without it keeps its workspaces, as before.)"""
     clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
     if clear is not None and torch.cuda.is_initialized():
         torch.cuda.synchronize()
