@@ -735,6 +735,36 @@ def test_a_later_cohort_out_of_memory_after_the_first_look_says_the_attempt_coun
     assert [a["decision"] for a in rep["timing"]["attempts"]] == ["killed after its first look"] * 2
 
 
+SEES_THE_SHARE = """
+
+import json as _json
+import os as _os
+import sys as _sys
+
+# planted: every process that imports this kernel (a rung job, forked from the warm worker or fresh) records what
+# H3GATES_GPU_SHARE its GPU lease would read
+_seen = _os.environ.get("H3GATES_TEST_SEEN")
+if _seen:
+    with open(_os.path.join(_seen, f"{_os.getpid()}.json"), "w") as _f:
+        _json.dump({"argv": _sys.argv, "share": _os.environ.get("H3GATES_GPU_SHARE")}, _f)
+"""
+
+
+def test_the_configs_shared_jobs_reach_the_rung_jobs_environment(ws, tmp_path, monkeypatch):
+    """config `gpu.shared_jobs` (config/gpu_80gb.yaml: 1) is what a rung job's GPU lease reads, H3GATES_GPU_SHARE, in
+    the job's own process (rules/common.smk sets it in the workflow's environment, which the warm worker's jobs
+    and fresh jobs inherit). On a CPU no lease is taken, so the candidate's planted kernel records what the job's
+    process sees. Catches: the key applied to a copy of the environment, or in a process the jobs do not inherit."""
+    _plant(ws, "modulate_fusion", append=SEES_THE_SHARE, config={"gpu": {"shared_jobs": 1}})
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    monkeypatch.delenv("H3GATES_GPU_SHARE", raising=False)  # (one set in the environment would win)
+    p = snakemake(ws, f"{RES}/{_name(ws, 'modulate_fusion')}/r1_adversarial.json", H3GATES_TEST_SEEN=str(seen))
+    assert p.returncode == 0, p.stderr[-3000:]
+    docs = [json.loads(f.read_text()) for f in seen.glob("*.json")]
+    assert docs and all(d["share"] == "1" for d in docs), docs
+
+
 def test_fault_exact_but_slower_refused_by_performance_gate_at_rung_4(ws):
     # the wait is fixed work, not time.sleep nor a per-process calibration: a loaded CPU (CI runs two tests on
     # two cores) slows the block's own work by a factor that differs between processes; a sleep would not slow
