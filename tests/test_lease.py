@@ -7,6 +7,7 @@ keeps later shared ones out."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -598,6 +599,8 @@ def test_the_release_probe_runs_rung_4s_release_steps_on_the_tiny_profile(tmp_pa
     assert steps[7].startswith("the cuBLAS workspaces released"), steps
     assert doc["candidate"] == "modulate_fusion" and doc["block"] == 0 and doc["probe_s"] > 0
     assert "release_probe.py" in doc["command"] and doc["versions"]["torch"]
+    want = hashlib.sha256((ROOT / "h3gates/rungs/timing.py").read_bytes()).hexdigest()
+    assert doc["sources"]["h3gates/rungs/timing.py"] == want  # the code that ran (the device copy's HEAD can lag)
 
 
 def test_the_configs_shared_jobs_set_the_share_for_the_runs_jobs_unless_the_environment_does(one_gpu, tmp_path):

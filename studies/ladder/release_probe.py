@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
+import hashlib
 import json
 import platform
 import subprocess
@@ -161,7 +162,12 @@ def main(argv=None) -> int:
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     doc = {
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "commit": commit or None,
+        "commit": commit
+        or None,  # the device copy's git HEAD, which can lag its working tree: `sources` names the code
+        "sources": {  # sha256 of the files the steps run, to match against a commit (`git show REV:PATH | sha256sum`)
+            f: hashlib.sha256((ROOT / f).read_bytes()).hexdigest()
+            for f in ("studies/ladder/release_probe.py", "h3gates/rungs/timing.py", "h3gates/rungs/gate.py")
+        },
         "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else platform.processor() or "cpu",
         "versions": {"torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version()},
         "candidate": a.candidate,
