@@ -227,6 +227,23 @@ def test_comments_docstrings_layout_and_user_commands_rerun_no_gate(ws):
         assert v.returncode == 0, v.stderr
 
 
+def test_the_gpu_share_in_the_config_reruns_nothing_and_a_timing_key_reruns_from_rung_4(ws):
+    """`gpu.shared_jobs` (config/gpu_80gb.yaml) is scheduling: set on a climbed ladder it reruns no job and the
+    promotions still verify (the promotion's config leaves it out). A timing key beside it (`timing.resident`,
+    the same file's other key) reruns rung 4 onwards, not rungs 1-3: the control that the summary sees a config
+    change at all. Catches: the scheduling key in a record's config or a rung's context."""
+    _config(ws, gpu={"shared_jobs": 1})
+    assert pending(ws, "all") == set()
+    for cand in ("modulate_fusion", "swiglu_fusion"):
+        v = h3gates(ws, "verify", f"{RES}/promotion/{cand}.json")
+        assert v.returncode == 0, v.stderr
+    cfg = yaml.safe_load((ws / "config/config.yaml").read_text())
+    _config(ws, timing={**cfg.get("timing", {}), "resident": 4})
+    todo = pending(ws, "all")
+    assert f"{RES}/modulate_fusion/r4_block/block0.json" in todo, todo
+    assert not any("r1_adversarial" in t or "r2_tiles" in t or "r3_projection" in t for t in todo), todo
+
+
 def test_one_token_in_the_shared_cuda_header_reruns_no_cpu_rung(ws):
     header = ws / "kernels/common/nvfp4.cuh"
     header.write_text(header.read_text().replace("0x7fff7fffu", "0x7fff7ffeu", 1))

@@ -1060,7 +1060,7 @@ def gate_cohorts(n: int, resident: int, start, p: dict, attempt: int, say=progre
                     )
                     say(
                         f"perf gate look {look + 1}/{len(looks)} ({npairs} pairs x {len(used)} processes): ratio "
-                        f"{_f(d.get('ratio'))}, interval [{_f(d['lower'])}, {_f(d['upper'])}] vs {1 - p['min_gain']:.4f}: "
+                        f"{PG.fmt(d.get('ratio'))}, interval [{PG.fmt(d['lower'])}, {PG.fmt(d['upper'])}] vs {1 - p['min_gain']:.4f}: "
                         f"{d['decision']}"
                     )
                     if d["decision"] != "continue":
@@ -1173,7 +1173,3 @@ def _gaps(hosts: list[list[dict]]) -> list[float]:
 
 def _timed_s(pairs) -> float:
     return sum(sum(x["A"]) + sum(x["B"]) + x["A_switch"] + x["B_switch"] for x in pairs)
-
-
-def _f(x) -> str:
-    return PG.fmt(x)
