@@ -1219,6 +1219,42 @@ def test_a_workers_ready_line_splits_its_gpu_part(tmp_path):
     assert fast.t["ready"] < slow.t["ready"] and fast.ready["prep"]["from_worker_s"] < 0.4, (fast.ready, slow.ready)
 
 
+def test_a_cohorts_close_failing_after_a_crash_leaves_the_crash_to_be_reported_and_closes_every_process():
+    """Catches: the close in the cohort's `finally` raising over the error already on its way out (after a candidate
+    kernel's sticky CUDA error the rung's own process fails to synchronize again, and the rung reported that
+    instead of the kernel's crash), a close's error dropped when nothing else failed, or one process's failed
+    close leaving the cohort's other processes running."""
+    from h3gates.rungs import timing as T
+
+    class Crashing(_Cohort):
+        def run(self, orders, calls, lead, trail):
+            raise RuntimeError("CUDA error: an illegal memory access was encountered (the candidate's kernel)")
+
+    class BadClose(_Cohort):
+        def close(self):
+            _Cohort.closed.append(self.i)
+            raise RuntimeError("CUDA error: an illegal memory access was encountered (synchronize in close)")
+
+    said: list = []
+    _Recorder.log, _Recorder.leads, _Cohort.closed = [], [], []
+    with pytest.raises(RuntimeError, match="the candidate's kernel"):
+        T.gate_cohorts(4, 4, lambda idx: [BadClose(0)] + [Crashing(i) for i in idx[1:]], {}, 1, say=said.append)
+    assert sorted(_Cohort.closed) == [0, 1, 2, 3], _Cohort.closed  # every process closed despite the first's error
+    assert any("failed too" in m and "synchronize in close" in m and "first error stands" in m for m in said), said
+    # nothing else failing: the close's own error is raised (a gate does not pass over a process it could not end)
+    _Recorder.log, _Recorder.leads, _Cohort.closed = [], [], []
+    with pytest.raises(RuntimeError, match="synchronize in close"):
+        T.gate_cohorts(
+            4,
+            4,
+            lambda idx: [BadClose(i) for i in idx],
+            {"early_pairs": 1, "min_pairs": 4, "max_pairs": 4},
+            1,
+            say=said.append,
+        )
+    assert sorted(_Cohort.closed) == [0, 1, 2, 3], _Cohort.closed
+
+
 def test_the_gate_launches_a_later_cohort_ahead_only_once_the_early_look_is_undecided():
     """Catches: the second cohort's workers launched before the early look has decided (wasted when it
     decides), not launched ahead of the first cohort's main look (their imports no longer overlap its

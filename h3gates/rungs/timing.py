@@ -925,13 +925,24 @@ def start_processes(
 
 
 def close_all(procs) -> None:
-    """Every process told to end first, then each awaited: their CUDA contexts and memory go back side by side."""
+    """Every process told to end first, then each awaited: their CUDA contexts and memory go back side by side.
+    One whose end fails (e.g. the rung's own process after a sticky CUDA error) does not leave the others
+    running: each is closed, then the first such error raised."""
+    first = None
     for p in procs:
         ask = getattr(p, "ask_quit", None)
         if ask is not None:
-            ask()
+            try:
+                ask()
+            except Exception as e:
+                first = first or e
     for p in procs:
-        p.close()
+        try:
+            p.close()
+        except Exception as e:
+            first = first or e
+    if first is not None:
+        raise first
 
 
 def prepare(base, cand, device: str, mode: str, warmup: int, first: str) -> dict:
@@ -989,6 +1000,23 @@ def gate(processes: list, p: dict, attempt: int, say=progress, on_look=None) -> 
 def cohorts_of(n: int, resident: int) -> list[list[int]]:
     """The gate's process indices in cohorts of at most `resident` (prepared on the GPU at one time)."""
     return [list(range(k, min(n, k + resident))) for k in range(0, n, max(1, resident))]
+
+
+def _close_keeping(close, procs, say) -> None:
+    """A cohort's close in its `finally`: where an error is already on its way out (a worker's crash, a candidate
+    kernel's sticky CUDA error), a second one from the close (the rung's process synchronizing that context again)
+    is said and dropped, so that the first, which says what went wrong, is the one the rung reports
+    (h3gates.rungs.crash.guarded); with none on its way, the close's own error is raised."""
+    failing = sys.exc_info()[1]
+    try:
+        close(procs)
+    except Exception as e:
+        if failing is None:
+            raise
+        say(
+            f"perf gate: closing the cohort after {type(failing).__name__} failed too ({type(e).__name__}: "
+            f"{str(e)[:200]}); the first error stands"
+        )
 
 
 def gate_cohorts(n: int, resident: int, start, p: dict, attempt: int, say=progress, on_look=None, close=close_all):
@@ -1076,7 +1104,7 @@ def gate_cohorts(n: int, resident: int, start, p: dict, attempt: int, say=progre
                         infos[i] = proc.info()
             finally:
                 if close is not None:
-                    close(procs)
+                    _close_keeping(close, procs, say)
                     if t_end is not None:  # the cohort's info and its processes' end (issue 31: after the decision)
                         end_s.append(round(time.perf_counter() - t_end, 3))
             if done:
