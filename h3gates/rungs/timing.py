@@ -1002,12 +1002,12 @@ def cohorts_of(n: int, resident: int) -> list[list[int]]:
     return [list(range(k, min(n, k + resident))) for k in range(0, n, max(1, resident))]
 
 
-def _close_keeping(close, procs, say) -> None:
-    """A cohort's close in its `finally`: where an error is already on its way out (a worker's crash, a candidate
-    kernel's sticky CUDA error), a second one from the close (the rung's process synchronizing that context again)
-    is said and dropped, so that the first, which says what went wrong, is the one the rung reports
-    (h3gates.rungs.crash.guarded); with none on its way, the close's own error is raised."""
-    failing = sys.exc_info()[1]
+def _close_keeping(close, procs, say, failing: BaseException | None) -> None:
+    """A cohort's close in its `finally`: where an error is already on its way out (`failing`: a worker's crash, a
+    candidate kernel's sticky CUDA error), a second one from the close (the rung's process synchronizing that
+    context again) is said and dropped, so that the first, which says what went wrong, is the one the rung reports
+    (h3gates.rungs.crash.guarded); with none on its way, the close's own error is raised. (`failing` is passed,
+    not read from sys.exc_info(), which also names an exception a caller up the stack is handling.)"""
     try:
         close(procs)
     except Exception as e:
@@ -1044,7 +1044,7 @@ def gate_cohorts(n: int, resident: int, start, p: dict, attempt: int, say=progre
         for c, idx in enumerate(groups):
             if c:
                 say(f"perf gate: cohort {c + 1}/{len(groups)} (processes {idx[0]}-{idx[-1]}) preparing")
-            t_prep, t_end = time.perf_counter(), None
+            t_prep, t_end, failing = time.perf_counter(), None, None
             procs = start(idx)
             prep_s.append(round(time.perf_counter() - t_prep, 3))
             try:
@@ -1102,9 +1102,12 @@ def gate_cohorts(n: int, resident: int, start, p: dict, attempt: int, say=progre
                             ask()
                     for i, proc in zip(idx, procs):
                         infos[i] = proc.info()
+            except BaseException as e:
+                failing = e
+                raise
             finally:
                 if close is not None:
-                    _close_keeping(close, procs, say)
+                    _close_keeping(close, procs, say, failing)
                     if t_end is not None:  # the cohort's info and its processes' end (issue 31: after the decision)
                         end_s.append(round(time.perf_counter() - t_end, 3))
             if done:
