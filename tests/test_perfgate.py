@@ -1256,6 +1256,37 @@ def test_a_cohorts_close_failing_after_a_crash_leaves_the_crash_to_be_reported_a
         assert sorted(_Cohort.closed) == [0, 1, 2, 3], _Cohort.closed
 
 
+def test_a_failing_discard_of_the_workers_launched_ahead_leaves_the_crash_to_be_reported():
+    """Catches: the gate's outer `finally` (ending the later cohort's workers launched ahead) raising over the
+    error already on its way out, as the cohort's close once did; with nothing else failing, its error is raised."""
+    from h3gates.rungs import timing as T
+
+    class Start:
+        def __init__(self, crash):
+            self.crash = crash
+
+        def __call__(self, idx):
+            if self.crash and idx[0] > 0:  # the second cohort's start: a worker's crash
+                raise RuntimeError("CUDA error: an illegal memory access was encountered (the candidate's kernel)")
+            return [_Cohort(i, 0.0) for i in idx]
+
+        def launch(self, idx):
+            pass
+
+        def discard(self):
+            raise OSError("terminating a worker launched ahead failed")
+
+    schedule = {"early_pairs": 1, "min_pairs": 4, "max_pairs": 4}
+    said: list = []
+    _Recorder.log, _Recorder.leads, _Cohort.closed = [], [], []
+    with pytest.raises(RuntimeError, match="the candidate's kernel"):
+        T.gate_cohorts(12, 6, Start(True), schedule, 1, say=said.append)
+    assert any("launched ahead" in m and "failed too" in m and "first error stands" in m for m in said), said
+    _Recorder.log, _Recorder.leads, _Cohort.closed = [], [], []
+    with pytest.raises(OSError, match="launched ahead failed"):
+        T.gate_cohorts(12, 6, Start(False), schedule, 1, say=said.append)
+
+
 def test_the_gate_launches_a_later_cohort_ahead_only_once_the_early_look_is_undecided():
     """Catches: the second cohort's workers launched before the early look has decided (wasted when it
     decides), not launched ahead of the first cohort's main look (their imports no longer overlap its

@@ -1002,7 +1002,7 @@ def cohorts_of(n: int, resident: int) -> list[list[int]]:
     return [list(range(k, min(n, k + resident))) for k in range(0, n, max(1, resident))]
 
 
-def _close_keeping(close, procs, say, failing: BaseException | None) -> None:
+def _close_keeping(close, procs, say, failing: BaseException | None, what: str = "closing the cohort") -> None:
     """A cohort's close in its `finally`: where an error is already on its way out (`failing`: a worker's crash, a
     candidate kernel's sticky CUDA error), a second one from the close (the rung's process synchronizing that
     context again) is said and dropped, so that the first, which says what went wrong, is the one the rung reports
@@ -1014,7 +1014,7 @@ def _close_keeping(close, procs, say, failing: BaseException | None) -> None:
         if failing is None:
             raise
         say(
-            f"perf gate: closing the cohort after {type(failing).__name__} failed too ({type(e).__name__}: "
+            f"perf gate: {what} after {type(failing).__name__} failed too ({type(e).__name__}: "
             f"{str(e)[:200]}); the first error stands"
         )
 
@@ -1040,6 +1040,7 @@ def gate_cohorts(n: int, resident: int, start, p: dict, attempt: int, say=progre
     t0 = time.perf_counter()
     d, history, done, prep_s, end_s = None, [], False, [], []
     ahead, discard = getattr(start, "launch", None), getattr(start, "discard", None)
+    gate_failing = None  # the error on its way out of the gate, kept over a failing discard() as over a close
     try:
         for c, idx in enumerate(groups):
             if c:
@@ -1112,9 +1113,12 @@ def gate_cohorts(n: int, resident: int, start, p: dict, attempt: int, say=progre
                         end_s.append(round(time.perf_counter() - t_end, 3))
             if done:
                 break
+    except BaseException as e:
+        gate_failing = e
+        raise
     finally:
         if discard is not None:  # a cohort launched ahead that a decision made unneeded
-            discard()
+            _close_keeping(lambda _: discard(), None, say, gate_failing, "ending the workers launched ahead")
     timed = [i for i in range(n) if raw[i]]
     raw, hosts = [raw[i] for i in timed], [hosts[i] for i in timed]
     decision, reason = d["decision"], d["reason"]
