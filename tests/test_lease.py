@@ -616,6 +616,28 @@ def test_the_configs_shared_jobs_set_the_share_for_the_runs_jobs_unless_the_envi
 
     cfg = C.load_config([ROOT / "config/config.yaml", ROOT / "config/canonical.yaml", ROOT / "config/gpu_80gb.yaml"])
     assert cfg["gpu"] == {"shared_jobs": 1} and "gpu" not in candidate_config(cfg, "modulate_fusion")
+    # by the schema's mark, not by name: every marked key left out, every other kept (a new scheduling key is
+    # marked in the schema, and nothing else need change)
+    from h3gates.core.candconfig import scheduling_keys
+
+    assert scheduling_keys() == {"gpu"}
+    kept = candidate_config({**cfg, "extra_scheduling": {}}, "modulate_fusion")
+    assert set(kept) == set(cfg) - {"gpu"} | {"extra_scheduling"}
+    import yaml
+
+    from h3gates.core import candconfig
+
+    marked = yaml.safe_load(candconfig.CONFIG_SCHEMA.read_text())
+    marked["properties"]["extra_scheduling"] = {"type": "object", "x-scheduling": True}
+    (tmp_path / "marked.schema.yaml").write_text(yaml.safe_dump(marked))
+    scheduling_keys.cache_clear()
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(candconfig, "CONFIG_SCHEMA", tmp_path / "marked.schema.yaml")
+            assert scheduling_keys() == {"gpu", "extra_scheduling"}
+            assert set(candidate_config({**cfg, "extra_scheduling": {}}, "modulate_fusion")) == set(cfg) - {"gpu"}
+    finally:
+        scheduling_keys.cache_clear()
     environ = {}
     assert lease.share_from_config(cfg, environ) == 1 and environ == {"H3GATES_GPU_SHARE": "1"}
     environ = {"H3GATES_GPU_SHARE": "2"}

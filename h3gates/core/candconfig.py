@@ -56,6 +56,14 @@ def schema(root=None) -> dict:
     return s
 
 
+@functools.cache
+def scheduling_keys() -> frozenset[str]:
+    """The config's top-level keys the schema marks `x-scheduling: true`: how jobs are scheduled, on which no
+    report's bytes or times depend, so a promotion's config leaves them out (changing one touches no record)."""
+    props = yaml.safe_load(CONFIG_SCHEMA.read_text())["properties"]
+    return frozenset(k for k, v in props.items() if isinstance(v, dict) and v.get("x-scheduling") is True)
+
+
 def enforce_perf(config) -> bool:
     return config["timing"]["enforce"].get(config["profile"], config["profile"] == "canonical")
 

@@ -22,7 +22,7 @@ import json
 from dataclasses import dataclass, field, fields, replace
 
 from h3gates.core import registry
-from h3gates.core.candconfig import cand_config, enforce_perf
+from h3gates.core.candconfig import cand_config, enforce_perf, scheduling_keys
 from h3gates.core.errors import ConfigError, GemmReferenceMismatch
 from h3gates.core.fingerprints import ROOT, digest, files_digest, imported, with_loads
 from h3gates.core.jobs import FP4_MMA_MAJORS, configured_device, gpu_capabilities
@@ -117,10 +117,10 @@ def check_planned_reference(ctx) -> None:
 
 def candidate_config(config: dict, candidate: str) -> dict:
     """The config as one candidate's promotion sees it: other candidates' settings left out, so
-    changing them does not touch this candidate's record, and so is `gpu` (how jobs share a GPU: scheduling,
-    on which no report depends)."""
-    keep = {candidate, *config["baseline"]["accepted"]}
-    out = {k: v for k, v in config.items() if k != "gpu"}
+    changing them does not touch this candidate's record, and so is every key the schema marks `x-scheduling`
+    (`gpu`, how jobs share a GPU: scheduling, on which no report depends)."""
+    keep, drop = {candidate, *config["baseline"]["accepted"]}, scheduling_keys()
+    out = {k: v for k, v in config.items() if k not in drop}
     return {**out, "candidates": {k: v for k, v in config["candidates"].items() if k in keep}}
 
 
