@@ -1287,6 +1287,47 @@ def test_a_failing_discard_of_the_workers_launched_ahead_leaves_the_crash_to_be_
         T.gate_cohorts(12, 6, Start(False), schedule, 1, say=said.append)
 
 
+def test_a_failing_close_or_discard_around_a_crashed_preparation_or_rung_4_leaves_the_crash_to_be_reported(monkeypatch):
+    """Catches: a cohort's preparation that fails (a worker's crash) reporting a failing close instead, or skipping
+    the discard of the workers launched ahead after it; rung 4's run (and its launch ahead) reporting a failing
+    discard of the workers launched ahead instead of the error on its way out (its bytes check's crash)."""
+    from h3gates.rungs import r4_block as R
+    from h3gates.rungs import timing as T
+
+    class Fake:  # a worker that starts and crashes at its go
+        def __init__(self, argv, first):
+            self.first, self.ready = first, None
+
+        def go(self):
+            raise RuntimeError("timing worker exited with 1 (the candidate's kernel)")
+
+    def failing_close(procs):
+        raise RuntimeError("closing failed")
+
+    discarded: list = []
+    monkeypatch.setattr(T, "Worker", Fake)
+    monkeypatch.setattr(T, "close_all", failing_close)
+    monkeypatch.setattr(T.Launcher, "discard", lambda self: discarded.append(1))
+    with pytest.raises(RuntimeError, match="the candidate's kernel"):
+        T.Launcher(3, lambda i, first: ["w", str(i)], at_once=None)([1, 2])
+    assert discarded == [1]  # run after the failed close
+
+    class Ahead:
+        def discard(self):
+            raise OSError("ending a worker launched ahead failed")
+
+    def crash(*a):
+        raise RuntimeError("the block's bytes check crashed")
+
+    monkeypatch.setattr(R, "launch_ahead", lambda ctx, block, upstream: Ahead())
+    monkeypatch.setattr(R, "_run", crash)
+    with pytest.raises(RuntimeError, match="bytes check crashed"):
+        R.run(None, None, 0)
+    monkeypatch.setattr(R, "_run", lambda *a: "report")
+    with pytest.raises(OSError, match="launched ahead failed"):  # nothing else failed: its own error is raised
+        R.run(None, None, 0)
+
+
 def test_the_gate_launches_a_later_cohort_ahead_only_once_the_early_look_is_undecided():
     """Catches: the second cohort's workers launched before the early look has decided (wasted when it
     decides), not launched ahead of the first cohort's main look (their imports no longer overlap its

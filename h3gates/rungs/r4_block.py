@@ -54,12 +54,15 @@ def sides_of(gate, block: int, lap=None):
 
 
 def run(ctx, out, block, upstream=()):
-    ahead = launch_ahead(ctx, block, upstream)
+    ahead, failing = launch_ahead(ctx, block, upstream), None
     try:
         return _run(ctx, out, block, upstream, ahead)
+    except BaseException as e:
+        failing = e
+        raise
     finally:
         if ahead is not None:  # (workers it launched and no cohort took: the block was not timed)
-            ahead.discard()
+            T.discard_keeping(ahead, failing)  # a failing discard does not hide the error on its way out
 
 
 def launch_ahead(ctx, block: int, upstream=()):
@@ -79,8 +82,8 @@ def launch_ahead(ctx, block: int, upstream=()):
     start = _launcher(ctx, block, q, device)
     try:
         start.launch(range(1, PG.resident_for(q, device)))
-    except BaseException:  # (a worker that could not start: those started end, and the error stands)
-        start.discard()
+    except BaseException as e:  # (a worker that could not start: those started end, and the error stands)
+        T.discard_keeping(start, e)
         raise
     return start
 

@@ -890,8 +890,8 @@ class Launcher:
                 )
         except BaseException as e:  # the local sides or a worker failed: no process of this cohort is left running
             ready = [p.ready for p in procs if getattr(p, "ready", None) is not None]
-            close_all(procs + [w for w in workers if w not in procs])
-            self.discard()
+            close_keeping(close_all, procs + [w for w in workers if w not in procs], progress, e)  # (never raises here:
+            discard_keeping(self, e)  # the error on its way out stands, and the discard runs after a failed close)
             if isinstance(e, (WorkerOutOfMemory, torch.OutOfMemoryError)):
                 raise memory_refusal(e, len(indices), self.n, ready, at_once=max(1, len(group))) from e
             raise
@@ -1002,7 +1002,7 @@ def cohorts_of(n: int, resident: int) -> list[list[int]]:
     return [list(range(k, min(n, k + resident))) for k in range(0, n, max(1, resident))]
 
 
-def _close_keeping(close, procs, say, failing: BaseException | None, what: str = "closing the cohort") -> None:
+def close_keeping(close, procs, say, failing: BaseException | None, what: str = "closing the cohort") -> None:
     """A cohort's close in its `finally`: where an error is already on its way out (`failing`: a worker's crash, a
     candidate kernel's sticky CUDA error), a second one from the close (the rung's process synchronizing that
     context again) is said and dropped, so that the first, which says what went wrong, is the one the rung reports
@@ -1017,6 +1017,12 @@ def _close_keeping(close, procs, say, failing: BaseException | None, what: str =
             f"perf gate: {what} after {type(failing).__name__} failed too ({type(e).__name__}: "
             f"{str(e)[:200]}); the first error stands"
         )
+
+
+def discard_keeping(launcher, failing: BaseException | None, say=progress) -> None:
+    """`launcher.discard()` (the workers launched ahead and never taken) where an error may be on its way out: as a
+    cohort's close (close_keeping), a failing discard after it is said and dropped, and raised when nothing failed."""
+    close_keeping(lambda _: launcher.discard(), None, say, failing, "ending the workers launched ahead")
 
 
 def gate_cohorts(n: int, resident: int, start, p: dict, attempt: int, say=progress, on_look=None, close=close_all):
@@ -1108,7 +1114,7 @@ def gate_cohorts(n: int, resident: int, start, p: dict, attempt: int, say=progre
                 raise
             finally:
                 if close is not None:
-                    _close_keeping(close, procs, say, failing)
+                    close_keeping(close, procs, say, failing)
                     if t_end is not None:  # the cohort's info and its processes' end (issue 31: after the decision)
                         end_s.append(round(time.perf_counter() - t_end, 3))
             if done:
@@ -1118,7 +1124,7 @@ def gate_cohorts(n: int, resident: int, start, p: dict, attempt: int, say=progre
         raise
     finally:
         if discard is not None:  # a cohort launched ahead that a decision made unneeded
-            _close_keeping(lambda _: discard(), None, say, gate_failing, "ending the workers launched ahead")
+            discard_keeping(start, gate_failing, say)
     timed = [i for i in range(n) if raw[i]]
     raw, hosts = [raw[i] for i in timed], [hosts[i] for i in timed]
     decision, reason = d["decision"], d["reason"]
